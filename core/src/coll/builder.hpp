@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal helpers the algorithm files use to emit schedules.
+//
+// RankBuilder appends steps to one rank's program and derives their
+// dependencies from the regions each step reads and writes, so an algorithm
+// is written as the obvious sequential program and still gets the maximal
+// concurrency that program allows:
+//   - a read depends on the last earlier write of any overlapping element;
+//   - a write depends on the last earlier write and on every earlier read
+//     of an overlapping element since that write (buffer reuse).
+// Steps with a zero count are not emitted; the functions then return
+// kNoStep, which may be passed as an extra dependency and is ignored.
+// Scratch usage is tracked and becomes the declared scratch size.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "coll/schedule.hpp"
+
+namespace wia::coll {
+
+inline constexpr std::uint32_t kNoStep = 0xffffffffu;
+inline constexpr std::int32_t kAllRanks = -1;
+
+// Tracks, for each element range of one buffer, the last writer and the
+// readers since. Ranges are split lazily; writes coalesce them again, so the
+// map stays proportional to the number of distinct live regions.
+class HazardTracker {
+ public:
+  // Adds to `deps` the steps an access must wait for.
+  void collect(const Region& r, std::uint64_t count, bool write, std::vector<std::uint32_t>& deps);
+  // Records the access by `step` (call after collect for every region).
+  void record(const Region& r, std::uint64_t count, bool write, std::uint32_t step);
+
+ private:
+  struct Segment {
+    std::uint64_t end;
+    std::uint32_t writer = kNoStep;
+    std::vector<std::uint32_t> readers;
+  };
+  using SegmentMap = std::map<std::uint64_t, Segment>;
+  SegmentMap& map_for(const Region& r);
+  // Makes segment boundaries at begin and end and fills holes, returning
+  // the first segment of [begin, end).
+  SegmentMap::iterator carve(SegmentMap& m, std::uint64_t begin, std::uint64_t end);
+
+  std::unordered_map<std::uint64_t, SegmentMap> maps_;
+};
+
+class RankBuilder {
+ public:
+  RankBuilder(RankProgram& program, int32_t rank, int32_t nranks)
+      : program_(program), rank_(rank), nranks_(nranks) {}
+
+  std::int32_t rank() const { return rank_; }
+
+  std::uint32_t send(std::int32_t peer, std::uint32_t tag, Region src, std::uint64_t count,
+                     std::initializer_list<std::uint32_t> after = {});
+  std::uint32_t recv(std::int32_t peer, std::uint32_t tag, Region dst, std::uint64_t count,
+                     std::initializer_list<std::uint32_t> after = {});
+  // dst = local op message; local and dst must be the same region or disjoint.
+  std::uint32_t recv_reduce(std::int32_t peer, std::uint32_t tag, Region local, Region dst,
+                            std::uint64_t count, std::uint32_t divisor,
+                            std::initializer_list<std::uint32_t> after = {});
+  std::uint32_t copy(Region src, Region dst, std::uint64_t count,
+                     std::initializer_list<std::uint32_t> after = {});
+  // dst = dst op src.
+  std::uint32_t reduce(Region src, Region dst, std::uint64_t count, std::uint32_t divisor,
+                       std::initializer_list<std::uint32_t> after = {});
+
+  std::uint32_t step_count() const { return static_cast<std::uint32_t>(program_.steps.size()); }
+
+  BufferSizes& sizes() { return program_.sizes; }
+
+  // Like the functions above, with an explicit dependency list.
+  std::uint32_t emit(Step step, std::span<const std::uint32_t> after);
+
+ private:
+  RankProgram& program_;
+  std::int32_t rank_;
+  std::int32_t nranks_;
+  HazardTracker hazards_;
+  std::vector<std::uint32_t> dep_scratch_;  // reused per emit
+};
+
+// Owns the Schedule under construction and one RankBuilder per wanted rank.
+class ScheduleBuilder {
+ public:
+  // Fills the schedule header from args. `only_rank` = kAllRanks builds
+  // every rank, otherwise only that rank's program.
+  ScheduleBuilder(const CollArgs& args, Algorithm algorithm, std::int32_t only_rank);
+
+  bool wants(std::int32_t rank) const { return only_rank_ < 0 || only_rank_ == rank; }
+  // The builder for `rank` (wants(rank) must be true).
+  RankBuilder& rank(std::int32_t rank);
+
+  const CollArgs& args() const { return args_; }
+  std::int32_t nranks() const { return args_.nranks; }
+  std::uint64_t count() const { return args_.count; }
+  bool in_place() const { return args_.options.in_place; }
+  // divisor for the step that completes an element: nranks for AVG.
+  std::uint32_t final_divisor() const;
+
+  void set_num_chunks(std::uint32_t chunks) { schedule_.num_chunks = chunks; }
+  void set_symmetry(Symmetry s) { schedule_.symmetry = s; }
+
+  Schedule finish();
+
+ private:
+  CollArgs args_;
+  std::int32_t only_rank_;
+  Schedule schedule_;
+  std::vector<std::unique_ptr<RankBuilder>> ranks_;
+};
+
+// Effective number of pipeline chunks for splitting `elems` elements:
+// `requested` (>= 1) capped at elems (but at least 1).
+inline std::uint32_t effective_chunks(std::uint32_t requested, std::uint64_t elems) {
+  if (requested < 1) requested = 1;
+  if (elems < requested) return elems == 0 ? 1 : static_cast<std::uint32_t>(elems);
+  return requested;
+}
+
+inline std::int32_t mod(std::int64_t a, std::int32_t p) {
+  const std::int64_t m = a % p;
+  return static_cast<std::int32_t>(m < 0 ? m + p : m);
+}
+
+// Largest power of two <= p (p >= 1) and its log2.
+inline std::int32_t pow2_floor(std::int32_t p) {
+  std::int32_t q = 1;
+  while (q * 2 <= p) q *= 2;
+  return q;
+}
+inline int log2_exact(std::int32_t q) {
+  int l = 0;
+  while ((1 << l) < q) ++l;
+  return l;
+}
+inline bool is_pow2(std::int32_t p) { return p > 0 && (p & (p - 1)) == 0; }
+
+}  // namespace wia::coll

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "coll/schedule.hpp"
+
+#include <limits>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "kernels/cpu_reduce.hpp"
+
+namespace wia::coll {
+
+const char* collective_name(Collective c) noexcept {
+  switch (c) {
+    case Collective::kAllReduce: return "allreduce";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kReduce: return "reduce";
+    case Collective::kAllGather: return "allgather";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllToAll: return "alltoall";
+    case Collective::kSendRecv: return "sendrecv";
+  }
+  return "invalid";
+}
+
+const char* algorithm_name(Algorithm a) noexcept {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kTree: return "tree";
+    case Algorithm::kBinomial: return "binomial";
+    case Algorithm::kRabenseifner: return "rabenseifner";
+    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
+    case Algorithm::kRecursiveHalving: return "recursive_halving";
+    case Algorithm::kBruck: return "bruck";
+    case Algorithm::kChain: return "chain";
+    case Algorithm::kScatterAllGather: return "scatter_allgather";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kPairwise: return "pairwise";
+  }
+  return "invalid";
+}
+
+bool is_reducing(Collective c) noexcept {
+  return c == Collective::kAllReduce || c == Collective::kReduce ||
+         c == Collective::kReduceScatter;
+}
+
+const char* buffer_kind_name(BufferKind k) noexcept {
+  switch (k) {
+    case BufferKind::kNone: return "none";
+    case BufferKind::kUserSend: return "send";
+    case BufferKind::kUserRecv: return "recv";
+    case BufferKind::kScratch: return "scratch";
+    case BufferKind::kSendShard: return "send_shard";
+    case BufferKind::kRecvShard: return "recv_shard";
+  }
+  return "invalid";
+}
+
+const char* step_kind_name(StepKind k) noexcept {
+  switch (k) {
+    case StepKind::kSend: return "send";
+    case StepKind::kRecv: return "recv";
+    case StepKind::kRecvReduce: return "recv_reduce";
+    case StepKind::kCopy: return "copy";
+    case StepKind::kReduce: return "reduce";
+  }
+  return "invalid";
+}
+
+std::uint64_t BufferSizes::of(BufferKind k) const {
+  switch (k) {
+    case BufferKind::kUserSend: return send;
+    case BufferKind::kUserRecv: return recv;
+    case BufferKind::kScratch: return scratch;
+    case BufferKind::kSendShard: return send_shard;
+    case BufferKind::kRecvShard: return recv_shard;
+    case BufferKind::kNone: break;
+  }
+  return 0;
+}
+
+std::size_t Schedule::elem_size() const { return kernels::dtype_size(dtype); }
+
+std::size_t Schedule::total_steps() const {
+  std::size_t n = 0;
+  for (const auto& p : programs) n += p.steps.size();
+  return n;
+}
+
+std::string Schedule::describe() const {
+  std::ostringstream os;
+  os << collective_name(collective) << '/' << algorithm_name(algorithm) << " p=" << nranks
+     << " count=" << count << ' ' << kernels::dtype_name(dtype);
+  if (is_reducing(collective)) os << ' ' << kernels::reduce_op_name(op);
+  if (collective == Collective::kBroadcast || collective == Collective::kReduce)
+    os << " root=" << root;
+  os << " chunks=" << num_chunks << (in_place ? " in-place" : " out-of-place");
+  return os.str();
+}
+
+KernelOp kernel_op(wia_reduce_op_t op, const Step& step) {
+  if (op == WIA_REDUCE_AVG) {
+    // The kernel treats AVG with divisor 0 as "divide by nsrcs", which is
+    // wrong for a partial sum: intermediate AVG steps are plain SUMs.
+    if (step.divisor > 1) return {WIA_REDUCE_AVG, step.divisor};
+    return {WIA_REDUCE_SUM, 0};
+  }
+  return {op, step.divisor > 1 ? step.divisor : 0};
+}
+
+BufferSizes user_buffer_sizes(const CollArgs& a, std::int32_t rank) {
+  BufferSizes s;
+  const std::uint64_t n = a.count;
+  const std::uint64_t all = n * static_cast<std::uint64_t>(a.nranks);
+  const bool ip = a.options.in_place;
+  const bool is_root = rank == a.root;
+  switch (a.collective) {
+    case Collective::kAllReduce:
+    case Collective::kSendRecv:
+      s.send = ip ? 0 : n;
+      s.recv = n;
+      break;
+    case Collective::kBroadcast:
+      s.send = (!ip && is_root) ? n : 0;
+      s.recv = n;
+      break;
+    case Collective::kReduce:
+      s.send = ip ? 0 : n;
+      s.recv = (ip || is_root) ? n : 0;
+      break;
+    case Collective::kAllGather:
+      s.send = ip ? 0 : n;
+      s.recv = all;
+      break;
+    case Collective::kReduceScatter:
+      s.send = ip ? 0 : all;
+      s.recv = ip ? all : n;
+      break;
+    case Collective::kAllToAll:
+      s.send_shard = ip ? 0 : n;
+      s.recv_shard = n;
+      break;
+  }
+  return s;
+}
+
+namespace {
+[[noreturn]] void invalid(const std::string& what) {
+  throw Error(WIA_ERROR_INVALID_ARGUMENT, what);
+}
+}  // namespace
+
+void validate_args(const CollArgs& a) {
+  const char* coll = collective_name(a.collective);
+  if (std::string_view(coll) == "invalid")
+    invalid("collective: invalid value " + std::to_string(static_cast<int>(a.collective)));
+  // Rank counts beyond 2^24 are not a realistic communicator and would
+  // overflow the tag space some builders use.
+  if (a.nranks < 1 || a.nranks > (1 << 24))
+    invalid(std::string(coll) + ": nranks " + std::to_string(a.nranks) +
+            " is out of range [1, 16777216]");
+  if ((a.collective == Collective::kBroadcast || a.collective == Collective::kReduce) &&
+      (a.root < 0 || a.root >= a.nranks))
+    invalid(std::string(coll) + ": root " + std::to_string(a.root) + " is out of range [0, " +
+            std::to_string(a.nranks) + ")");
+  const std::size_t es = kernels::dtype_size(a.dtype);
+  if (es == 0)
+    invalid(std::string(coll) + ": datatype " + std::to_string(static_cast<int>(a.dtype)) +
+            " is not a valid wia_datatype_t");
+  if (is_reducing(a.collective) && (a.op < 0 || a.op >= WIA_REDUCE_OP_COUNT))
+    invalid(std::string(coll) + ": reduce op " + std::to_string(static_cast<int>(a.op)) +
+            " is not a valid wia_reduce_op_t");
+  // Buffers of nranks * count elements must be addressable in bytes.
+  const std::uint64_t max_elems = std::numeric_limits<std::uint64_t>::max() / es / 
+                                  static_cast<std::uint64_t>(a.nranks);
+  if (a.count > max_elems)
+    invalid(std::string(coll) + ": count " + std::to_string(a.count) +
+            " overflows the byte size of an nranks * count buffer");
+  if (a.collective == Collective::kSendRecv && a.options.peer_offset < 0)
+    invalid("sendrecv: peer_offset " + std::to_string(a.options.peer_offset) +
+            " must be >= 0");
+}
+
+}  // namespace wia::coll

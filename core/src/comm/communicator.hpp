@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device-based communicators: one process drives N devices, rank i being
+// devices[i]. A collective call posts a "gate" on the caller's stream and
+// returns; the gate runs when the stream reaches it and executes that
+// rank's program of the collective's schedule (engine/). Calls are matched
+// across ranks by a per-rank sequence number, and their descriptors are
+// compared so mismatched calls become an error on every rank.
+#pragma once
+
+#include <wia/wia.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "coll/schedule.hpp"
+#include "tuner/cost_model.hpp"
+#include "engine/exec_plan.hpp"
+#include "engine/progress_signal.hpp"
+#include "runtime/runtime.hpp"
+
+struct wia_stream_s;
+
+namespace wia::comm {
+
+// What one rank passed to a collective call.
+struct Call {
+  coll::Collective collective = coll::Collective::kAllReduce;
+  coll::Algorithm algorithm = coll::Algorithm::kAuto;  // as requested
+  wia_reduce_op_t op = WIA_REDUCE_SUM;
+  wia_datatype_t dtype = WIA_FLOAT32;
+  std::uint64_t count = 0;
+  std::int32_t root = 0;
+  std::uint32_t num_chunks = 0;
+  std::uint32_t timeout_ms = 0;
+  bool in_place = false;
+  engine::RankBuffers buffers;
+};
+
+// One collective across all ranks, from the first post to the last rank's
+// completion.
+struct Operation {
+  std::uint64_t seq = 0;
+  std::vector<Call> calls;            // per rank
+  std::vector<bool> posted;           // per rank
+  int posted_count = 0;               // guarded by Communicator::mu_
+  std::shared_ptr<const engine::ExecPlan> plan;  // set when all posted
+  std::atomic<bool> ready{false};     // plan (or error) is set
+  std::vector<engine::RankBuffers> buffers;  // per rank, set when all posted
+  engine::OpSync sync;                // step flags, error, signal
+  std::atomic<int> finished{0};
+  std::chrono::steady_clock::time_point deadline;
+};
+
+class Communicator {
+ public:
+  Communicator(std::vector<wia_device_t> devices);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  int rank_of_device(wia_device_t device) const;
+  wia_device_t device_of_rank(int rank) const { return devices_[rank]; }
+
+  // Validates and posts rank `rank`'s call on `stream`. Returns
+  // WIA_ERROR_MISMATCH when this call completes a set that does not match
+  // (every rank's stream gets the same error). Throws for bad arguments.
+  wia_status_t post(int rank, Call call, wia_stream_s* stream);
+
+  // Blocks until every posted operation has finished (destroy).
+  void drain();
+
+  wia_status_t async_error() const;
+  void record_async_error(wia_status_t status, const std::string& message);
+
+  wia_algorithm_t last_selected() const;
+
+ private:
+  struct GateArgs;
+  static void gate(void* arg);
+  void run_gate(GateArgs& g);
+  std::shared_ptr<const engine::ExecPlan> plan_for(const Operation& op);
+  std::string describe_mismatch(const Operation& op) const;
+  void* scratch_for(int rank, std::uint64_t bytes);
+  static void stage_input(const coll::Schedule& s, int rank, engine::RankBuffers& mine,
+                          std::vector<char>& staged);
+
+  std::vector<wia_device_t> devices_;
+  bool oversubscribed_ = false;
+  std::uint32_t default_timeout_ms_ = 0;
+
+  mutable std::mutex mu_;
+  std::vector<std::uint64_t> next_seq_;            // per rank, guarded by mu_
+  std::map<std::uint64_t, std::shared_ptr<Operation>> ops_;  // guarded by mu_
+  engine::PlanCache plans_;                        // guarded by mu_
+  tuner::Selector selector_;                       // guarded by mu_
+  std::vector<std::atomic<std::uint64_t>> completed_;  // per rank: ops done
+  engine::ProgressSignal completion_signal_;
+  std::atomic<int> in_flight_{0};
+
+  // Per-rank scratch, grown on demand, reused across operations (a rank's
+  // operations run one at a time, and a rank finishes an operation only
+  // after its peers consumed everything it sent).
+  std::vector<void*> scratch_;
+  std::vector<std::uint64_t> scratch_size_;
+
+  mutable std::mutex err_mu_;
+  wia_status_t async_error_ = WIA_SUCCESS;
+  wia_algorithm_t last_selected_{};
+};
+
+}  // namespace wia::comm

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// The core configuration keys. Adding a key is adding one row here: the
+// loader, the WIA_* environment override, validation, `wia-info --config`
+// and the default-file test all follow from the row. Remember to state the
+// key in config/default.yaml and docs/config.md (the unit tests fail when
+// default.yaml lacks a core key or disagrees with its default).
+//
+// A new top-level section (e.g. "collectives") needs no other change: a
+// section is core as soon as one key of the table starts with its name.
+#include "config/schema.hpp"
+
+namespace wia::cfg {
+
+namespace {
+
+constexpr KeySpec kCoreSchema[] = {
+    {.key = "log.level",
+     .type = ValueType::kEnum,
+     .default_value = "warn",
+     .description = "Lowest severity written to the log",
+     .allowed = "error|warn|info|debug|trace|off"},
+    {.key = "log.file",
+     .type = ValueType::kString,
+     .default_value = "",
+     .description = "File the log is appended to; empty means standard error"},
+    {.key = "providers.search_path",
+     .type = ValueType::kList,
+     .default_value = "",
+     .description = "Directories searched for libwia-provider-*.so before the one next to libwia"},
+    {.key = "providers.enable",
+     .type = ValueType::kList,
+     .default_value = "",
+     .description = "If non-empty, only these providers load, and each must load"},
+    {.key = "providers.disable",
+     .type = ValueType::kList,
+     .default_value = "",
+     .description = "Providers that are never loaded"},
+    {.key = "collectives.timeout_ms",
+     .type = ValueType::kInt,
+     .default_value = "120000",
+     .description = "Longest a rank waits inside one collective before it fails with a timeout",
+     .min_value = 1,
+     .max_value = 86400000},
+    {.key = "collectives.algorithm",
+     .type = ValueType::kList,
+     .default_value = "",
+     .description = "Algorithm rules 'collective:algorithm[:min-max bytes]', first match wins; "
+                    "empty = cost model"},
+};
+
+}  // namespace
+
+std::span<const KeySpec> core_schema() { return kCoreSchema; }
+
+}  // namespace wia::cfg

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// Executing a schedule's rank program on host-addressable memory.
+//
+// In one process every rank can address every other rank's memory, so a
+// matched send/recv pair is a single copy the receiver performs straight
+// from the sender's region (a direct peer copy, no staging), and a
+// recv-reduce reads the peer's region and the local operand in one pass.
+// A send therefore only *publishes* that its region is ready; the receiver
+// marks it *consumed* when done, and the sender waits for that before it
+// overwrites the region or finishes. Each rank runs its own program on its
+// own stream's thread, so ranks proceed in parallel.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "coll/schedule.hpp"
+#include "engine/progress_signal.hpp"
+
+namespace wia::engine {
+
+// Addresses of one rank's buffers for one operation.
+struct RankBuffers {
+  char* send = nullptr;
+  char* recv = nullptr;
+  char* scratch = nullptr;
+  std::vector<char*> send_shards;  // all-to-all
+  std::vector<char*> recv_shards;
+};
+
+// A schedule plus what execution needs precomputed: for every receive
+// step, the index of the matching send step on the peer.
+struct ExecPlan {
+  coll::Schedule schedule;
+  std::vector<std::vector<std::uint32_t>> match;  // [rank][step] -> peer step
+  double estimated_ms = 0;
+};
+
+// Builds the match table; throws wia::Error(INTERNAL) for an unmatched
+// message (a builder bug).
+std::shared_ptr<const ExecPlan> make_plan(coll::Schedule schedule, double estimated_ms);
+
+// Small LRU cache of plans keyed by the arguments that shape a schedule.
+class PlanCache {
+ public:
+  std::shared_ptr<const ExecPlan> find(const coll::CollArgs& args, coll::Algorithm algorithm);
+  void insert(const coll::CollArgs& args, coll::Algorithm algorithm,
+              std::shared_ptr<const ExecPlan> plan);
+
+ private:
+  static std::string key(const coll::CollArgs& args, coll::Algorithm algorithm);
+  static constexpr std::size_t kCapacity = 64;
+  std::list<std::pair<std::string, std::shared_ptr<const ExecPlan>>> lru_;
+  std::unordered_map<std::string, decltype(lru_)::iterator> index_;
+};
+
+// Shared progress state of one operation across its ranks.
+struct OpSync {
+  void init(const coll::Schedule& s);
+  // First failure wins; wakes every waiter so no rank waits for the timeout.
+  void fail(int status, const std::string& message);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  int status() const;
+  std::string message() const;
+
+  std::vector<std::unique_ptr<std::atomic<std::uint8_t>[]>> published;  // [rank][step]
+  std::vector<std::unique_ptr<std::atomic<std::uint8_t>[]>> consumed;   // [rank][step]
+  ProgressSignal signal;
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;
+  int status_ = 0;
+  std::string message_;
+};
+
+// Runs rank `rank`'s program. `all` holds every rank's buffers. Returns 0,
+// or a negative status after calling sync.fail() with a message naming the
+// rank, the step and the peer it waited for.
+int execute_rank(const ExecPlan& plan, int rank, const std::vector<RankBuffers>& all,
+                 OpSync& sync, std::chrono::steady_clock::time_point deadline,
+                 bool oversubscribed);
+
+}  // namespace wia::engine

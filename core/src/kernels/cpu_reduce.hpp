@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Vectorisable CPU reduction kernels for every (datatype, op) of the spec.
+// Built as a small static library (wia_cpu_kernels) so that both the host
+// provider (which must not link the core) and core code that reduces in
+// host memory (schedule simulator, shm/tcp receive paths) share one
+// implementation.
+#pragma once
+
+#include <wia/provider.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace wia::kernels {
+
+// Bytes per element of dtype, 0 for an invalid value.
+std::size_t dtype_size(wia_datatype_t dtype) noexcept;
+// "float32", "bfloat16", ... ; "invalid" for an unknown value.
+const char* dtype_name(wia_datatype_t dtype) noexcept;
+// "sum", "prod", "min", "max", "avg"; "invalid" for an unknown value.
+const char* reduce_op_name(wia_reduce_op_t op) noexcept;
+
+// dst[i] = srcs[0][i] op ... op srcs[n-1][i], then /= divisor when > 1
+// (AVG with divisor 0 divides by nsrcs). Exactly the semantics documented
+// for wia_reduce_args_v1_t in provider.h. Returns WIA_ERROR_INVALID_ARGUMENT
+// for a bad dtype/op/nsrcs. float16/bfloat16 accumulate in float32 and
+// round to nearest even once per output element.
+wia_status_t reduce(const wia_reduce_args_v1_t& args) noexcept;
+
+// The checks reduce() performs before touching memory: NULL when `args`
+// is valid, otherwise a static English phrase naming the problem ("dst
+// overlaps a source", ...). Lets an asynchronous caller (a provider
+// stream) reject bad arguments when the work is enqueued, not when it
+// runs. count == 0 is valid whatever the pointers are.
+const char* reduce_args_error(const wia_reduce_args_v1_t& args) noexcept;
+
+// Scalar conversions used by the kernels, tests and tools.
+float half_to_float(std::uint16_t h) noexcept;
+std::uint16_t float_to_half(float f) noexcept;  // round to nearest even
+float bfloat16_to_float(std::uint16_t b) noexcept;
+std::uint16_t float_to_bfloat16(float f) noexcept;  // round to nearest even
+
+}  // namespace wia::kernels

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// The objects behind the public handles (streams, events) and the registry
+// of allocations that maps any pointer back to its device. Handles are
+// validated by registry lookup before they are dereferenced, so a stale or
+// foreign handle is an error message, never a crash.
+#pragma once
+
+#include <wia/provider.h>
+#include <wia/wia.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_set>
+
+#include "runtime/runtime.hpp"
+
+struct wia_stream_s {
+  wia_device_t device = -1;
+  wia_provider_stream_t ps = nullptr;
+  bool is_default = false;
+  // Pinned bounce buffer for host-staged peer copies on this stream. Safe to
+  // reuse across chunks because work on one stream runs in order.
+  void* staging = nullptr;
+  std::size_t staging_size = 0;
+
+  // First asynchronous error of work that ran on this stream outside the
+  // provider (a collective that timed out or mismatched); reported, then
+  // cleared, by the next wia_stream_synchronize.
+  void set_async_error(wia_status_t status, const std::string& message) {
+    std::lock_guard<std::mutex> lock(error_mu);
+    if (async_error != WIA_SUCCESS) return;
+    async_error = status;
+    async_message = message;
+  }
+  wia_status_t take_async_error(std::string* message) {
+    std::lock_guard<std::mutex> lock(error_mu);
+    const wia_status_t st = async_error;
+    if (message) *message = async_message;
+    async_error = WIA_SUCCESS;
+    async_message.clear();
+    return st;
+  }
+
+ private:
+  std::mutex error_mu;
+  wia_status_t async_error = WIA_SUCCESS;
+  std::string async_message;
+};
+
+struct wia_event_s {
+  // The provider event is bound to the device of the stream it was last
+  // recorded on, and re-created when recorded on another device.
+  wia_device_t device = -1;
+  wia_provider_event_t pe = nullptr;
+};
+
+namespace wia {
+
+struct Allocation {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;
+  wia_device_t device = -1;
+  std::uint32_t kind = WIA_MEM_DEVICE;
+};
+
+// Thread-safe map from address ranges to allocations.
+class AllocationRegistry {
+ public:
+  void add(const Allocation& a);
+  // Removes the allocation starting exactly at p; nullopt when none.
+  std::optional<Allocation> remove(const void* p);
+  // The allocation containing p (p == base for size-0 allocations).
+  std::optional<Allocation> find(const void* p) const;
+  std::vector<Allocation> all() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uintptr_t, Allocation> by_base_;
+};
+
+// Thread-safe set of live handles of one kind.
+template <typename T>
+class HandleSet {
+ public:
+  void add(T* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(h);
+  }
+  bool remove(T* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.erase(h) == 1;
+  }
+  bool contains(T* h) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.count(h) == 1;
+  }
+  std::vector<T*> all() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {live_.begin(), live_.end()};
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<T*> live_;
+};
+
+// Runtime state that the C API manipulates.
+struct ObjectTables {
+  AllocationRegistry allocations;
+  HandleSet<wia_stream_s> streams;
+  HandleSet<wia_event_s> events;
+  std::mutex default_streams_mu;
+  std::map<wia_device_t, wia_stream_s*> default_streams;
+};
+
+ObjectTables& objects();
+
+// Resolve a stream argument: NULL -> current device's default stream.
+// Throws INVALID_HANDLE for a destroyed or foreign handle.
+wia_stream_s* resolve_stream(wia_stream_t stream);
+// The calling thread's current device (validated against the runtime).
+wia_device_t current_device();
+void set_current_device(wia_device_t device);
+
+// Release every object (wia_finalize): streams are synchronised first.
+void release_all_objects(Runtime& rt) noexcept;
+
+}  // namespace wia

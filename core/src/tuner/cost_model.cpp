@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tuner/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <queue>
+#include <string>
+#include <tuple>
+
+#include "coll/registry.hpp"
+#include "common/error.hpp"
+#include "kernels/cpu_reduce.hpp"
+
+namespace wia::tuner {
+
+using coll::Schedule;
+using coll::Step;
+using coll::StepKind;
+using coll::Symmetry;
+
+LinkModel LinkModel::uniform(std::int32_t nranks, double alpha_us, double gbps) {
+  LinkModel m;
+  m.nranks = nranks;
+  m.alpha_us = alpha_us;
+  m.gbps = gbps;
+  m.port_gbps = gbps;
+  return m;
+}
+
+bool LinkModel::is_uniform() const {
+  auto all_equal = [this](const std::vector<double>& v) {
+    for (std::int32_t s = 0; s < nranks; ++s)
+      for (std::int32_t d = 0; d < nranks; ++d)
+        if (s != d && v[idx(s, d)] != v[idx(0, nranks > 1 ? 1 : 0)]) return false;
+    return true;
+  };
+  return (alpha_matrix_us.empty() || all_equal(alpha_matrix_us)) &&
+         (gbps_matrix.empty() || all_equal(gbps_matrix));
+}
+
+void LinkModel::validate() const {
+  auto bad = [](const std::string& what) { throw Error(WIA_ERROR_INVALID_ARGUMENT, what); };
+  if (nranks < 1) bad("link model: nranks " + std::to_string(nranks) + " must be >= 1");
+  const std::size_t cells = static_cast<std::size_t>(nranks) * static_cast<std::size_t>(nranks);
+  if (!alpha_matrix_us.empty() && alpha_matrix_us.size() != cells)
+    bad("link model: alpha matrix has " + std::to_string(alpha_matrix_us.size()) +
+        " entries, expected " + std::to_string(cells));
+  if (!gbps_matrix.empty() && gbps_matrix.size() != cells)
+    bad("link model: bandwidth matrix has " + std::to_string(gbps_matrix.size()) +
+        " entries, expected " + std::to_string(cells));
+  if (!(alpha_us >= 0)) bad("link model: alpha " + std::to_string(alpha_us) + " us is negative");
+  if (!(gbps > 0)) bad("link model: bandwidth " + std::to_string(gbps) + " GB/s must be > 0");
+  for (std::size_t i = 0; i < gbps_matrix.size(); ++i)
+    if (i % (static_cast<std::size_t>(nranks) + 1) != 0 && !(gbps_matrix[i] > 0))
+      bad("link model: bandwidth of link " + std::to_string(i / nranks) + "->" +
+          std::to_string(i % nranks) + " must be > 0");
+  if (port_gbps < 0 || reduce_gbps < 0 || copy_gbps < 0)
+    bad("link model: port/reduce/copy bandwidths must be >= 0 (0 = unlimited)");
+}
+
+namespace {
+
+// Microseconds per byte of a bandwidth in GB/s (1 GB/s = 1e3 bytes/us);
+// 0 (unlimited) costs nothing.
+double us_per_byte(double gbps) { return gbps > 0 ? 1.0 / (gbps * 1e3) : 0.0; }
+
+// The discrete-event simulation over a flattened set of steps, shared by
+// the full and the symmetric modes; they differ only in how the arrays
+// below are filled.
+struct Sim {
+  struct Item {
+    double time;
+    std::uint32_t id;
+    bool operator>(const Item& o) const { return std::tie(time, id) > std::tie(o.time, o.id); }
+  };
+  // Per step.
+  std::vector<const Step*> steps;
+  std::vector<std::uint32_t> rank;       // index into port_free / compute_free
+  std::vector<std::uint32_t> pending;    // unfinished dependencies
+  std::vector<double> ready;             // max finish of finished dependencies
+  std::vector<std::uint32_t> dep_begin;  // CSR of dependents
+  std::vector<std::uint32_t> dependents;
+  std::vector<std::uint32_t> match;      // send -> recv and recv -> send
+  std::vector<double> arrival;           // recv: arrival time, < 0 while unknown
+  std::vector<std::uint8_t> deps_ok;
+  // Per send.
+  std::vector<std::uint32_t> link;
+  std::vector<double> alpha, link_us_per_byte;
+  // Resources.
+  std::vector<double> link_free, port_free, compute_free;
+  double port_us_per_byte = 0, reduce_us_per_byte = 0, copy_us_per_byte = 0;
+  std::size_t elem_size = 1;
+
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  double makespan = 0;
+  std::size_t finished = 0;
+
+  void release(std::uint32_t id) {
+    deps_ok[id] = 1;
+    if (steps[id]->is_recv()) {
+      if (arrival[id] >= 0) heap.push({std::max(ready[id], arrival[id]), id});
+    } else {
+      heap.push({ready[id], id});
+    }
+  }
+
+  void finish(std::uint32_t id, double t) {
+    ++finished;
+    makespan = std::max(makespan, t);
+    for (std::uint32_t k = dep_begin[id]; k < dep_begin[id + 1]; ++k) {
+      const std::uint32_t d = dependents[k];
+      ready[d] = std::max(ready[d], t);
+      if (--pending[d] == 0) release(d);
+    }
+  }
+
+  double run() {
+    for (std::uint32_t id = 0; id < steps.size(); ++id)
+      if (pending[id] == 0) release(id);
+    while (!heap.empty()) {
+      const Item it = heap.top();
+      heap.pop();
+      const Step& st = *steps[it.id];
+      const double bytes = static_cast<double>(st.count * elem_size);
+      const std::uint32_t r = rank[it.id];
+      if (st.is_send()) {
+        const std::uint32_t l = link[it.id];
+        const double start = std::max({it.time, link_free[l], port_free[r]});
+        const double occupy = bytes * std::max(link_us_per_byte[it.id], port_us_per_byte);
+        link_free[l] = start + occupy;
+        if (port_us_per_byte > 0) port_free[r] = start + occupy;
+        const std::uint32_t rv = match[it.id];
+        arrival[rv] = start + occupy + alpha[it.id];
+        if (deps_ok[rv]) heap.push({std::max(ready[rv], arrival[rv]), rv});
+        finish(it.id, start + occupy);
+        continue;
+      }
+      double rate = 0;
+      if (st.kind == StepKind::kRecvReduce || st.kind == StepKind::kReduce)
+        rate = reduce_us_per_byte;
+      else if (st.kind == StepKind::kCopy)
+        rate = copy_us_per_byte;
+      if (rate > 0) {
+        const double start = std::max(it.time, compute_free[r]);
+        compute_free[r] = start + bytes * rate;
+        finish(it.id, compute_free[r]);
+      } else {
+        finish(it.id, it.time);
+      }
+    }
+    if (finished != steps.size())
+      throw Error(WIA_ERROR_INTERNAL,
+                  "cost model: schedule cannot complete (" +
+                      std::to_string(steps.size() - finished) + " steps blocked)");
+    return makespan;
+  }
+};
+
+struct MsgKey {
+  std::int64_t a, b, c;  // (src, dst, tag) or its symmetric image
+  std::uint32_t id;
+  bool operator<(const MsgKey& o) const { return std::tie(a, b, c, id) < std::tie(o.a, o.b, o.c, o.id); }
+};
+
+void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_t nresources) {
+  sim.port_us_per_byte = us_per_byte(m.port_gbps);
+  sim.reduce_us_per_byte = us_per_byte(m.reduce_gbps);
+  sim.copy_us_per_byte = us_per_byte(m.copy_gbps);
+  sim.elem_size = elem_size;
+  sim.port_free.assign(nresources, 0.0);
+  sim.compute_free.assign(nresources, 0.0);
+}
+
+// Adds program `prog` as simulation rank `r` (dependency CSR built later).
+void add_program(Sim& sim, const coll::RankProgram& prog, std::uint32_t r,
+                 std::vector<std::pair<std::uint32_t, std::uint32_t>>& edges) {
+  const auto base = static_cast<std::uint32_t>(sim.steps.size());
+  for (const Step& st : prog.steps) {
+    const auto id = static_cast<std::uint32_t>(sim.steps.size());
+    sim.steps.push_back(&st);
+    sim.rank.push_back(r);
+    sim.pending.push_back(st.dep_count);
+    for (std::uint32_t d = 0; d < st.dep_count; ++d) edges.push_back({base + prog.deps_of(st)[d], id});
+  }
+}
+
+void finish_graph(Sim& sim, std::vector<std::pair<std::uint32_t, std::uint32_t>>& edges) {
+  const std::size_t n = sim.steps.size();
+  sim.ready.assign(n, 0.0);
+  sim.arrival.assign(n, -1.0);
+  sim.deps_ok.assign(n, 0);
+  sim.match.assign(n, 0);
+  sim.link.assign(n, 0);
+  sim.alpha.assign(n, 0.0);
+  sim.link_us_per_byte.assign(n, 0.0);
+  sim.dep_begin.assign(n + 1, 0);
+  for (const auto& e : edges) ++sim.dep_begin[e.first + 1];
+  for (std::size_t i = 0; i < n; ++i) sim.dep_begin[i + 1] += sim.dep_begin[i];
+  sim.dependents.resize(edges.size());
+  std::vector<std::uint32_t> fill(sim.dep_begin.begin(), sim.dep_begin.end() - 1);
+  for (const auto& e : edges) sim.dependents[fill[e.first]++] = e.second;
+}
+
+// Pairs the sorted send and receive keys; assigns link ids by (a, b).
+void pair_messages(Sim& sim, std::vector<MsgKey>& sends, std::vector<MsgKey>& recvs) {
+  std::sort(sends.begin(), sends.end());
+  std::sort(recvs.begin(), recvs.end());
+  if (sends.size() != recvs.size())
+    throw Error(WIA_ERROR_INTERNAL, "cost model: " + std::to_string(sends.size()) + " sends vs " +
+                                        std::to_string(recvs.size()) + " receives");
+  std::uint32_t links = 0;
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    const MsgKey& s = sends[i];
+    const MsgKey& r = recvs[i];
+    if (s.a != r.a || s.b != r.b || s.c != r.c)
+      throw Error(WIA_ERROR_INTERNAL, "cost model: unmatched message (" + std::to_string(s.a) +
+                                          "->" + std::to_string(s.b) + " tag " +
+                                          std::to_string(s.c) + ")");
+    if (i > 0 && (s.a != sends[i - 1].a || s.b != sends[i - 1].b)) ++links;
+    sim.match[s.id] = r.id;
+    sim.match[r.id] = s.id;
+    sim.link[s.id] = links;
+  }
+  sim.link_free.assign(sends.empty() ? 0 : links + 1, 0.0);
+}
+
+CostEstimate estimate_full(const Schedule& s, const LinkModel& m) {
+  Sim sim;
+  init_common(sim, m, s.elem_size(), static_cast<std::size_t>(s.nranks));
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
+  for (std::int32_t r = 0; r < s.nranks; ++r)
+    add_program(sim, s.programs[static_cast<std::size_t>(r)], static_cast<std::uint32_t>(r), edges);
+  finish_graph(sim, edges);
+  std::vector<MsgKey> sends, recvs;
+  for (std::uint32_t id = 0; id < sim.steps.size(); ++id) {
+    const Step& st = *sim.steps[id];
+    const std::int64_t r = sim.rank[id];
+    if (st.is_send()) {
+      sends.push_back({r, st.peer, st.tag, id});
+      sim.alpha[id] = m.alpha(static_cast<std::int32_t>(r), st.peer);
+      sim.link_us_per_byte[id] = us_per_byte(m.bandwidth(static_cast<std::int32_t>(r), st.peer));
+    } else if (st.is_recv()) {
+      recvs.push_back({st.peer, r, st.tag, id});
+    }
+  }
+  pair_messages(sim, sends, recvs);
+  CostEstimate e;
+  e.time_us = sim.run();
+  e.steps = sim.steps.size();
+  return e;
+}
+
+// Rank 0's program stands for all ranks (see the header). For a receive
+// from q the matching send is rank 0's send to mirror(q): rank q's send to
+// 0 is rank 0's send to the image of 0 under q's relabelling.
+CostEstimate estimate_symmetric(const Schedule& s, const LinkModel& m) {
+  const std::int32_t p = s.nranks;
+  auto mirror = [&](std::int32_t q) { return s.symmetry == Symmetry::kXor ? q : (p - q) % p; };
+  const bool uniform = m.is_uniform();
+  // Worst link of each peer offset, for non-uniform models.
+  std::unordered_map<std::int32_t, std::pair<double, double>> worst;
+  auto offset_link = [&](std::int32_t d) -> std::pair<double, double> {
+    if (uniform) return {m.alpha(0, d), m.bandwidth(0, d)};
+    auto it = worst.find(d);
+    if (it != worst.end()) return it->second;
+    double a = 0, bw = 0;
+    for (std::int32_t r = 0; r < p; ++r) {
+      const std::int32_t t = s.symmetry == Symmetry::kXor ? (r ^ d) : (r + d) % p;
+      a = std::max(a, m.alpha(r, t));
+      bw = r == 0 ? m.bandwidth(r, t) : std::min(bw, m.bandwidth(r, t));
+    }
+    return worst[d] = {a, bw};
+  };
+  Sim sim;
+  init_common(sim, m, s.elem_size(), 1);
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
+  add_program(sim, s.programs[0], 0, edges);
+  finish_graph(sim, edges);
+  std::vector<MsgKey> sends, recvs;
+  for (std::uint32_t id = 0; id < sim.steps.size(); ++id) {
+    const Step& st = *sim.steps[id];
+    if (st.is_send()) {
+      sends.push_back({0, st.peer, st.tag, id});
+      const auto [a, bw] = offset_link(st.peer);
+      sim.alpha[id] = a;
+      sim.link_us_per_byte[id] = us_per_byte(bw);
+    } else if (st.is_recv()) {
+      recvs.push_back({0, mirror(st.peer), st.tag, id});
+    }
+  }
+  pair_messages(sim, sends, recvs);
+  CostEstimate e;
+  e.time_us = sim.run();
+  e.steps = sim.steps.size();
+  e.symmetric = true;
+  return e;
+}
+
+}  // namespace
+
+CostEstimate estimate(const Schedule& s, const LinkModel& m) {
+  m.validate();
+  if (m.nranks != s.nranks)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT, "cost model: link model has " +
+                                                std::to_string(m.nranks) + " ranks, schedule " +
+                                                std::to_string(s.nranks));
+  bool all_built = true;
+  for (const auto& prog : s.programs) all_built = all_built && prog.built;
+  if (all_built) return estimate_full(s, m);
+  if (s.symmetry != Symmetry::kNone && !s.programs.empty() && s.programs[0].built)
+    return estimate_symmetric(s, m);
+  throw Error(WIA_ERROR_INVALID_ARGUMENT,
+              "cost model: " + s.describe() +
+                  " is neither fully built nor a symmetric schedule with rank 0 built");
+}
+
+CostEstimate estimate(const coll::CollArgs& args, const LinkModel& m) {
+  // Rank 0 alone is cheap to build; it says whether the schedule is
+  // symmetric. If it is not (or the links need the full picture), build all.
+  Schedule first = coll::build_schedule(args, 0);
+  const bool shortcut = first.symmetry != Symmetry::kNone &&
+                        (args.nranks > kFullSimulationMaxRanks || m.is_uniform());
+  if (shortcut || args.nranks == 1) return estimate(first, m);
+  return estimate(coll::build_schedule(args), m);
+}
+
+namespace {
+// Chunk counts to try for a pipelined algorithm: a few powers of four,
+// bounded so chunks stay >= 16 KiB and the schedule small.
+std::vector<std::uint32_t> chunk_candidates(std::uint64_t count, std::size_t elem_size,
+                                            std::int32_t nranks) {
+  const std::uint64_t bytes = count * elem_size;
+  const std::uint64_t by_size = std::max<std::uint64_t>(1, bytes / (16 * 1024));
+  const std::uint64_t by_steps = std::max<std::uint64_t>(1, 65536 / static_cast<std::uint64_t>(nranks));
+  const std::uint64_t cap = std::min({by_size, by_steps, std::max<std::uint64_t>(count, 1)});
+  std::vector<std::uint32_t> out{1};
+  for (std::uint64_t k = 4; k <= 64 && k <= cap; k *= 4) out.push_back(static_cast<std::uint32_t>(k));
+  return out;
+}
+}  // namespace
+
+Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia_datatype_t dtype,
+                           std::int32_t nranks, const LinkModel& model,
+                           std::vector<Candidate>* considered) {
+  if (model.nranks != nranks)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                std::string("select_algorithm: link model has ") + std::to_string(model.nranks) +
+                    " ranks, communicator " + std::to_string(nranks));
+  coll::CollArgs args;
+  args.collective = collective;
+  args.dtype = dtype;
+  args.count = count;
+  args.nranks = nranks;
+  args.op = WIA_REDUCE_SUM;
+  coll::validate_args(args);
+  const std::size_t es = kernels::dtype_size(dtype);
+  Selection best;
+  double best_us = 0;
+  for (const coll::AlgorithmInfo* info : coll::algorithms_for(collective)) {
+    std::vector<std::uint32_t> chunks{1};
+    if (info->pipelined) chunks = chunk_candidates(count, es, nranks);
+    for (std::uint32_t k : chunks) {
+      args.algorithm = info->algorithm;
+      args.options.num_chunks = k;
+      const CostEstimate e = estimate(args, model);
+      if (considered) considered->push_back({info->algorithm, info->name, k, e.time_us});
+      if (best.name[0] == '\0' || e.time_us < best_us) {
+        best_us = e.time_us;
+        best.algorithm = info->algorithm;
+        best.name = info->name;
+        best.num_chunks = k;
+      }
+    }
+  }
+  best.estimated_ms = best_us / 1000.0;
+  return best;
+}
+
+Selector::Selector(LinkModel model) : model_(std::move(model)) { model_.validate(); }
+
+const Selection& Selector::select(coll::Collective collective, std::uint64_t count,
+                                  wia_datatype_t dtype) {
+  const std::uint64_t bytes = count * kernels::dtype_size(dtype);
+  // Bytes decide the cost (the dtype only through its size), except that
+  // counts below the rank count change the partitions: key on both.
+  const std::uint64_t key = (bytes << 8) ^ (static_cast<std::uint64_t>(collective) << 4) ^
+                            kernels::dtype_size(dtype);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  if (cache_.size() >= kMaxEntries) cache_.clear();
+  return cache_[key] = select_algorithm(collective, count, dtype, model_.nranks, model_);
+}
+
+double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps) {
+  const double beta = us_per_byte(gbps);
+  return 2.0 * (p - 1) * alpha_us + 2.0 * (p - 1) / p * bytes * beta;
+}
+
+double tree_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps) {
+  return 2.0 * std::log2(static_cast<double>(p)) * alpha_us + 2.0 * bytes * us_per_byte(gbps);
+}
+
+double rabenseifner_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps) {
+  const double beta = us_per_byte(gbps);
+  return 2.0 * std::log2(static_cast<double>(p)) * alpha_us + 2.0 * (p - 1) / p * bytes * beta;
+}
+
+}  // namespace wia::tuner

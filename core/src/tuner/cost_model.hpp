@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// Alpha-beta cost model over collective schedules, and algorithm selection.
+//
+// The model costs the very schedules the engine executes (core/coll), by a
+// discrete-event simulation of their steps:
+//   - a message from a to b of B bytes starts when its send's dependencies
+//     are done and the link (a, b) is free (and a's injection port, when
+//     the model has one); it occupies them for B / bandwidth and arrives
+//     alpha later than that: t_arrive = t_start + alpha + B / bw. Links are
+//     full duplex; alpha is latency, so messages queued on one link overlap
+//     their latencies (as pipelining does on real networks);
+//   - a send completes (its buffer is reusable) when its bytes have left:
+//     transports are modelled as eager, the usual case below the
+//     rendezvous threshold and an optimistic bound above it;
+//   - a receive completes when its message has arrived and its
+//     dependencies are done; a receive-reduce, copy or reduce then also
+//     occupies its rank's compute for B / reduce (copy) bandwidth, one
+//     local operation at a time per rank;
+//   - the estimate is the time the last step completes.
+// With one chunk, uniform links and free reductions this reproduces the
+// textbook costs exactly (ring all-reduce 2(p-1) alpha + 2(p-1)/p n beta,
+// Rabenseifner 2 log2(p) alpha + 2(p-1)/p n beta, ...), and it also sees
+// what the closed forms miss: pipelining, the non-power-of-two fold,
+// contention of several messages for one link or port, slow links.
+//
+// Scale: a schedule declared rotation- or XOR-symmetric (core/coll
+// Symmetry) is costed from rank 0's program alone: under uniform links
+// every rank follows the same timeline, so a receive from q arrives when
+// rank 0's mirror-image send does. That makes ring and all-to-all costing
+// O(p) instead of O(p^2). Non-uniform links use the full simulation up to
+// kFullSimulationMaxRanks ranks and beyond it the symmetric shortcut with,
+// for each peer offset, the worst link of that offset (a conservative
+// bulk-synchronous bound).
+#pragma once
+
+#include <wia/status.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "coll/schedule.hpp"
+
+namespace wia::tuner {
+
+inline constexpr std::int32_t kFullSimulationMaxRanks = 256;
+
+// Alpha-beta parameters of a communicator. GB/s are 1e9 bytes per second.
+struct LinkModel {
+  std::int32_t nranks = 1;
+  // Used for every link when the matrices are empty.
+  double alpha_us = 5.0;
+  double gbps = 10.0;
+  // Optional per-link values, row-major [src * nranks + dst]; diagonal unused.
+  std::vector<double> alpha_matrix_us;
+  std::vector<double> gbps_matrix;
+  // Injection bandwidth of each rank (its NIC into a non-blocking switch):
+  // all its outgoing messages share it. 0 = unlimited (a full mesh of
+  // dedicated links, e.g. NVLink/xGMI all-to-all).
+  double port_gbps = 0.0;
+  // Local data movement: bytes of output per second. 0 = free.
+  double reduce_gbps = 0.0;
+  double copy_gbps = 0.0;
+
+  // Every link alpha_us / gbps, and one injection port of gbps per rank.
+  static LinkModel uniform(std::int32_t nranks, double alpha_us, double gbps);
+
+  double alpha(std::int32_t src, std::int32_t dst) const {
+    return alpha_matrix_us.empty() ? alpha_us : alpha_matrix_us[idx(src, dst)];
+  }
+  double bandwidth(std::int32_t src, std::int32_t dst) const {
+    return gbps_matrix.empty() ? gbps : gbps_matrix[idx(src, dst)];
+  }
+  bool is_uniform() const;
+  // Throws wia::Error(INVALID_ARGUMENT) on bad sizes or non-positive values.
+  void validate() const;
+
+ private:
+  std::size_t idx(std::int32_t s, std::int32_t d) const {
+    return static_cast<std::size_t>(s) * static_cast<std::size_t>(nranks) +
+           static_cast<std::size_t>(d);
+  }
+};
+
+struct CostEstimate {
+  double time_us = 0.0;
+  bool symmetric = false;      // costed from rank 0 only
+  std::size_t steps = 0;       // steps simulated
+};
+
+// Costs a schedule: the full simulation when every rank is built, the
+// symmetric one when only rank 0 is built and the schedule is symmetric.
+// Throws wia::Error(INVALID_ARGUMENT) for a model of another size and
+// wia::Error(INTERNAL) for a schedule that cannot complete.
+CostEstimate estimate(const coll::Schedule& schedule, const LinkModel& model);
+
+// Builds what is needed (rank 0 only when the shortcut applies) and costs it.
+CostEstimate estimate(const coll::CollArgs& args, const LinkModel& model);
+
+struct Candidate {
+  coll::Algorithm algorithm = coll::Algorithm::kAuto;
+  const char* name = "";
+  std::uint32_t num_chunks = 1;
+  double time_us = 0.0;
+};
+
+struct Selection {
+  coll::Algorithm algorithm = coll::Algorithm::kAuto;
+  const char* name = "";
+  std::uint32_t num_chunks = 1;
+  double estimated_ms = 0.0;
+};
+
+// Builds every algorithm the registry has for `collective` (pipelined ones
+// at a few chunk counts) for `count` elements of `dtype` over model.nranks
+// ranks (root 0, out of place), costs each, and returns the cheapest (ties
+// go to the registry's order). `considered`, when given, receives every
+// candidate's cost.
+Selection select_algorithm(coll::Collective collective, std::uint64_t count,
+                           wia_datatype_t dtype, std::int32_t nranks, const LinkModel& model,
+                           std::vector<Candidate>* considered = nullptr);
+
+// select_algorithm with a cache per (collective, bytes): the steady state
+// of a training loop, which repeats the same sizes, costs a hash lookup.
+// Not thread-safe; one per communicator.
+class Selector {
+ public:
+  explicit Selector(LinkModel model);
+  const Selection& select(coll::Collective collective, std::uint64_t count,
+                          wia_datatype_t dtype);
+  const LinkModel& model() const { return model_; }
+
+ private:
+  static constexpr std::size_t kMaxEntries = 4096;
+  LinkModel model_;
+  std::unordered_map<std::uint64_t, Selection> cache_;
+};
+
+// The spec's closed forms (6.5.1-6.5.3), beta = 1 / bandwidth, n in bytes.
+double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps);
+double tree_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps);
+double rabenseifner_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps);
+
+}  // namespace wia::tuner

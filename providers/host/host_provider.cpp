@@ -1,0 +1,935 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `host` provider: CPU memory presented as N virtual devices.
+//
+// It is the embedded default device provider and the reference
+// implementation of the device half of the ABI: every optional capability
+// is offered, so the core's paths (peer copies, IPC, on-device reduction,
+// events with timing) can all be exercised without accelerators.
+//
+// Decisions worth knowing (see also host_provider.hpp, host_stream.cpp):
+//  - Devices: one per NUMA node by default (host.devices overrides; more
+//    devices than nodes share nodes round-robin). On multi-node machines
+//    device memory prefers its node (mbind MPOL_PREFERRED).
+//  - Device memory comes from a per-device memfd "arena", mapped MAP_SHARED
+//    one allocation per mapping, so that any allocation can be exported to
+//    another process (ipc_get_handle) without a descriptor per allocation.
+//    Allocations are page-granular and page-aligned; the reported
+//    alignment, 64, is the guarantee for both memory kinds (pinned host
+//    memory below 256 KiB comes from posix_memalign(64)).
+//  - Device memory is not inherited by fork() (MADV_DONTFORK), like GPU
+//    memory: a forked child must not silently share writable buffers.
+//  - Memory is committed lazily, like malloc: a huge allocation succeeds
+//    when the OS would let malloc succeed, and first touch pays the page
+//    faults. Callers that care pre-fault and reuse buffers.
+//  - "Pinned" host memory is ordinary memory (no mlock): nothing DMAs here,
+//    and RLIMIT_MEMLOCK would make large allocations fail for no benefit.
+//  - host.memory_limit caps WIA_MEM_DEVICE bytes per device (the quantity a
+//    GPU would run out of); pinned host memory does not count against it.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "host_provider.hpp"
+#include "kernels/cpu_reduce.hpp"
+
+#ifndef WIA_HOST_VERSION
+#define WIA_HOST_VERSION "0.0.0"
+#endif
+
+// Not every libc names these yet; the numbers are the same on every
+// architecture since Linux 5.x unified the syscall table.
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+#ifndef MPOL_PREFERRED
+#define MPOL_PREFERRED 1
+#endif
+
+namespace wia::host {
+
+// ----------------------------------------------------------------------------
+// Provider helpers
+
+wia_status_t Provider::fail(wia_status_t st, const char* fmt, ...) const noexcept {
+  if (host != nullptr && host->set_error != nullptr) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    host->set_error(host->host_ctx, buf);
+  }
+  return st;
+}
+
+void Provider::log(wia_log_level_t level, const char* fmt, ...) const noexcept {
+  if (host == nullptr || host->log == nullptr) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  host->log(host->host_ctx, level, buf);
+}
+
+std::uint64_t Provider::now_ns() const noexcept {
+  // The core's clock, so event times line up with its profiler.
+  if (host != nullptr && host->clock_ns != nullptr) return host->clock_ns(host->host_ctx);
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+namespace {
+
+constexpr std::uint32_t kAlignment = 64;
+// Pinned host allocations from this size on are mmapped: page aligned,
+// returned to the OS on free, and eligible for transparent huge pages.
+constexpr std::uint64_t kMmapThreshold = 256 * 1024;
+constexpr std::uint64_t kHugePageSize = 2 * 1024 * 1024;
+
+std::string errno_text(int e) {
+  char buf[128];
+  // GNU strerror_r: returns a pointer that may or may not be buf.
+  return strerror_r(e, buf, sizeof(buf));
+}
+
+std::uint64_t page_size() {
+  static const std::uint64_t n = [] {
+    const long v = sysconf(_SC_PAGESIZE);
+    return v > 0 ? static_cast<std::uint64_t>(v) : 4096u;
+  }();
+  return n;
+}
+
+std::uint64_t round_up(std::uint64_t v, std::uint64_t to) { return (v + to - 1) / to * to; }
+
+// --------------------------------------------------------------------------
+// Parameters. The core validates values against the declarations before
+// init, but a provider must not trust that blindly (a different core, a
+// test harness): garbage fails init with WIA_ERROR_CONFIG.
+
+std::string trim(const char* s) {
+  std::string t(s);
+  const auto b = t.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  const auto e = t.find_last_not_of(" \t\r\n");
+  return t.substr(b, e - b + 1);
+}
+
+bool parse_int(const char* text, std::int64_t* out) {
+  const std::string t = trim(text);
+  if (t.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(t.c_str(), &end, 10);
+  if (errno != 0 || end == t.c_str() || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+// Bytes, with an optional binary suffix: 64K, 4M, 1G, 2T (also KiB, KB,
+// k, ...). 1K = 1024, as memory sizes are counted.
+bool parse_size(const char* text, std::uint64_t* out) {
+  const std::string t = trim(text);
+  std::size_t i = 0;
+  std::uint64_t v = 0;
+  if (t.empty() || t[0] < '0' || t[0] > '9') return false;
+  for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) {
+    const std::uint64_t digit = static_cast<std::uint64_t>(t[i] - '0');
+    if (v > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return false;
+    v = v * 10 + digit;
+  }
+  while (i < t.size() && (t[i] == ' ' || t[i] == '\t')) ++i;
+  std::string suffix = t.substr(i);
+  for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (suffix.empty() || suffix == "b") {
+    shift = 0;
+  } else {
+    const char unit = suffix[0];
+    const std::string rest = suffix.substr(1);
+    if (rest != "" && rest != "b" && rest != "ib") return false;
+    switch (unit) {
+      case 'k':
+        shift = 10;
+        break;
+      case 'm':
+        shift = 20;
+        break;
+      case 'g':
+        shift = 30;
+        break;
+      case 't':
+        shift = 40;
+        break;
+      default:
+        return false;
+    }
+  }
+  if (shift > 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return false;
+  *out = v << shift;
+  return true;
+}
+
+bool parse_bool(const char* text, bool* out) {
+  std::string t = trim(text);
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (t == "true" || t == "1" || t == "yes" || t == "on") {
+    *out = true;
+    return true;
+  }
+  if (t == "false" || t == "0" || t == "no" || t == "off") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+const char* param_text(const wia_host_services_v1_t* host, const char* key, const char* def) {
+  const char* v = host->get_param != nullptr ? host->get_param(host->host_ctx, key) : nullptr;
+  return v != nullptr ? v : def;
+}
+
+// --------------------------------------------------------------------------
+// Topology and memory facts.
+
+std::vector<int> numa_node_ids() {
+  std::vector<int> ids;
+  DIR* dir = opendir("/sys/devices/system/node");
+  if (dir == nullptr) return ids;
+  while (const dirent* ent = readdir(dir)) {
+    int id = -1;
+    char tail = 0;
+    // "node<N>" exactly (the directory also holds "online", "possible", ...).
+    if (std::sscanf(ent->d_name, "node%d%c", &id, &tail) == 1 && id >= 0) ids.push_back(id);
+  }
+  closedir(dir);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Reads "<key>: <n> kB" from a meminfo-style file; 0 when absent. The
+// per-node files prefix lines with "Node N ".
+std::uint64_t meminfo_bytes(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto pos = line.find(key + ":");
+    if (pos == std::string::npos) continue;
+    std::istringstream rest(line.substr(pos + key.size() + 1));
+    std::uint64_t kb = 0;
+    if (rest >> kb) return kb * 1024;
+  }
+  return 0;
+}
+
+struct MemoryFacts {
+  std::uint64_t total = 0;
+  std::uint64_t free = 0;
+};
+
+MemoryFacts memory_of(const Provider& p, const Device& d) {
+  MemoryFacts m;
+  if (p.numa_nodes > 1 && d.numa_node >= 0) {
+    const std::string path =
+        "/sys/devices/system/node/node" + std::to_string(d.numa_node) + "/meminfo";
+    m.total = meminfo_bytes(path, "MemTotal");
+    m.free = meminfo_bytes(path, "MemFree");
+  }
+  if (m.total == 0) {
+    // One node (or none): the machine's view, where MemAvailable (free plus
+    // reclaimable cache) is the honest "free".
+    m.total = meminfo_bytes("/proc/meminfo", "MemTotal");
+    m.free = meminfo_bytes("/proc/meminfo", "MemAvailable");
+    struct sysinfo si {};
+    if (m.total == 0 && sysinfo(&si) == 0) {
+      m.total = static_cast<std::uint64_t>(si.totalram) * si.mem_unit;
+      m.free = static_cast<std::uint64_t>(si.freeram) * si.mem_unit;
+    }
+  }
+  return m;
+}
+
+// --------------------------------------------------------------------------
+// Allocation backends. Called with the device mutex held.
+
+void release(const Device& d, const Allocation& a) noexcept {
+  switch (a.backing) {
+    case Backing::kMalloc:
+      std::free(a.base);
+      break;
+    case Backing::kAnon:
+      munmap(a.base, a.map_len);
+      break;
+    case Backing::kArena:
+      munmap(a.base, a.map_len);
+      // Give the pages back now; the offset range is never reused. A
+      // process that still maps this range through an IPC handle would
+      // read zeros from here on: using exported memory after its owner
+      // freed it is the caller's bug, as on CUDA.
+      fallocate(d.arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(a.offset), static_cast<off_t>(a.map_len));
+      break;
+  }
+}
+
+void advise(const Provider& p, const Device& d, void* base, std::uint64_t len) noexcept {
+  if (len >= kHugePageSize) madvise(base, len, MADV_HUGEPAGE);  // best effort
+  if (p.numa_nodes > 1 && d.numa_node >= 0 && d.numa_node < 64) {
+    // Prefer (not bind) the device's node: memory pressure there spills
+    // elsewhere instead of failing.
+    unsigned long mask = 1ul << d.numa_node;
+    if (syscall(SYS_mbind, base, len, MPOL_PREFERRED, &mask, 64, 0) != 0)
+      p.log(WIA_LOG_DEBUG, "mbind to NUMA node %d failed: %s", d.numa_node,
+            errno_text(errno).c_str());
+  }
+}
+
+wia_status_t alloc_device_memory(Provider& p, Device& d, std::uint64_t size, Allocation* a) {
+  const std::uint64_t len = round_up(std::max<std::uint64_t>(size, 1), page_size());
+  if (d.arena_fd < 0 && !d.arena_failed) {
+    const std::string name = "wia-host-dev" + std::to_string(d.index);
+    d.arena_fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+    if (d.arena_fd < 0) {
+      d.arena_failed = true;
+      p.log(WIA_LOG_INFO,
+            "memfd_create failed on host device %d (%s): device memory is anonymous and "
+            "cannot be exported with ipc_get_handle",
+            d.index, errno_text(errno).c_str());
+    }
+  }
+  void* base = MAP_FAILED;
+  if (d.arena_fd >= 0) {
+    const std::uint64_t off = d.arena_end;
+    if (ftruncate(d.arena_fd, static_cast<off_t>(off + len)) != 0) {
+      const int e = errno;
+      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
+                    "mem_alloc(%" PRIu64 " B) on host device %d: growing the memory arena: %s",
+                    size, d.index, errno_text(e).c_str());
+    }
+    base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, d.arena_fd,
+                static_cast<off_t>(off));
+    if (base == MAP_FAILED) {
+      const int e = errno;
+      return p.fail(WIA_ERROR_OUT_OF_MEMORY, "mem_alloc(%" PRIu64 " B) on host device %d: mmap: %s",
+                    size, d.index, errno_text(e).c_str());
+    }
+    d.arena_end = off + len;
+    a->offset = off;
+    a->backing = Backing::kArena;
+    madvise(base, len, MADV_DONTFORK);
+  } else {
+    base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      const int e = errno;
+      return p.fail(WIA_ERROR_OUT_OF_MEMORY, "mem_alloc(%" PRIu64 " B) on host device %d: mmap: %s",
+                    size, d.index, errno_text(e).c_str());
+    }
+    a->backing = Backing::kAnon;
+  }
+  advise(p, d, base, len);
+  a->base = base;
+  a->map_len = len;
+  return WIA_SUCCESS;
+}
+
+wia_status_t alloc_pinned_memory(Provider& p, Device& d, std::uint64_t size, Allocation* a) {
+  if (size < kMmapThreshold) {
+    void* base = nullptr;
+    // size 0 still gets its own byte, so the pointer is unique.
+    const int rc = posix_memalign(&base, kAlignment, std::max<std::uint64_t>(size, 1));
+    if (rc != 0)
+      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
+                    "mem_alloc(%" PRIu64 " B, pinned) on host device %d: posix_memalign: %s", size,
+                    d.index, errno_text(rc).c_str());
+    a->base = base;
+    a->backing = Backing::kMalloc;
+    return WIA_SUCCESS;
+  }
+  const std::uint64_t len = round_up(size, page_size());
+  void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    return p.fail(WIA_ERROR_OUT_OF_MEMORY,
+                  "mem_alloc(%" PRIu64 " B, pinned) on host device %d: mmap: %s", size, d.index,
+                  errno_text(e).c_str());
+  }
+  advise(p, d, base, len);
+  a->base = base;
+  a->map_len = len;
+  a->backing = Backing::kAnon;
+  return WIA_SUCCESS;
+}
+
+// Explains why `ptr` is not a live allocation of device `dev` (mem_free,
+// ipc_get_handle). Locks one device at a time, never two.
+wia_status_t explain_unknown_pointer(Provider& p, const char* call, std::int32_t dev,
+                                     const void* ptr) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+  for (const auto& other : p.devices) {
+    std::lock_guard<std::mutex> lk(other->mu);
+    if (other->index == dev && other->imports.count(ptr) != 0)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "%s on host device %d: %p was mapped by ipc_open_handle; release it with "
+                    "ipc_close_handle",
+                    call, dev, ptr);
+    for (const auto& [base, a] : other->allocs) {
+      const auto b = reinterpret_cast<std::uintptr_t>(base);
+      if (addr == b)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "%s on host device %d: %p belongs to host device %d", call, dev, ptr,
+                      other->index);
+      if (addr > b && addr < b + std::max<std::uint64_t>(a.size, 1))
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "%s on host device %d: %p points inside an allocation of host device %d "
+                      "that starts at %p",
+                      call, dev, ptr, other->index, base);
+    }
+  }
+  return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                "%s on host device %d: %p is not a live allocation (already freed, or not from "
+                "mem_alloc)",
+                call, dev, ptr);
+}
+
+// --------------------------------------------------------------------------
+// IPC handle layout (inside the opaque 128 bytes). Only ever read by the
+// same provider build on the same node, so native byte order is fine.
+
+constexpr std::uint64_t kIpcMagic = 0x3143504954534f48ull;  // "HOSTIPC1"
+
+struct IpcWire {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::int32_t pid;       // exporting process
+  std::int32_t fd;        // its arena memfd
+  std::int32_t device;    // exporting device (diagnostics only)
+  std::uint64_t inode;    // st_ino/st_dev of the arena: detects a recycled
+  std::uint64_t fs_dev;   // pid or fd number (stale handle) after getfd
+  std::uint64_t offset;   // of the allocation in the arena
+  std::uint64_t size;     // bytes the exporter allocated
+  std::uint64_t map_len;  // bytes to map (page multiple)
+};
+static_assert(sizeof(IpcWire) <= WIA_IPC_HANDLE_SIZE, "IPC handle payload too large");
+
+// --------------------------------------------------------------------------
+// Entry points: discovery
+
+wia_status_t device_count(void* ctx, std::int32_t* count) noexcept {
+  return guarded(ctx, "device_count", [&](Provider& p) -> wia_status_t {
+    if (count == nullptr) return p.fail(WIA_ERROR_INVALID_ARGUMENT, "device_count: count is NULL");
+    *count = static_cast<std::int32_t>(p.devices.size());
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* props) noexcept {
+  return guarded(ctx, "device_props", [&](Provider& p) -> wia_status_t {
+    if (props == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "device_props on host device %d: props is NULL",
+                    dev);
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "device_props: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    const std::uint32_t caller_size = props->struct_size;
+    if (!WIA_ABI_HAS_FIELD(wia_device_props_v1_t, caller_size, type))
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "device_props on host device %d: struct_size %u is too small", dev,
+                    caller_size);
+    Device& d = *p.devices[static_cast<std::size_t>(dev)];
+    wia_device_props_v1_t full{};
+    full.struct_size = caller_size;
+    full.type = WIA_DEVICE_CPU;
+    std::snprintf(full.name, sizeof(full.name), "%s", d.name.c_str());
+    const MemoryFacts m = memory_of(p, d);
+    full.total_memory = m.total;
+    full.free_memory = m.free;
+    if (p.memory_limit != 0) {
+      std::lock_guard<std::mutex> lk(d.mu);
+      full.total_memory = std::min(full.total_memory, p.memory_limit);
+      const std::uint64_t left = p.memory_limit > d.used ? p.memory_limit - d.used : 0;
+      full.free_memory = std::min(full.free_memory, left);
+    }
+    full.numa_node = d.numa_node;
+    full.flags = WIA_DEVICE_FLAG_HOST_ACCESSIBLE | WIA_DEVICE_FLAG_UNIFIED_ADDRESS;
+    full.alignment = kAlignment;
+    // Fill only what the caller's (possibly older, shorter) struct holds.
+    std::memcpy(props, &full, std::min<std::size_t>(caller_size, sizeof(full)));
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
+// Entry points: memory
+
+wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uint32_t kind,
+                       void** ptr) noexcept {
+  return guarded(ctx, "mem_alloc", [&](Provider& p) -> wia_status_t {
+    if (ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on host device %d: ptr is NULL", dev);
+    *ptr = nullptr;
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "mem_alloc: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    if (kind != WIA_MEM_DEVICE && kind != WIA_MEM_HOST_PINNED)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on host device %d: unknown kind %u",
+                    dev, kind);
+    const char* kind_name = kind == WIA_MEM_DEVICE ? "device" : "pinned";
+    // Lazy commitment would let an absurd request "succeed" and fail at
+    // first touch; refuse what the machine cannot hold at all.
+    if (p.physical_memory != 0 && size > p.physical_memory)
+      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
+                    "mem_alloc(%" PRIu64 " B, %s) on host device %d: larger than this machine's "
+                    "memory (%" PRIu64 " B RAM + swap)",
+                    size, kind_name, dev, p.physical_memory);
+    Device& d = *p.devices[static_cast<std::size_t>(dev)];
+    std::lock_guard<std::mutex> lk(d.mu);
+    if (kind == WIA_MEM_DEVICE && p.memory_limit != 0 &&
+        (d.used > p.memory_limit || size > p.memory_limit - d.used))
+      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
+                    "mem_alloc(%" PRIu64 " B, device) on host device %d: exceeds host.memory_limit "
+                    "(%" PRIu64 " B, %" PRIu64 " B in use)",
+                    size, dev, p.memory_limit, d.used);
+    Allocation a;
+    a.size = size;
+    a.kind = kind;
+    const wia_status_t st = kind == WIA_MEM_DEVICE ? alloc_device_memory(p, d, size, &a)
+                                                   : alloc_pinned_memory(p, d, size, &a);
+    if (st != WIA_SUCCESS) return st;
+    try {
+      d.allocs.emplace(a.base, a);
+    } catch (...) {
+      release(d, a);
+      throw;
+    }
+    if (kind == WIA_MEM_DEVICE) d.used += size;
+    *ptr = a.base;
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
+  return guarded(ctx, "mem_free", [&](Provider& p) -> wia_status_t {
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "mem_free: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    // Strict on NULL (unlike free()): mem_alloc never returns NULL, so a
+    // NULL here is a bookkeeping bug worth reporting.
+    if (ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_free on host device %d: ptr is NULL", dev);
+    Device& d = *p.devices[static_cast<std::size_t>(dev)];
+    {
+      std::lock_guard<std::mutex> lk(d.mu);
+      auto it = d.allocs.find(ptr);
+      if (it != d.allocs.end()) {
+        const Allocation a = it->second;
+        d.allocs.erase(it);
+        if (a.kind == WIA_MEM_DEVICE) d.used -= a.size;
+        release(d, a);
+        return WIA_SUCCESS;
+      }
+    }
+    return explain_unknown_pointer(p, "mem_free", dev, ptr);
+  });
+}
+
+wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t value,
+                         std::uint64_t size) noexcept {
+  return guarded(ctx, "memset", [&](Provider& p) -> wia_status_t {
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "memset: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    if (size == 0) return WIA_SUCCESS;
+    if (ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "memset(%" PRIu64 " B) on host device %d: ptr is NULL", size, dev);
+    std::memset(ptr, value, size);
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
+                         std::uint64_t size) noexcept {
+  return guarded(ctx, "memcpy", [&](Provider& p) -> wia_status_t {
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "memcpy: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    if (size == 0) return WIA_SUCCESS;
+    if (dst == nullptr || src == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "memcpy(%" PRIu64 " B) on host device %d: %s is NULL", size, dev,
+                    dst == nullptr ? "dst" : "src");
+    std::memmove(dst, src, size);  // overlap is a caller bug, but not UB here
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
+// Entry points: peers
+
+wia_status_t can_access_peer(void* ctx, std::int32_t dev, std::int32_t peer,
+                             std::int32_t* can_access) noexcept {
+  return guarded(ctx, "can_access_peer", [&](Provider& p) -> wia_status_t {
+    if (can_access == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "can_access_peer: can_access is NULL");
+    *can_access = 0;
+    if (!p.valid_device(dev) || !p.valid_device(peer))
+      return p.fail(WIA_ERROR_INVALID_DEVICE,
+                    "can_access_peer: device pair %d -> %d out of range (have %zu)", dev, peer,
+                    p.devices.size());
+    // All host devices share one address space. A device is not its own
+    // peer (as cudaDeviceCanAccessPeer answers).
+    *can_access = (p.peer_access && dev != peer) ? 1 : 0;
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t enable_peer_access(void* ctx, std::int32_t dev, std::int32_t peer) noexcept {
+  return guarded(ctx, "enable_peer_access", [&](Provider& p) -> wia_status_t {
+    if (!p.valid_device(dev) || !p.valid_device(peer))
+      return p.fail(WIA_ERROR_INVALID_DEVICE,
+                    "enable_peer_access: device pair %d -> %d out of range (have %zu)", dev, peer,
+                    p.devices.size());
+    if (!p.peer_access)
+      return p.fail(WIA_ERROR_NOT_SUPPORTED,
+                    "enable_peer_access from host device %d to %d: peer access is disabled "
+                    "(host.peer_access=false)",
+                    dev, peer);
+    if (dev == peer)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "enable_peer_access: host device %d cannot be its own peer", dev);
+    return WIA_SUCCESS;  // nothing to set up; idempotent by construction
+  });
+}
+
+// --------------------------------------------------------------------------
+// Entry points: IPC
+
+wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
+                            wia_ipc_handle_t* handle) noexcept {
+  return guarded(ctx, "ipc_get_handle", [&](Provider& p) -> wia_status_t {
+    if (handle == nullptr || ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on host device %d: %s is NULL",
+                    dev, handle == nullptr ? "handle" : "ptr");
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "ipc_get_handle: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    Device& d = *p.devices[static_cast<std::size_t>(dev)];
+    IpcWire w{};
+    {
+      std::lock_guard<std::mutex> lk(d.mu);
+      auto it = d.allocs.find(ptr);
+      if (it != d.allocs.end()) {
+        const Allocation& a = it->second;
+        if (a.kind != WIA_MEM_DEVICE)
+          return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                        "ipc_get_handle on host device %d: %p is pinned host memory; only device "
+                        "memory can be exported",
+                        dev, ptr);
+        if (a.backing != Backing::kArena)
+          return p.fail(WIA_ERROR_NOT_SUPPORTED,
+                        "ipc_get_handle on host device %d: memfd_create is unavailable here, so "
+                        "device memory is not shareable",
+                        dev);
+        struct stat st {};
+        if (fstat(d.arena_fd, &st) != 0) {
+          const int e = errno;
+          return p.fail(WIA_ERROR_IO, "ipc_get_handle on host device %d: fstat: %s", dev,
+                        errno_text(e).c_str());
+        }
+        w.magic = kIpcMagic;
+        w.version = 1;
+        w.pid = static_cast<std::int32_t>(getpid());
+        w.fd = d.arena_fd;
+        w.device = dev;
+        w.inode = static_cast<std::uint64_t>(st.st_ino);
+        w.fs_dev = static_cast<std::uint64_t>(st.st_dev);
+        w.offset = a.offset;
+        w.size = a.size;
+        w.map_len = a.map_len;
+      }
+    }
+    if (w.magic != kIpcMagic) return explain_unknown_pointer(p, "ipc_get_handle", dev, ptr);
+    std::memset(handle->bytes, 0, sizeof(handle->bytes));
+    std::memcpy(handle->bytes, &w, sizeof(w));
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,
+                             void** ptr) noexcept {
+  return guarded(ctx, "ipc_open_handle", [&](Provider& p) -> wia_status_t {
+    if (handle == nullptr || ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on host device %d: %s is NULL",
+                    dev, handle == nullptr ? "handle" : "ptr");
+    *ptr = nullptr;
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "ipc_open_handle: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    IpcWire w;
+    std::memcpy(&w, handle->bytes, sizeof(w));
+    if (w.magic != kIpcMagic || w.version != 1 || w.pid <= 0 || w.fd < 0 || w.map_len == 0 ||
+        w.map_len % page_size() != 0 || w.offset % page_size() != 0 || w.size > w.map_len)
+      return p.fail(WIA_ERROR_INVALID_HANDLE,
+                    "ipc_open_handle on host device %d: not an IPC handle of the host provider",
+                    dev);
+    // Take a duplicate of the exporter's arena descriptor. Needs ptrace
+    // rights over the exporter: same user (and Yama ptrace_scope <= 1 with
+    // an ancestor, or 0) or CAP_SYS_PTRACE.
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
+    if (pidfd < 0) {
+      const int e = errno;
+      return p.fail(e == ESRCH ? WIA_ERROR_REMOTE : WIA_ERROR_UNAVAILABLE,
+                    "ipc_open_handle on host device %d: pidfd_open(pid %d): %s", dev, w.pid,
+                    errno_text(e).c_str());
+    }
+    const int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, w.fd, 0));
+    const int getfd_errno = errno;
+    close(pidfd);
+    if (fd < 0) {
+      const wia_status_t st = getfd_errno == EPERM     ? WIA_ERROR_UNAVAILABLE
+                              : getfd_errno == EBADF   ? WIA_ERROR_INVALID_HANDLE
+                              : getfd_errno == ESRCH   ? WIA_ERROR_REMOTE
+                              : getfd_errno == ENOSYS  ? WIA_ERROR_NOT_SUPPORTED
+                                                       : WIA_ERROR_IO;
+      return p.fail(st, "ipc_open_handle on host device %d: pidfd_getfd(pid %d, fd %d): %s%s", dev,
+                    w.pid, w.fd, errno_text(getfd_errno).c_str(),
+                    getfd_errno == EPERM ? " (needs ptrace access to the exporting process)" : "");
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_ino) != w.inode ||
+        static_cast<std::uint64_t>(st.st_dev) != w.fs_dev ||
+        static_cast<std::uint64_t>(st.st_size) < w.offset + w.map_len) {
+      close(fd);
+      return p.fail(WIA_ERROR_INVALID_HANDLE,
+                    "ipc_open_handle on host device %d: stale handle (pid %d fd %d is no longer "
+                    "the exported memory)",
+                    dev, w.pid, w.fd);
+    }
+    void* base = mmap(nullptr, w.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                      static_cast<off_t>(w.offset));
+    const int map_errno = errno;
+    close(fd);  // the mapping keeps the memory alive
+    if (base == MAP_FAILED)
+      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
+                    "ipc_open_handle(%" PRIu64 " B) on host device %d: mmap: %s", w.map_len, dev,
+                    errno_text(map_errno).c_str());
+    madvise(base, w.map_len, MADV_DONTFORK);
+    Device& d = *p.devices[static_cast<std::size_t>(dev)];
+    try {
+      std::lock_guard<std::mutex> lk(d.mu);
+      d.imports.emplace(base, w.map_len);
+    } catch (...) {
+      munmap(base, w.map_len);
+      throw;
+    }
+    *ptr = base;
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
+  return guarded(ctx, "ipc_close_handle", [&](Provider& p) -> wia_status_t {
+    if (!p.valid_device(dev))
+      return p.fail(WIA_ERROR_INVALID_DEVICE, "ipc_close_handle: no host device %d (have %zu)", dev,
+                    p.devices.size());
+    if (ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_close_handle on host device %d: ptr is NULL",
+                    dev);
+    Device& d = *p.devices[static_cast<std::size_t>(dev)];
+    std::lock_guard<std::mutex> lk(d.mu);
+    auto it = d.imports.find(ptr);
+    if (it == d.imports.end())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ipc_close_handle on host device %d: %p was not returned by ipc_open_handle on "
+                    "this device",
+                    dev, ptr);
+    munmap(ptr, it->second);
+    d.imports.erase(it);
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
+// init / fini
+
+wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
+  if (host == nullptr || ctx == nullptr) return WIA_ERROR_INVALID_ARGUMENT;
+  *ctx = nullptr;
+  // Refuse a host table older or shorter than v1 before calling into it.
+  if (host->abi_version < WIA_HOST_SERVICES_VERSION ||
+      !WIA_ABI_HAS_FIELD(wia_host_services_v1_t, host->struct_size, clock_ns))
+    return WIA_ERROR_ABI_MISMATCH;
+  try {
+    auto p = std::make_unique<Provider>();
+    p->host = host;
+
+    std::int64_t devices = 0;
+    const char* text = param_text(host, "devices", "0");
+    if (!parse_int(text, &devices) || devices < 0 || devices > 64)
+      return p->fail(WIA_ERROR_CONFIG,
+                     "host.devices = '%s': expected an integer from 0 (one per NUMA node) to 64",
+                     text);
+    text = param_text(host, "memory_limit", "0");
+    if (!parse_size(text, &p->memory_limit))
+      return p->fail(WIA_ERROR_CONFIG,
+                     "host.memory_limit = '%s': expected a size in bytes (e.g. 0, 65536, 64K, 4M, "
+                     "1G)",
+                     text);
+    text = param_text(host, "peer_access", "true");
+    if (!parse_bool(text, &p->peer_access))
+      return p->fail(WIA_ERROR_CONFIG, "host.peer_access = '%s': expected true or false", text);
+
+    const std::vector<int> nodes = numa_node_ids();
+    p->numa_nodes = static_cast<int>(nodes.size());
+    const int count = devices > 0 ? static_cast<int>(devices) : std::max(1, p->numa_nodes);
+    const bool one_per_node = count == p->numa_nodes;
+    for (int i = 0; i < count; ++i) {
+      auto d = std::make_unique<Device>();
+      d->index = i;
+      d->numa_node = nodes.empty() ? -1 : nodes[static_cast<std::size_t>(i) % nodes.size()];
+      char name[128];
+      if (d->numa_node < 0)
+        std::snprintf(name, sizeof(name), count == 1 ? "Host CPU" : "Host CPU %d", i);
+      else if (one_per_node)
+        std::snprintf(name, sizeof(name), "Host CPU (NUMA %d)", d->numa_node);
+      else
+        std::snprintf(name, sizeof(name), "Host CPU %d (NUMA %d)", i, d->numa_node);
+      d->name = name;
+      p->devices.push_back(std::move(d));
+    }
+    struct sysinfo si {};
+    if (sysinfo(&si) == 0)
+      p->physical_memory =
+          (static_cast<std::uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
+
+    p->log(WIA_LOG_INFO,
+           "%d device(s) over %d NUMA node(s); memory_limit=%" PRIu64 " B per device%s; "
+           "peer_access=%s",
+           count, p->numa_nodes, p->memory_limit, p->memory_limit == 0 ? " (none)" : "",
+           p->peer_access ? "true" : "false");
+    *ctx = p.release();
+    return WIA_SUCCESS;
+  } catch (const std::bad_alloc&) {
+    if (host->set_error != nullptr) host->set_error(host->host_ctx, "host init: out of memory");
+    return WIA_ERROR_OUT_OF_MEMORY;
+  } catch (...) {
+    if (host->set_error != nullptr)
+      host->set_error(host->host_ctx, "host init: unexpected exception");
+    return WIA_ERROR_INTERNAL;
+  }
+}
+
+wia_status_t fini(void* ctx) noexcept {
+  auto* p = static_cast<Provider*>(ctx);
+  if (p == nullptr || p->magic != Provider::kMagic) return WIA_ERROR_INVALID_ARGUMENT;
+  // Workers first: they may still be touching memory freed below.
+  destroy_all_streams(*p);
+  for (const auto& d : p->devices) {
+    std::lock_guard<std::mutex> lk(d->mu);
+    if (!d->allocs.empty())
+      p->log(WIA_LOG_WARN, "fini: host device %d: freeing %zu allocation(s) never freed",
+             d->index, d->allocs.size());
+    for (const auto& [base, a] : d->allocs) release(*d, a);
+    d->allocs.clear();
+    for (const auto& [base, len] : d->imports) munmap(const_cast<void*>(base), len);
+    d->imports.clear();
+    if (d->arena_fd >= 0) close(d->arena_fd);
+    d->arena_fd = -1;
+  }
+  p->magic = 0;  // a late call with this ctx is refused, not a use of freed state
+  delete p;
+  return WIA_SUCCESS;
+}
+
+// --------------------------------------------------------------------------
+// The descriptor
+
+const wia_param_decl_v1_t kParams[] = {
+    {sizeof(wia_param_decl_v1_t), WIA_PARAM_INT, "devices", "0",
+     "number of virtual CPU devices; 0 = one per NUMA node", 0, 64},
+    {sizeof(wia_param_decl_v1_t), WIA_PARAM_SIZE, "memory_limit", "0",
+     "cap on device memory per device, in bytes (0 = only the OS limits); exceeding it is "
+     "out-of-memory",
+     0, std::numeric_limits<std::int64_t>::max()},
+    {sizeof(wia_param_decl_v1_t), WIA_PARAM_BOOL, "peer_access", "true",
+     "offer direct copies between host devices; false makes the core stage through host memory",
+     0, 1},
+};
+
+const wia_device_ops_v1_t kDeviceOps = {
+    .struct_size = sizeof(wia_device_ops_v1_t),
+    .abi_version = WIA_PROVIDER_ABI_VERSION,
+    .caps = WIA_DEVICE_CAP_HOST_FUNC | WIA_DEVICE_CAP_EVENT_TIMING | WIA_DEVICE_CAP_PEER |
+            WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST,
+    .must_understand = 0,
+    .device_count = device_count,
+    .device_props = device_props,
+    .mem_alloc = mem_alloc,
+    .mem_free = mem_free,
+    .memset = memset_sync,
+    .memcpy = memcpy_sync,
+    .stream_create = stream_create,
+    .stream_destroy = stream_destroy,
+    .stream_synchronize = stream_synchronize,
+    .stream_query = stream_query,
+    .memset_async = memset_async,
+    .memcpy_async = memcpy_async,
+    .event_create = event_create,
+    .event_destroy = event_destroy,
+    .event_record = event_record,
+    .event_query = event_query,
+    .event_synchronize = event_synchronize,
+    .stream_wait_event = stream_wait_event,
+    .event_elapsed_ms = event_elapsed_ms,
+    .launch_host_func = launch_host_func,
+    .can_access_peer = can_access_peer,
+    .enable_peer_access = enable_peer_access,
+    .memcpy_peer_async = memcpy_peer_async,
+    .ipc_get_handle = ipc_get_handle,
+    .ipc_open_handle = ipc_open_handle,
+    .ipc_close_handle = ipc_close_handle,
+    .reduce_async = reduce_async,
+};
+
+}  // namespace
+}  // namespace wia::host
+
+extern "C" {
+WIA_PROVIDER_EXPORT extern const wia_provider_v1_t wia_provider_v1;
+const wia_provider_v1_t wia_provider_v1 = {
+    .struct_size = sizeof(wia_provider_v1_t),
+    .abi_version = WIA_PROVIDER_ABI_VERSION,
+    .name = "host",
+    .version = WIA_HOST_VERSION,
+    .caps = WIA_PROVIDER_CAP_DEVICE,
+    .host_services_version = WIA_HOST_SERVICES_VERSION,
+    .num_params = sizeof(wia::host::kParams) / sizeof(wia::host::kParams[0]),
+    .params = wia::host::kParams,
+    .init = wia::host::init,
+    .fini = wia::host::fini,
+    .device = &wia::host::kDeviceOps,
+    .transport = nullptr,
+};
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The whole test suite on a fresh Debian 12 clone: install what is missing,
+# build and test the default preset and the sanitizer preset, then install
+# to a temporary prefix and build the out-of-tree examples against it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+jobs=$(nproc)
+status=0
+
+echo "== default preset"
+cmake --preset default >/dev/null
+cmake --build --preset default -j "$jobs"
+ctest --preset default || status=1
+
+echo "== install + out-of-tree build against the installed package"
+scripts/check-install.sh build/default || status=1
+
+echo "== sanitize preset (ASan + UBSan)"
+cmake --preset sanitize >/dev/null
+cmake --build --preset sanitize -j "$jobs"
+ctest --preset sanitize || status=1
+
+exit $status

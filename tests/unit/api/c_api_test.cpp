@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+// The public C API: argument validation, memory, streams, events, peer
+// copies (direct and host-staged), through libwia.so and the real host
+// provider.
+#include <doctest/doctest.h>
+#include <wia/wia.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::string write_config(const std::string& text) {
+  char path[] = "/tmp/wia-api-test-XXXXXX.yaml";
+  int fd = mkstemps(path, 5);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+// Runs the test body with libwia initialised from `yaml`, finalised after.
+struct Session {
+  explicit Session(const std::string& yaml) : path(write_config(yaml)) {
+    wia_finalize();
+    const wia_status_t st = wia_init_with_config(path.c_str());
+    INFO(wia_get_last_error());
+    REQUIRE(st == WIA_SUCCESS);
+  }
+  ~Session() {
+    wia_finalize();
+    std::remove(path.c_str());
+  }
+  std::string path;
+};
+
+bool last_error_has(const char* needle) {
+  return std::strstr(wia_get_last_error(), needle) != nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("status strings and last error name the problem") {
+  CHECK(std::string(wia_status_string(WIA_ERROR_TIMEOUT)).find("WIA_ERROR_TIMEOUT") == 0);
+  CHECK(std::string(wia_status_string(12345)).find("UNKNOWN") != std::string::npos);
+  Session s("host:\n  devices: 2\n");
+  CHECK(wia_get_device_count(nullptr) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("wia_get_device_count"));
+  CHECK(last_error_has("count is NULL"));
+}
+
+TEST_CASE("devices: count, properties, current device, bad ids") {
+  Session s("host:\n  devices: 3\n");
+  int n = 0;
+  REQUIRE(wia_get_device_count(&n) == WIA_SUCCESS);
+  CHECK(n == 3);
+  wia_device_properties_t p;
+  REQUIRE(wia_get_device_properties(2, &p) == WIA_SUCCESS);
+  CHECK(p.kind == WIA_DEVICE_KIND_CPU);
+  CHECK(std::string(p.provider) == "host");
+  CHECK(p.provider_index == 2);
+  CHECK(p.total_memory > 0);
+  CHECK(wia_get_device_properties(3, &p) == WIA_ERROR_INVALID_DEVICE);
+  CHECK(last_error_has("valid: 0..2"));
+  CHECK(wia_get_device_properties(-1, &p) == WIA_ERROR_INVALID_DEVICE);
+  CHECK(wia_set_device(7) == WIA_ERROR_INVALID_DEVICE);
+  wia_device_t cur = -1;
+  REQUIRE(wia_set_device(1) == WIA_SUCCESS);
+  REQUIRE(wia_get_device(&cur) == WIA_SUCCESS);
+  CHECK(cur == 1);
+  // The current device is per thread.
+  std::thread([] {
+    wia_device_t d = -1;
+    CHECK(wia_get_device(&d) == WIA_SUCCESS);
+    CHECK(d == 0);
+  }).join();
+}
+
+TEST_CASE("memory: zero size, double free, foreign and interior pointers, OOM") {
+  Session s("host:\n  devices: 2\n  memory_limit: 64M\n");
+  void* a = nullptr;
+  void* z1 = nullptr;
+  void* z2 = nullptr;
+  CHECK(wia_malloc(nullptr, 16) == WIA_ERROR_INVALID_ARGUMENT);
+  REQUIRE(wia_malloc(&z1, 0) == WIA_SUCCESS);
+  REQUIRE(wia_malloc(&z2, 0) == WIA_SUCCESS);
+  CHECK(z1 != nullptr);
+  CHECK(z1 != z2);
+  REQUIRE(wia_malloc_on(1, &a, 1 << 20) == WIA_SUCCESS);
+  wia_device_t d = -1;
+  REQUIRE(wia_pointer_get_device(static_cast<char*>(a) + 100, &d) == WIA_SUCCESS);
+  CHECK(d == 1);
+  CHECK(wia_free(static_cast<char*>(a) + 8) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("inside an allocation"));
+  int on_stack = 0;
+  CHECK(wia_free(&on_stack) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("not allocated by wia_malloc"));
+  CHECK(wia_free(a) == WIA_SUCCESS);
+  CHECK(wia_free(a) == WIA_ERROR_INVALID_ARGUMENT);  // double free
+  CHECK(wia_free(nullptr) == WIA_SUCCESS);
+  void* huge = nullptr;
+  CHECK(wia_malloc(&huge, std::size_t(1) << 40) == WIA_ERROR_OUT_OF_MEMORY);
+  CHECK(huge == nullptr);
+  CHECK(wia_malloc_on(9, &huge, 16) == WIA_ERROR_INVALID_DEVICE);
+  CHECK(wia_free(z1) == WIA_SUCCESS);
+  CHECK(wia_free(z2) == WIA_SUCCESS);
+}
+
+TEST_CASE("memcpy/memset: ranges are checked against the allocation") {
+  Session s("host:\n  devices: 1\n");
+  char* buf = nullptr;
+  REQUIRE(wia_malloc(reinterpret_cast<void**>(&buf), 4096) == WIA_SUCCESS);
+  std::vector<char> host(8192, 'x');
+  CHECK(wia_memcpy(buf, host.data(), 4097) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("overruns"));
+  CHECK(wia_memset(buf + 4000, 0, 200) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_memcpy(nullptr, host.data(), 1) == WIA_ERROR_INVALID_ARGUMENT);
+  REQUIRE(wia_memset(buf, 7, 4096) == WIA_SUCCESS);
+  REQUIRE(wia_memcpy(host.data(), buf, 4096) == WIA_SUCCESS);
+  CHECK(host[0] == 7);
+  CHECK(host[4095] == 7);
+  CHECK(host[4096] == 'x');
+  CHECK(wia_free(buf) == WIA_SUCCESS);
+}
+
+namespace {
+struct Gate {
+  std::atomic<int> stage{0};
+};
+void sleep_then_mark(void* p) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  static_cast<Gate*>(p)->stage.store(1);
+}
+void expect_marked(void* p) {
+  auto* g = static_cast<Gate*>(p);
+  // Runs on the waiting stream: must observe the other stream's host func.
+  g->stage.store(g->stage.load() == 1 ? 2 : -1);
+}
+}  // namespace
+
+TEST_CASE("streams and events: ordering, cross-stream waits, timing, bad handles") {
+  Session s("host:\n  devices: 2\n");
+  wia_stream_t a = nullptr, b = nullptr;
+  REQUIRE(wia_create_stream_on(0, &a) == WIA_SUCCESS);
+  REQUIRE(wia_create_stream_on(1, &b) == WIA_SUCCESS);
+  wia_device_t dev = -1;
+  REQUIRE(wia_stream_get_device(b, &dev) == WIA_SUCCESS);
+  CHECK(dev == 1);
+
+  Gate gate;
+  wia_event_t start = nullptr, done = nullptr;
+  REQUIRE(wia_create_event(&start) == WIA_SUCCESS);
+  REQUIRE(wia_create_event(&done) == WIA_SUCCESS);
+  CHECK(wia_event_query(done) == WIA_SUCCESS);  // never recorded
+  REQUIRE(wia_event_record(start, a) == WIA_SUCCESS);
+  REQUIRE(wia_launch_host_func(a, sleep_then_mark, &gate) == WIA_SUCCESS);
+  REQUIRE(wia_event_record(done, a) == WIA_SUCCESS);
+  CHECK(wia_event_query(done) == WIA_IN_PROGRESS);
+  REQUIRE(wia_stream_wait_event(b, done) == WIA_SUCCESS);  // cross-device wait
+  REQUIRE(wia_launch_host_func(b, expect_marked, &gate) == WIA_SUCCESS);
+  REQUIRE(wia_stream_synchronize(b) == WIA_SUCCESS);
+  CHECK(gate.stage.load() == 2);
+  float ms = 0;
+  REQUIRE(wia_event_elapsed_time(&ms, start, done) == WIA_SUCCESS);
+  CHECK(ms >= 45.0f);
+  CHECK(ms < 5000.0f);
+
+  // wait_stream: b waits for everything enqueued on a so far.
+  Gate gate2;
+  REQUIRE(wia_launch_host_func(a, sleep_then_mark, &gate2) == WIA_SUCCESS);
+  REQUIRE(wia_stream_wait_stream(b, a) == WIA_SUCCESS);
+  REQUIRE(wia_launch_host_func(b, expect_marked, &gate2) == WIA_SUCCESS);
+  REQUIRE(wia_stream_synchronize(b) == WIA_SUCCESS);
+  CHECK(gate2.stage.load() == 2);
+
+  CHECK(wia_destroy_event(start) == WIA_SUCCESS);
+  CHECK(wia_destroy_event(start) == WIA_ERROR_INVALID_HANDLE);
+  CHECK(wia_event_record(start, a) == WIA_ERROR_INVALID_HANDLE);
+  CHECK(wia_destroy_stream(a) == WIA_SUCCESS);
+  CHECK(wia_destroy_stream(a) == WIA_ERROR_INVALID_HANDLE);
+  CHECK(wia_stream_synchronize(a) == WIA_ERROR_INVALID_HANDLE);
+  CHECK(last_error_has("not a live libwia stream"));
+  CHECK(wia_launch_host_func(b, nullptr, nullptr) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_destroy_event(done) == WIA_SUCCESS);
+  CHECK(wia_destroy_stream(b) == WIA_SUCCESS);
+}
+
+namespace {
+void fill_pattern(std::vector<std::uint32_t>& v, std::uint32_t seed) {
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = seed * 2654435761u + static_cast<std::uint32_t>(i);
+}
+// Copies 3 MiB + 5 bytes device 0 -> device 1 with each form of the API and
+// checks every byte; the size spans more than one staging chunk when the
+// staged path is taken.
+void check_peer_copies() {
+  const std::size_t n = (3u << 20) / 4 + 7;
+  std::vector<std::uint32_t> src_host(n), back(n);
+  fill_pattern(src_host, 11);
+  void* d0 = nullptr;
+  void* d1 = nullptr;
+  REQUIRE(wia_malloc_on(0, &d0, n * 4) == WIA_SUCCESS);
+  REQUIRE(wia_malloc_on(1, &d1, n * 4) == WIA_SUCCESS);
+  REQUIRE(wia_memcpy(d0, src_host.data(), n * 4) == WIA_SUCCESS);
+  wia_stream_t s = nullptr;
+  REQUIRE(wia_create_stream_on(0, &s) == WIA_SUCCESS);
+
+  REQUIRE(wia_memcpy_peer(d1, d0, n * 4, s) == WIA_SUCCESS);
+  REQUIRE(wia_memcpy(back.data(), d1, n * 4) == WIA_SUCCESS);
+  CHECK(back == src_host);
+
+  REQUIRE(wia_memset(d1, 0, n * 4) == WIA_SUCCESS);
+  REQUIRE(wia_memcpy_peer_async(d1, d0, n * 4, s) == WIA_SUCCESS);
+  REQUIRE(wia_stream_synchronize(s) == WIA_SUCCESS);
+  REQUIRE(wia_memcpy(back.data(), d1, n * 4) == WIA_SUCCESS);
+  CHECK(back == src_host);
+
+  // Batched: 1000 slices of 4 KiB, as in spec 6.3.1, in reverse order.
+  REQUIRE(wia_memset(d1, 0, n * 4) == WIA_SUCCESS);
+  std::vector<wia_memcpy_peer_batched_t> batch(512);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const std::size_t off = (batch.size() - 1 - i) * 4096;
+    batch[i] = {static_cast<char*>(d1) + off, static_cast<char*>(d0) + off, 4096};
+  }
+  REQUIRE(wia_memcpy_peer_batched(batch.data(), batch.size(), s) == WIA_SUCCESS);
+  REQUIRE(wia_stream_synchronize(s) == WIA_SUCCESS);
+  REQUIRE(wia_memcpy(back.data(), d1, 512 * 4096) == WIA_SUCCESS);
+  CHECK(std::memcmp(back.data(), src_host.data(), 512 * 4096) == 0);
+
+  // All or nothing: a bad entry enqueues nothing and is named.
+  REQUIRE(wia_memset(d1, 0, n * 4) == WIA_SUCCESS);
+  batch[0].size = 4096;
+  batch[3].src = nullptr;
+  CHECK(wia_memcpy_peer_batched(batch.data(), batch.size(), s) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("entry 3"));
+  REQUIRE(wia_stream_synchronize(s) == WIA_SUCCESS);
+  REQUIRE(wia_memcpy(back.data(), d1, 4096) == WIA_SUCCESS);
+  CHECK(back[0] == 0);
+
+  CHECK(wia_destroy_stream(s) == WIA_SUCCESS);
+  CHECK(wia_free(d0) == WIA_SUCCESS);
+  CHECK(wia_free(d1) == WIA_SUCCESS);
+}
+}  // namespace
+
+TEST_CASE("peer copies: direct when devices can peer") {
+  Session s("host:\n  devices: 2\n");
+  CHECK(wia_can_access_peer(0, 1));
+  CHECK(wia_enable_peer_access(0, 1) == WIA_SUCCESS);
+  CHECK(wia_enable_peer_access(0, 1) == WIA_SUCCESS);  // idempotent
+  CHECK(!wia_can_access_peer(0, 5));
+  CHECK(last_error_has("device 5 does not exist"));
+  check_peer_copies();
+}
+
+TEST_CASE("peer copies: staged through host memory when devices cannot peer") {
+  Session s("host:\n  devices: 2\n  peer_access: false\n");
+  CHECK(!wia_can_access_peer(0, 1));
+  CHECK(wia_enable_peer_access(0, 1) == WIA_ERROR_NOT_SUPPORTED);
+  CHECK(last_error_has("staged through host memory"));
+  check_peer_copies();
+}
+
+TEST_CASE("configuration errors surface from init with file, line and key") {
+  wia_finalize();
+  const std::string path = write_config("log:\n  levle: debug\n");
+  CHECK(wia_init_with_config(path.c_str()) == WIA_ERROR_CONFIG);
+  CHECK(last_error_has("levle"));
+  CHECK(last_error_has(":2:"));
+  CHECK(last_error_has("log.level"));
+  std::remove(path.c_str());
+  CHECK(wia_init_with_config(nullptr) == WIA_ERROR_INVALID_ARGUMENT);
+  // A failed init leaves the library usable with a good configuration.
+  const std::string good = write_config("host:\n  devices: 1\n");
+  CHECK(wia_init_with_config(good.c_str()) == WIA_SUCCESS);
+  CHECK(wia_init_with_config(good.c_str()) == WIA_ERROR_INVALID_ARGUMENT);  // already up
+  CHECK(wia_finalize() == WIA_SUCCESS);
+  std::remove(good.c_str());
+}

@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+// The alpha-beta cost model: textbook costs, the symmetric shortcut,
+// algorithm selection and its speed.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "coll/registry.hpp"
+#include "common/error.hpp"
+#include "tuner/cost_model.hpp"
+
+namespace wia::tuner {
+namespace {
+
+using coll::Algorithm;
+using coll::Collective;
+
+constexpr double kAlpha = 5.0;  // us
+constexpr double kGbps = 10.0;
+
+coll::CollArgs allreduce(Algorithm a, std::int32_t p, std::uint64_t count,
+                         std::uint32_t chunks = 1) {
+  coll::CollArgs args;
+  args.collective = Collective::kAllReduce;
+  args.algorithm = a;
+  args.dtype = WIA_FLOAT32;
+  args.count = count;
+  args.nranks = p;
+  args.options.num_chunks = chunks;
+  return args;
+}
+
+double full_cost(const coll::CollArgs& args, const LinkModel& m) {
+  return estimate(coll::build_schedule(args), m).time_us;
+}
+
+}  // namespace
+
+TEST_CASE("cost: ring and Rabenseifner reproduce the textbook costs") {
+  for (std::int32_t p : {2, 4, 8, 16}) {
+    const LinkModel m = LinkModel::uniform(p, kAlpha, kGbps);
+    // Counts divisible by p so the blocks are exactly n/p.
+    for (std::uint64_t count : {std::uint64_t(16), std::uint64_t(4096), std::uint64_t(1) << 20,
+                                std::uint64_t(3) << 22}) {
+      const double bytes = static_cast<double>(count * 4);
+      const double ring = full_cost(allreduce(Algorithm::kRing, p, count), m);
+      const double rab = full_cost(allreduce(Algorithm::kRabenseifner, p, count), m);
+      INFO("p=" << p << " count=" << count);
+      CHECK(ring == doctest::Approx(ring_allreduce_us(p, bytes, kAlpha, kGbps)).epsilon(1e-12));
+      CHECK(rab ==
+            doctest::Approx(rabenseifner_allreduce_us(p, bytes, kAlpha, kGbps)).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("cost: binary tree matches the textbook latency term, and its bandwidth regime") {
+  for (std::int32_t p : {2, 4, 8, 16}) {
+    const LinkModel m = LinkModel::uniform(p, kAlpha, kGbps);
+    // One element: the latency term 2 log2(p) alpha dominates; the two
+    // differ only in the (tiny) bandwidth term.
+    const double tree = full_cost(allreduce(Algorithm::kTree, p, 1), m);
+    CHECK(tree == doctest::Approx(tree_allreduce_us(p, 4, kAlpha, kGbps)).epsilon(1e-3));
+    // Large vector, many chunks, alpha -> 0: the pipelined tree streams the
+    // vector up and down. With p = 2 the two directions use the two halves
+    // of one full-duplex link: n beta. Beyond, one injection port per rank
+    // makes an inner node send n up and 2n down: between the textbook
+    // 2 n beta and 3 n beta.
+    LinkModel bw = m;
+    bw.alpha_us = 0;
+    const std::uint64_t count = 1 << 22;
+    const double n_beta = count * 4 / (kGbps * 1e3);
+    const double t = full_cost(allreduce(Algorithm::kTree, p, count, 256), bw);
+    INFO("p=" << p << " tree/(n beta)=" << t / n_beta);
+    if (p == 2) {
+      CHECK(t == doctest::Approx(n_beta).epsilon(0.01));
+    } else {
+      CHECK(t >= 2 * n_beta * 0.99);
+      CHECK(t <= 3 * n_beta * 1.05);
+    }
+    MESSAGE("tree p=" << p << ": " << t / n_beta << " n beta");
+  }
+}
+
+TEST_CASE("cost: binomial all-reduce is 2 log2(p) (alpha + n beta) without pipelining") {
+  for (std::int32_t p : {2, 4, 8, 16}) {
+    const LinkModel m = LinkModel::uniform(p, kAlpha, kGbps);
+    const std::uint64_t count = 1 << 16;
+    const double n_beta = count * 4 / (kGbps * 1e3);
+    const double t = full_cost(allreduce(Algorithm::kBinomial, p, count), m);
+    CHECK(t == doctest::Approx(2 * std::log2(p) * (kAlpha + n_beta)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("cost: the symmetric shortcut equals the full simulation on uniform links") {
+  for (const coll::AlgorithmInfo& info : coll::algorithms()) {
+    for (std::int32_t p : {2, 3, 4, 5, 8, 12, 16}) {
+      for (std::uint32_t chunks : {1u, 3u}) {
+        coll::CollArgs a;
+        a.collective = info.collective;
+        a.algorithm = info.algorithm;
+        a.count = 5040 * 16;
+        a.nranks = p;
+        a.options.num_chunks = chunks;
+        LinkModel m = LinkModel::uniform(p, kAlpha, kGbps);
+        m.reduce_gbps = 20;
+        m.copy_gbps = 50;
+        const coll::Schedule one = coll::build_schedule(a, 0);
+        if (one.symmetry == coll::Symmetry::kNone) continue;
+        const CostEstimate sym = estimate(one, m);
+        const CostEstimate full = estimate(coll::build_schedule(a), m);
+        CHECK(sym.symmetric);
+        CHECK_FALSE(full.symmetric);
+        CHECK_MESSAGE(sym.time_us == doctest::Approx(full.time_us).epsilon(1e-9),
+                      one.describe());
+      }
+    }
+  }
+}
+
+TEST_CASE("cost: pipelining, slow links and local costs move the estimate as they should") {
+  const std::int32_t p = 8;
+  const LinkModel m = LinkModel::uniform(p, kAlpha, kGbps);
+  coll::CollArgs chain;
+  chain.collective = Collective::kBroadcast;
+  chain.algorithm = Algorithm::kChain;
+  chain.count = 1 << 22;
+  chain.nranks = p;
+  chain.options.num_chunks = 1;
+  const double one = full_cost(chain, m);
+  chain.options.num_chunks = 32;
+  const double many = full_cost(chain, m);
+  CHECK(many < one / 3);  // ~ (p-1) n beta vs (p-2+k)/k n beta
+
+  // One slow link on the ring slows the ring down: the full simulation
+  // sees it (p <= kFullSimulationMaxRanks).
+  LinkModel slow = m;
+  slow.gbps_matrix.assign(static_cast<std::size_t>(p * p), kGbps);
+  slow.gbps_matrix[3 * p + 4] = kGbps / 10;
+  const auto ring = allreduce(Algorithm::kRing, p, 1 << 20);
+  CHECK(estimate(ring, slow).time_us > 3 * estimate(ring, m).time_us);
+
+  LinkModel reduce_cost = m;
+  reduce_cost.reduce_gbps = 5;
+  CHECK(estimate(ring, reduce_cost).time_us > estimate(ring, m).time_us);
+
+  // Direct all-to-all beats pairwise on latency; with the injection port
+  // they move the same bytes.
+  coll::CollArgs a2a;
+  a2a.collective = Collective::kAllToAll;
+  a2a.count = 1 << 16;
+  a2a.nranks = p;
+  a2a.algorithm = Algorithm::kDirect;
+  const double direct = estimate(a2a, m).time_us;
+  a2a.algorithm = Algorithm::kPairwise;
+  const double pairwise = estimate(a2a, m).time_us;
+  CHECK(direct < pairwise);
+}
+
+TEST_CASE("cost: invalid link models are rejected") {
+  LinkModel m = LinkModel::uniform(4, kAlpha, kGbps);
+  m.gbps_matrix.assign(3, 1.0);
+  CHECK_THROWS_AS(m.validate(), Error);
+  m = LinkModel::uniform(4, kAlpha, 0);
+  CHECK_THROWS_AS(m.validate(), Error);
+  m = LinkModel::uniform(4, kAlpha, kGbps);
+  CHECK_THROWS_AS(estimate(allreduce(Algorithm::kRing, 8, 100), m), Error);
+  CHECK_THROWS_AS(select_algorithm(Collective::kAllReduce, 100, WIA_FLOAT32, 8, m), Error);
+}
+
+TEST_CASE("cost: select_algorithm picks latency algorithms for 8 B, bandwidth ones for 64 MiB") {
+  for (std::int32_t p : {4, 8, 16, 64}) {
+    const LinkModel m = LinkModel::uniform(p, kAlpha, kGbps);
+    std::vector<Candidate> seen;
+    const Selection small = select_algorithm(Collective::kAllReduce, 2, WIA_FLOAT32, p, m, &seen);
+    INFO("p=" << p << " 8 B -> " << small.name);
+    const std::string s = small.name;
+    CHECK((s == "tree" || s == "binomial" || s == "recursive_doubling"));
+    CHECK(small.estimated_ms > 0);
+    CHECK(seen.size() >= 5);
+    const Selection big =
+        select_algorithm(Collective::kAllReduce, (64u << 20) / 4, WIA_FLOAT32, p, m);
+    INFO("p=" << p << " 64 MiB -> " << big.name);
+    const std::string b = big.name;
+    CHECK((b == "ring" || b == "rabenseifner"));
+    // The estimate is close to the bandwidth-optimal bound.
+    const double bound_ms = 2.0 * (p - 1) / p * (64 << 20) / (kGbps * 1e9) * 1e3;
+    CHECK(big.estimated_ms >= bound_ms * 0.999);
+    CHECK(big.estimated_ms <= bound_ms * 1.1);
+  }
+  // Other collectives pick something sensible too.
+  const LinkModel m8 = LinkModel::uniform(8, kAlpha, kGbps);
+  CHECK(std::string(select_algorithm(Collective::kBroadcast, 1 << 24, WIA_FLOAT32, 8, m8).name) !=
+        "binomial");
+  CHECK(std::string(select_algorithm(Collective::kAllGather, 1, WIA_FLOAT32, 8, m8).name) !=
+        "ring");
+}
+
+TEST_CASE("cost: selection speed (printed)") {
+  using Clock = std::chrono::steady_clock;
+  auto time_us = [](auto&& fn, int reps) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) fn(i);
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / reps;
+  };
+  for (std::int32_t p : {8, 64, 1024}) {
+    const LinkModel m = LinkModel::uniform(p, kAlpha, kGbps);
+    const int reps = p >= 1024 ? 2 : 20;
+    const double cold_small = time_us(
+        [&](int i) { select_algorithm(Collective::kAllReduce, 256 + i, WIA_FLOAT32, p, m); },
+        reps);
+    const double cold_large = time_us(
+        [&](int i) {
+          select_algorithm(Collective::kAllReduce, (16u << 20) + i, WIA_FLOAT32, p, m);
+        },
+        reps);
+    Selector sel(m);
+    sel.select(Collective::kAllReduce, 256, WIA_FLOAT32);
+    const double cached = time_us(
+        [&](int) { sel.select(Collective::kAllReduce, 256, WIA_FLOAT32); }, 10000);
+    std::printf(
+        "select_algorithm(allreduce) p=%-5d cold 1 KiB: %9.1f us  cold 64 MiB: %9.1f us  "
+        "cached: %.3f us\n",
+        p, cold_small, cold_large, cached);
+    CHECK(cached < 1000.0);
+  }
+}
+
+}  // namespace wia::tuner

@@ -1,0 +1,510 @@
+// SPDX-License-Identifier: Apache-2.0
+// Collectives end to end: the public API, the communicator, the engine and
+// the host provider's streams, checked against a reference computed here
+// independently (long double for floats, exact wrap-around for integers),
+// with output buffers poisoned before every run.
+#include <doctest/doctest.h>
+#include <wia/wia.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu_reduce.hpp"
+
+namespace {
+
+constexpr int kMaxRanks = 8;
+constexpr unsigned char kPoison = 0xCD;
+
+std::string write_config(const std::string& text) {
+  char path[] = "/tmp/wia-coll-test-XXXXXX.yaml";
+  int fd = mkstemps(path, 5);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+struct Library {
+  explicit Library(const std::string& yaml = "host:\n  devices: 8\n") {
+    path = write_config(yaml);
+    wia_finalize();
+    REQUIRE(wia_init_with_config(path.c_str()) == WIA_SUCCESS);
+  }
+  ~Library() {
+    wia_finalize();
+    std::remove(path.c_str());
+  }
+  std::string path;
+};
+
+bool full_matrix() {
+  const char* e = std::getenv("WIA_FULL_MATRIX");
+  return e && *e == '1';
+}
+
+// --- values -----------------------------------------------------------------
+
+bool is_float(wia_datatype_t t) {
+  return t == WIA_FLOAT16 || t == WIA_BFLOAT16 || t == WIA_FLOAT32 || t == WIA_FLOAT64;
+}
+
+// Input element i of rank r: small integers, so float sums are exact and
+// products stay finite; products use {1, 2, -1} only.
+long double input_value(int rank, std::uint64_t i, wia_reduce_op_t op, wia_datatype_t t) {
+  const std::uint64_t h = (i * 2654435761u + static_cast<std::uint64_t>(rank) * 40503u) >> 4;
+  if (op == WIA_REDUCE_PROD) {
+    static const int kVals[] = {1, 2, -1, 1};
+    if (t == WIA_UINT8 || t == WIA_UINT32 || t == WIA_UINT64)
+      return static_cast<long double>(1 + (h % 2));
+    return static_cast<long double>(kVals[h % 4]);
+  }
+  const long long v = static_cast<long long>(h % 17) - 8;
+  if (t == WIA_UINT8 || t == WIA_UINT32 || t == WIA_UINT64) return static_cast<long double>(h % 31);
+  return v;
+}
+
+void store(void* base, std::uint64_t i, wia_datatype_t t, long double v) {
+  char* p = static_cast<char*>(base);
+  switch (t) {
+    case WIA_INT8: reinterpret_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(static_cast<long long>(v)); break;
+    case WIA_UINT8: reinterpret_cast<std::uint8_t*>(p)[i] = static_cast<std::uint8_t>(static_cast<unsigned long long>(static_cast<long long>(v))); break;
+    case WIA_INT32: reinterpret_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(static_cast<long long>(v)); break;
+    case WIA_UINT32: reinterpret_cast<std::uint32_t*>(p)[i] = static_cast<std::uint32_t>(static_cast<long long>(v)); break;
+    case WIA_INT64: reinterpret_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v); break;
+    case WIA_UINT64: reinterpret_cast<std::uint64_t*>(p)[i] = static_cast<std::uint64_t>(static_cast<long long>(v)); break;
+    case WIA_FLOAT16: reinterpret_cast<std::uint16_t*>(p)[i] = wia::kernels::float_to_half(static_cast<float>(v)); break;
+    case WIA_BFLOAT16: reinterpret_cast<std::uint16_t*>(p)[i] = wia::kernels::float_to_bfloat16(static_cast<float>(v)); break;
+    case WIA_FLOAT32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case WIA_FLOAT64: reinterpret_cast<double*>(p)[i] = static_cast<double>(v); break;
+    default: break;
+  }
+}
+
+long double load(const void* base, std::uint64_t i, wia_datatype_t t) {
+  const char* p = static_cast<const char*>(base);
+  switch (t) {
+    case WIA_INT8: return reinterpret_cast<const std::int8_t*>(p)[i];
+    case WIA_UINT8: return reinterpret_cast<const std::uint8_t*>(p)[i];
+    case WIA_INT32: return reinterpret_cast<const std::int32_t*>(p)[i];
+    case WIA_UINT32: return reinterpret_cast<const std::uint32_t*>(p)[i];
+    case WIA_INT64: return static_cast<long double>(reinterpret_cast<const std::int64_t*>(p)[i]);
+    case WIA_UINT64: return static_cast<long double>(reinterpret_cast<const std::uint64_t*>(p)[i]);
+    case WIA_FLOAT16: return wia::kernels::half_to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
+    case WIA_BFLOAT16: return wia::kernels::bfloat16_to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
+    case WIA_FLOAT32: return reinterpret_cast<const float*>(p)[i];
+    case WIA_FLOAT64: return reinterpret_cast<const double*>(p)[i];
+    default: return 0;
+  }
+}
+
+// Wraps an exact integer result into the type's range, as the hardware does.
+long double wrap(long double v, wia_datatype_t t) {
+  const long long x = static_cast<long long>(v);
+  switch (t) {
+    case WIA_INT8: return static_cast<std::int8_t>(x);
+    case WIA_UINT8: return static_cast<std::uint8_t>(x);
+    case WIA_INT32: return static_cast<std::int32_t>(x);
+    case WIA_UINT32: return static_cast<std::uint32_t>(x);
+    default: return v;
+  }
+}
+
+long double reduce_ref(wia_reduce_op_t op, wia_datatype_t t, int nranks, std::uint64_t i,
+                       const std::vector<int>& ranks) {
+  long double acc = 0;
+  bool first = true;
+  for (int r : ranks) {
+    const long double v = input_value(r, i, op, t);
+    if (first) {
+      acc = v;
+      first = false;
+      continue;
+    }
+    switch (op) {
+      case WIA_REDUCE_SUM:
+      case WIA_REDUCE_AVG: acc += v; break;
+      case WIA_REDUCE_PROD: acc *= v; break;
+      case WIA_REDUCE_MIN: acc = std::min(acc, v); break;
+      case WIA_REDUCE_MAX: acc = std::max(acc, v); break;
+      default: break;
+    }
+  }
+  if (op == WIA_REDUCE_AVG) {
+    if (is_float(t)) return acc / nranks;
+    return static_cast<long double>(static_cast<long long>(wrap(acc, t)) / nranks);
+  }
+  return wrap(acc, t);
+}
+
+bool close_enough(long double got, long double want, wia_datatype_t t) {
+  if (!is_float(t)) return got == want;
+  const long double tol = t == WIA_BFLOAT16 ? 1e-2L : t == WIA_FLOAT16 ? 2e-3L : 1e-6L;
+  return std::fabs(got - want) <= tol * std::max<long double>(1, std::fabs(want));
+}
+
+// --- one run ------------------------------------------------------------------
+
+struct Case {
+  wia_collective_op_t coll;
+  wia_algorithm_id_t algo;
+  int nranks;
+  std::uint64_t count;
+  wia_datatype_t dtype;
+  wia_reduce_op_t op;
+  bool in_place;
+  int root;
+};
+
+std::string describe(const Case& c) {
+  return "coll=" + std::to_string(c.coll) + " algo=" + std::to_string(c.algo) +
+         " ranks=" + std::to_string(c.nranks) + " count=" + std::to_string(c.count) +
+         " dtype=" + wia::kernels::dtype_name(c.dtype) + " op=" +
+         wia::kernels::reduce_op_name(c.op) + (c.in_place ? " in-place" : " out-of-place") +
+         " root=" + std::to_string(c.root);
+}
+
+struct Ranks {
+  wia_communicator_t comm = nullptr;
+  std::vector<wia_stream_t> streams;
+  explicit Ranks(int n) {
+    std::vector<wia_device_t> devs(n);
+    for (int i = 0; i < n; ++i) devs[i] = i;
+    REQUIRE(wia_create_communicator(devs.data(), n, &comm) == WIA_SUCCESS);
+    streams.resize(n);
+    for (int i = 0; i < n; ++i) REQUIRE(wia_create_stream_on(i, &streams[i]) == WIA_SUCCESS);
+  }
+  ~Ranks() {
+    for (auto s : streams) wia_destroy_stream(s);
+    wia_destroy_communicator(comm);
+  }
+};
+
+// Runs one case; returns the number of wrong elements (and reports the first).
+std::uint64_t run_case(Ranks& R, const Case& c) {
+  const int p = c.nranks;
+  const std::size_t es = wia::kernels::dtype_size(c.dtype);
+  const std::uint64_t n = c.count;
+  const std::uint64_t all = n * p;
+  std::uint64_t in_elems = n, out_elems = n;
+  switch (c.coll) {
+    case WIA_COLLECTIVE_ALLGATHER: in_elems = n; out_elems = all; break;
+    case WIA_COLLECTIVE_REDUCE_SCATTER: in_elems = all; out_elems = n; break;
+    case WIA_COLLECTIVE_ALLTOALL: in_elems = all; out_elems = all; break;
+    default: break;
+  }
+  // One allocation per rank large enough for both layouts (+1 element so a
+  // zero count still has a valid pointer).
+  const std::uint64_t cap = (in_elems + out_elems + 1) * es;
+  std::vector<char*> buf(p), send(p), recv(p);
+  for (int r = 0; r < p; ++r) {
+    REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&buf[r]), cap) == WIA_SUCCESS);
+    std::memset(buf[r], kPoison, cap);
+    // Inputs: element i of rank r; all-to-all shard j element i = input index j*n+i.
+    char* input;
+    if (!c.in_place) {
+      send[r] = buf[r];
+      recv[r] = buf[r] + in_elems * es;
+      input = send[r];
+    } else {
+      recv[r] = buf[r];
+      switch (c.coll) {
+        case WIA_COLLECTIVE_ALLGATHER: send[r] = recv[r] + r * n * es; break;
+        case WIA_COLLECTIVE_REDUCE_SCATTER: send[r] = recv[r]; recv[r] = send[r] + r * n * es; break;
+        default: send[r] = recv[r]; break;
+      }
+      input = send[r];
+    }
+    for (std::uint64_t i = 0; i < in_elems; ++i)
+      store(input, i, c.dtype, input_value(r, i, c.op, c.dtype));
+  }
+
+  wia_collective_config_t cfg{};
+  cfg.operation = c.coll;
+  cfg.reduction_op = c.op;
+  cfg.datatype = c.dtype;
+  cfg.algorithm = c.algo;
+  cfg.timeout_ms = 20000;
+  std::vector<std::vector<void*>> sshards(p, std::vector<void*>(p)), rshards(p, std::vector<void*>(p));
+  REQUIRE(wia_group_start() == WIA_SUCCESS);
+  for (int r = 0; r < p; ++r) {
+    wia_status_t st = WIA_SUCCESS;
+    switch (c.coll) {
+      case WIA_COLLECTIVE_ALLREDUCE: st = wia_all_reduce(R.comm, send[r], recv[r], n, &cfg, R.streams[r]); break;
+      case WIA_COLLECTIVE_BROADCAST: st = wia_broadcast_ex(R.comm, send[r], recv[r], n, c.root, &cfg, R.streams[r]); break;
+      case WIA_COLLECTIVE_REDUCE: st = wia_reduce(R.comm, send[r], recv[r], n, c.root, &cfg, R.streams[r]); break;
+      case WIA_COLLECTIVE_ALLGATHER: st = wia_all_gather_ex(R.comm, send[r], recv[r], n, &cfg, R.streams[r]); break;
+      case WIA_COLLECTIVE_REDUCE_SCATTER: st = wia_reduce_scatter(R.comm, send[r], recv[r], n, &cfg, R.streams[r]); break;
+      case WIA_COLLECTIVE_ALLTOALL:
+        for (int j = 0; j < p; ++j) {
+          sshards[r][j] = send[r] + j * n * es;
+          rshards[r][j] = recv[r] + j * n * es;
+        }
+        st = wia_all_to_all(R.comm, sshards[r].data(), rshards[r].data(), n, &cfg, R.streams[r]);
+        break;
+      default: break;
+    }
+    INFO(describe(c), " rank ", r, ": ", std::string(wia_get_last_error()));
+    REQUIRE(st == WIA_SUCCESS);
+  }
+  REQUIRE(wia_group_end() == WIA_SUCCESS);
+  for (int r = 0; r < p; ++r) {
+    const wia_status_t st = wia_stream_synchronize(R.streams[r]);
+    INFO(describe(c), " rank ", r, ": ", std::string(wia_get_last_error()));
+    REQUIRE(st == WIA_SUCCESS);
+  }
+
+  std::vector<int> everyone(p);
+  for (int r = 0; r < p; ++r) everyone[r] = r;
+  std::uint64_t wrong = 0;
+  auto expect = [&](int r, const void* out, std::uint64_t i, long double want) {
+    const long double got = load(out, i, c.dtype);
+    if (!close_enough(got, want, c.dtype)) {
+      if (wrong == 0)
+        FAIL_CHECK(describe(c), ": rank ", r, " element ", i, " is ", static_cast<double>(got),
+                   ", expected ", static_cast<double>(want));
+      ++wrong;
+    }
+  };
+  for (int r = 0; r < p; ++r) {
+    switch (c.coll) {
+      case WIA_COLLECTIVE_ALLREDUCE:
+        for (std::uint64_t i = 0; i < n; ++i) expect(r, recv[r], i, reduce_ref(c.op, c.dtype, p, i, everyone));
+        break;
+      case WIA_COLLECTIVE_REDUCE:
+        if (r == c.root)
+          for (std::uint64_t i = 0; i < n; ++i) expect(r, recv[r], i, reduce_ref(c.op, c.dtype, p, i, everyone));
+        break;
+      case WIA_COLLECTIVE_BROADCAST:
+        for (std::uint64_t i = 0; i < n; ++i) expect(r, recv[r], i, input_value(c.root, i, c.op, c.dtype));
+        break;
+      case WIA_COLLECTIVE_ALLGATHER:
+        for (int q = 0; q < p; ++q)
+          for (std::uint64_t i = 0; i < n; ++i)
+            expect(r, recv[r], q * n + i, input_value(q, i, c.op, c.dtype));
+        break;
+      case WIA_COLLECTIVE_REDUCE_SCATTER:
+        for (std::uint64_t i = 0; i < n; ++i)
+          expect(r, recv[r], i, reduce_ref(c.op, c.dtype, p, r * n + i, everyone));
+        break;
+      case WIA_COLLECTIVE_ALLTOALL:
+        // Shard q received by r is shard r of q's input.
+        for (int q = 0; q < p; ++q)
+          for (std::uint64_t i = 0; i < n; ++i)
+            expect(r, recv[r], q * n + i, input_value(q, r * n + i, c.op, c.dtype));
+        break;
+      default: break;
+    }
+  }
+  for (int r = 0; r < p; ++r) REQUIRE(wia_free(buf[r]) == WIA_SUCCESS);
+  return wrong;
+}
+
+struct CollAlgos {
+  wia_collective_op_t coll;
+  std::vector<wia_algorithm_id_t> algos;
+};
+
+const std::vector<CollAlgos>& all_algorithms() {
+  static const std::vector<CollAlgos> k = {
+      {WIA_COLLECTIVE_ALLREDUCE, {WIA_ALGORITHM_RING, WIA_ALGORITHM_TREE, WIA_ALGORITHM_BINOMIAL,
+                                  WIA_ALGORITHM_RABENSEIFNER, WIA_ALGORITHM_RECURSIVE_DOUBLING}},
+      {WIA_COLLECTIVE_BROADCAST, {WIA_ALGORITHM_BINOMIAL, WIA_ALGORITHM_CHAIN, WIA_ALGORITHM_SCATTER_ALLGATHER}},
+      {WIA_COLLECTIVE_REDUCE, {WIA_ALGORITHM_BINOMIAL, WIA_ALGORITHM_CHAIN}},
+      {WIA_COLLECTIVE_ALLGATHER, {WIA_ALGORITHM_RING, WIA_ALGORITHM_RECURSIVE_DOUBLING, WIA_ALGORITHM_BRUCK}},
+      {WIA_COLLECTIVE_REDUCE_SCATTER, {WIA_ALGORITHM_RING, WIA_ALGORITHM_RECURSIVE_HALVING}},
+      {WIA_COLLECTIVE_ALLTOALL, {WIA_ALGORITHM_DIRECT, WIA_ALGORITHM_PAIRWISE}},
+  };
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("every collective x algorithm x rank count matches the reference") {
+  Library lib;
+  const std::vector<int> rank_counts = {1, 2, 3, 4, 5, 7, 8};
+  const std::vector<std::uint64_t> counts =
+      full_matrix() ? std::vector<std::uint64_t>{0, 1, 7, 4099, (1u << 20) / 4 + 3}
+                    : std::vector<std::uint64_t>{0, 1, 7, 4099};
+  const std::vector<wia_datatype_t> dtypes =
+      full_matrix() ? std::vector<wia_datatype_t>{WIA_INT8, WIA_UINT8, WIA_INT32, WIA_UINT32, WIA_INT64,
+                                                  WIA_UINT64, WIA_FLOAT16, WIA_BFLOAT16, WIA_FLOAT32, WIA_FLOAT64}
+                    : std::vector<wia_datatype_t>{WIA_INT32, WIA_FLOAT32, WIA_BFLOAT16};
+  std::uint64_t wrong = 0, runs = 0;
+  for (int p : rank_counts) {
+    Ranks R(p);
+    for (const auto& ca : all_algorithms())
+      for (auto algo : ca.algos)
+        for (std::uint64_t n : counts)
+          for (auto t : dtypes)
+            for (bool in_place : {false, true}) {
+              const int root = p > 1 ? (static_cast<int>(n) + 1) % p : 0;
+              Case c{ca.coll, algo, p, n, t, WIA_REDUCE_SUM, in_place, root};
+              wrong += run_case(R, c);
+              ++runs;
+            }
+  }
+  MESSAGE(runs, " runs");
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("every reduce op and dtype through all-reduce, reduce-scatter and reduce") {
+  Library lib;
+  std::uint64_t wrong = 0;
+  for (int p : {3, 4}) {
+    Ranks R(p);
+    for (int t = 0; t < WIA_DATATYPE_COUNT; ++t)
+      for (int op = 0; op < WIA_REDUCE_OP_COUNT; ++op)
+        for (auto coll : {WIA_COLLECTIVE_ALLREDUCE, WIA_COLLECTIVE_REDUCE_SCATTER, WIA_COLLECTIVE_REDUCE}) {
+          const wia_algorithm_id_t algo = coll == WIA_COLLECTIVE_REDUCE ? WIA_ALGORITHM_BINOMIAL : WIA_ALGORITHM_RING;
+          for (std::uint64_t n : {std::uint64_t(1), std::uint64_t(13), std::uint64_t(1031)}) {
+            Case c{coll, algo, p, n, static_cast<wia_datatype_t>(t), static_cast<wia_reduce_op_t>(op), false, 1};
+            wrong += run_case(R, c);
+          }
+        }
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("AUTO picks an algorithm and reports it with an estimate") {
+  Library lib;
+  Ranks R(4);
+  for (std::uint64_t n : {std::uint64_t(2), std::uint64_t(1) << 20}) {
+    Case c{WIA_COLLECTIVE_ALLREDUCE, WIA_ALGORITHM_AUTO, 4, n, WIA_FLOAT32, WIA_REDUCE_SUM, false, 0};
+    CHECK(run_case(R, c) == 0);
+    const wia_algorithm_t a = wia_get_selected_algorithm(R.comm);
+    CHECK(a.id != WIA_ALGORITHM_AUTO);
+    CHECK(std::string(a.collective) == "allreduce");
+    CHECK(a.estimated_time_ms > 0);
+  }
+}
+
+TEST_CASE("mismatched calls fail on every rank instead of hanging") {
+  Library lib;
+  Ranks R(3);
+  std::vector<float*> b(3);
+  for (int r = 0; r < 3; ++r) REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&b[r]), 4096) == WIA_SUCCESS);
+  wia_collective_config_t cfg{};
+  cfg.reduction_op = WIA_REDUCE_SUM;
+  cfg.datatype = WIA_FLOAT32;
+  CHECK(wia_all_reduce(R.comm, b[0], b[0], 100, &cfg, R.streams[0]) == WIA_SUCCESS);
+  CHECK(wia_all_reduce(R.comm, b[1], b[1], 100, &cfg, R.streams[1]) == WIA_SUCCESS);
+  // Rank 2 disagrees on the count: the call that completes the set fails...
+  CHECK(wia_all_reduce(R.comm, b[2], b[2], 99, &cfg, R.streams[2]) == WIA_ERROR_MISMATCH);
+  CHECK(std::string(wia_get_last_error()).find("count 100 vs 99") != std::string::npos);
+  // ...and every other rank sees it on its stream.
+  for (int r = 0; r < 2; ++r) {
+    CHECK(wia_stream_synchronize(R.streams[r]) == WIA_ERROR_MISMATCH);
+    CHECK(std::string(wia_get_last_error()).find("rank 0 and rank 2") != std::string::npos);
+  }
+  CHECK(wia_stream_synchronize(R.streams[2]) == WIA_ERROR_MISMATCH);
+  CHECK(wia_comm_get_async_error(R.comm) == WIA_ERROR_MISMATCH);
+  // Broadcast root mismatch, then a good collective still works afterwards.
+  CHECK(wia_broadcast(R.comm, b[0], 10, 0, WIA_FLOAT32, R.streams[0]) == WIA_SUCCESS);
+  CHECK(wia_broadcast(R.comm, b[1], 10, 1, WIA_FLOAT32, R.streams[1]) == WIA_SUCCESS);
+  CHECK(wia_broadcast(R.comm, b[2], 10, 0, WIA_FLOAT32, R.streams[2]) == WIA_ERROR_MISMATCH);
+  for (int r = 0; r < 3; ++r) wia_stream_synchronize(R.streams[r]);
+  for (int r = 0; r < 3; ++r) b[r][0] = static_cast<float>(r + 1);
+  for (int r = 0; r < 3; ++r) CHECK(wia_all_reduce(R.comm, b[r], b[r], 1, &cfg, R.streams[r]) == WIA_SUCCESS);
+  for (int r = 0; r < 3; ++r) CHECK(wia_stream_synchronize(R.streams[r]) == WIA_SUCCESS);
+  for (int r = 0; r < 3; ++r) CHECK(b[r][0] == 6.0f);
+  for (int r = 0; r < 3; ++r) wia_free(b[r]);
+}
+
+TEST_CASE("a rank that never posts becomes a timeout naming it, not a hang") {
+  Library lib;
+  Ranks R(3);
+  std::vector<float*> b(3);
+  for (int r = 0; r < 3; ++r) REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&b[r]), 4096) == WIA_SUCCESS);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  cfg.timeout_ms = 300;
+  CHECK(wia_all_reduce(R.comm, b[0], b[0], 100, &cfg, R.streams[0]) == WIA_SUCCESS);
+  CHECK(wia_all_reduce(R.comm, b[1], b[1], 100, &cfg, R.streams[1]) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(R.streams[0]) == WIA_ERROR_TIMEOUT);
+  const std::string msg = wia_get_last_error();
+  CHECK(msg.find("rank(s) 2") != std::string::npos);
+  CHECK(wia_stream_synchronize(R.streams[1]) == WIA_ERROR_TIMEOUT);
+  for (int r = 0; r < 3; ++r) wia_free(b[r]);
+}
+
+TEST_CASE("bad arguments return clear errors and post nothing") {
+  Library lib;
+  Ranks R(2);
+  float* b = nullptr;
+  REQUIRE(wia_malloc_on(0, reinterpret_cast<void**>(&b), 4096) == WIA_SUCCESS);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  CHECK(wia_all_reduce(nullptr, b, b, 1, &cfg, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_all_reduce(R.comm, b, b, 1, nullptr, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_all_reduce(R.comm, nullptr, b, 1, &cfg, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(wia_get_last_error()).find("sendbuf is NULL") != std::string::npos);
+  CHECK(wia_all_reduce(R.comm, b, b, 2000, &cfg, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(wia_get_last_error()).find("remain in its allocation") != std::string::npos);
+  CHECK(wia_all_reduce(R.comm, b, b + 1, 100, &cfg, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(wia_get_last_error()).find("overlap") != std::string::npos);
+  CHECK(wia_broadcast(R.comm, b, 1, 5, WIA_FLOAT32, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(wia_get_last_error()).find("root 5") != std::string::npos);
+  cfg.datatype = static_cast<wia_datatype_t>(42);
+  CHECK(wia_all_reduce(R.comm, b, b, 1, &cfg, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  cfg.datatype = WIA_FLOAT32;
+  cfg.reduction_op = static_cast<wia_reduce_op_t>(9);
+  CHECK(wia_all_reduce(R.comm, b, b, 1, &cfg, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  cfg.reduction_op = WIA_REDUCE_SUM;
+  // A stream whose device is not in the communicator has no rank.
+  wia_stream_t other = nullptr;
+  REQUIRE(wia_create_stream_on(2, &other) == WIA_SUCCESS);
+  CHECK(wia_all_reduce(R.comm, b, b, 1, &cfg, other) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(wia_get_last_error()).find("not a member") != std::string::npos);
+  wia_destroy_stream(other);
+  // Duplicate devices are refused.
+  wia_device_t dup[2] = {1, 1};
+  wia_communicator_t c2 = nullptr;
+  CHECK(wia_create_communicator(dup, 2, &c2) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_group_end() == WIA_ERROR_INVALID_ARGUMENT);
+  wia_free(b);
+}
+
+namespace {
+void slow_producer(void* p) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  auto* v = static_cast<float*>(p);
+  for (int i = 0; i < 1024; ++i) v[i] = 1.0f;
+}
+}  // namespace
+
+TEST_CASE("collectives are ordered after earlier stream work and before later work") {
+  Library lib;
+  Ranks R(2);
+  std::vector<float*> b(2), after(2);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&b[r]), 1024 * 4) == WIA_SUCCESS);
+    REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&after[r]), 1024 * 4) == WIA_SUCCESS);
+    std::fill(b[r], b[r] + 1024, -100.0f);
+  }
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int r = 0; r < 2; ++r) {
+    // The input is produced on the stream after the call would have started.
+    REQUIRE(wia_launch_host_func(R.streams[r], slow_producer, b[r]) == WIA_SUCCESS);
+    REQUIRE(wia_all_reduce(R.comm, b[r], b[r], 1024, &cfg, R.streams[r]) == WIA_SUCCESS);
+    REQUIRE(wia_memcpy_async(after[r], b[r], 1024 * 4, R.streams[r]) == WIA_SUCCESS);
+  }
+  for (int r = 0; r < 2; ++r) REQUIRE(wia_stream_synchronize(R.streams[r]) == WIA_SUCCESS);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(b[r][0] == 2.0f);
+    CHECK(b[r][1023] == 2.0f);
+    CHECK(after[r][512] == 2.0f);
+  }
+  for (int r = 0; r < 2; ++r) wia_free(b[r]), wia_free(after[r]);
+}

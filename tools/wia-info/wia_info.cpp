@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// wia-info: what libwia found on this machine and why.
+//   wia-info            providers (loaded, absent, disabled, refused with the
+//                       reason), devices, peer-access matrix
+//   wia-info --config   effective configuration with the source of each value
+#include <wia/wia.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "common/error.hpp"
+#include "config/config.hpp"
+#include "provider/registry.hpp"
+#include "runtime/runtime.hpp"
+
+namespace {
+
+std::string caps_text(std::uint64_t caps) {
+  std::string s;
+  if (caps & WIA_PROVIDER_CAP_DEVICE) s += "device";
+  if (caps & WIA_PROVIDER_CAP_TRANSPORT) s += s.empty() ? "transport" : ",transport";
+  return s.empty() ? "-" : s;
+}
+
+std::string device_caps_text(std::uint64_t caps) {
+  static const std::pair<std::uint64_t, const char*> names[] = {
+      {WIA_DEVICE_CAP_HOST_FUNC, "host_func"}, {WIA_DEVICE_CAP_EVENT_TIMING, "event_timing"},
+      {WIA_DEVICE_CAP_PEER, "peer"},           {WIA_DEVICE_CAP_IPC, "ipc"},
+      {WIA_DEVICE_CAP_REDUCE, "reduce"},       {WIA_DEVICE_CAP_PINNED_HOST, "pinned_host"}};
+  std::string s;
+  for (const auto& [bit, name] : names)
+    if (caps & bit) s += (s.empty() ? "" : ",") + std::string(name);
+  return s.empty() ? "-" : s;
+}
+
+std::string bytes_text(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
+const char* kind_text(wia_device_type_t t) {
+  switch (t) {
+    case WIA_DEVICE_CPU: return "cpu";
+    case WIA_DEVICE_GPU: return "gpu";
+    case WIA_DEVICE_ACCELERATOR: return "accelerator";
+  }
+  return "?";
+}
+
+int print_config(const wia::Runtime& rt) {
+  fmt::print("Effective configuration (lowest to highest precedence: default, file, env):\n");
+  std::size_t w = 0;
+  const auto entries = rt.config().entries();
+  for (const auto& [key, v] : entries) w = std::max(w, key.size());
+  for (const auto& [key, v] : entries)
+    fmt::print("  {:<{}}  = {:<16}  [{}]  {}\n", key, w, v.text.empty() ? "\"\"" : v.text,
+               v.source, v.description);
+  for (const auto& [section, source] : rt.config().undeclared_sections())
+    fmt::print("  {}: section not used: no loaded provider of that name ({})\n", section, source);
+  return 0;
+}
+
+int print_overview(const wia::Runtime& rt) {
+  fmt::print("libwia {}.{}.{}  provider ABI v{}  host services v{}\n\n", WIA_VERSION_MAJOR,
+             WIA_VERSION_MINOR, WIA_VERSION_PATCH,
+             WIA_PROVIDER_ABI_VERSION, WIA_HOST_SERVICES_VERSION);
+  fmt::print("Provider search path (in order):\n");
+  for (const auto& dir : rt.providers().search_path()) fmt::print("  {}\n", dir);
+
+  fmt::print("\nProviders:\n");
+  for (const auto& r : rt.providers().records()) {
+    if (r.state == wia::ProviderState::loaded)
+      fmt::print("  {:<16} loaded    v{:<10} ABI v{}  caps {}  ({})\n", r.name, r.version,
+                 r.abi_version, caps_text(r.caps), r.path);
+  }
+  for (const auto& r : rt.providers().records()) {
+    if (r.state == wia::ProviderState::loaded) continue;
+    fmt::print("  {:<16} {:<9} {}\n                   reason: {}\n", r.name,
+               wia::provider_state_name(r.state), r.path.empty() ? "(no file)" : r.path, r.reason);
+  }
+
+  const auto& devs = rt.devices();
+  fmt::print("\nDevices: {}\n", devs.size());
+  for (const auto& d : devs) {
+    fmt::print("  [{}] {:<24} {:<4} provider {} #{}  memory {}  NUMA {}{}{}  caps {}\n", d.id,
+               d.props.name, kind_text(d.props.type), d.provider->name(), d.local_index,
+               bytes_text(d.props.total_memory), d.props.numa_node,
+               d.props.pci_bus_id[0] ? "  PCI " : "", d.props.pci_bus_id,
+               device_caps_text(d.provider->device()->caps));
+  }
+  if (!devs.empty()) {
+    fmt::print("\nPeer access (row device can access column device directly):\n     ");
+    for (const auto& d : devs) fmt::print("{:>4}", d.id);
+    fmt::print("\n");
+    for (const auto& a : devs) {
+      fmt::print("  {:>2} ", a.id);
+      for (const auto& b : devs)
+        fmt::print("{:>4}", a.id == b.id ? "-" : (wia_can_access_peer(a.id, b.id) ? "Y" : "N"));
+      fmt::print("\n");
+    }
+  }
+  return 0;
+}
+
+void usage(FILE* out) {
+  std::fputs(
+      "usage: wia-info [--config] [--help]\n"
+      "  (no option)  providers, their state and reasons, devices, peer-access matrix\n"
+      "  --config     effective configuration with the source of every value\n"
+      "Environment: WIA_CONFIG=<file.yaml>, WIA_PROVIDER_PATH, WIA_LOG_LEVEL, WIA_* overrides\n",
+      out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool config = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--config")) {
+      config = true;
+    } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "wia-info: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  try {
+    const wia::Runtime& rt = wia::Runtime::get();
+    return config ? print_config(rt) : print_overview(rt);
+  } catch (const wia::Error& e) {
+    std::fprintf(stderr, "wia-info: %s: %s\n", wia::status_name(e.status()), e.what());
+    return 1;
+  }
+}
