@@ -4,6 +4,8 @@
 # Builds libwia-provider-<name>.so against the ABI headers only (never the
 # core), with hidden visibility so that the wia_provider_v1 symbol is the
 # only export. Usable in-tree and, after find_package(wia), out of tree.
+set(_WIA_PROVIDER_CMAKE_DIR ${CMAKE_CURRENT_LIST_DIR})
+
 function(wia_add_provider name)
   cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIR" "SOURCES;DEPS" ${ARGN})
   set(target wia-provider-${name})
@@ -28,6 +30,10 @@ function(wia_add_provider name)
   if(ARG_DEPS)
     target_link_libraries(${target} PRIVATE ${ARG_DEPS})
   endif()
+  # Export the descriptor symbols and nothing else (see the map file).
+  set(map ${_WIA_PROVIDER_CMAKE_DIR}/wia_provider_exports.map)
+  target_link_options(${target} PRIVATE -Wl,--version-script=${map})
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${map})
   # A provider must resolve every symbol at build time: an unresolved one
   # would only surface as a dlopen failure on a user's machine.
   target_link_options(${target} PRIVATE -Wl,--no-undefined)

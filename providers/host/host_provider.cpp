@@ -25,6 +25,8 @@
 //    and RLIMIT_MEMLOCK would make large allocations fail for no benefit.
 //  - host.memory_limit caps WIA_MEM_DEVICE bytes per device (the quantity a
 //    GPU would run out of); pinned host memory does not count against it.
+#include "host_provider.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -46,7 +48,6 @@
 #include <sstream>
 #include <string>
 
-#include "host_provider.hpp"
 #include "kernels/cpu_reduce.hpp"
 
 #ifndef WIA_HOST_VERSION
@@ -300,7 +301,8 @@ void advise(const Provider& p, const Device& d, void* base, std::uint64_t len) n
     // Prefer (not bind) the device's node: memory pressure there spills
     // elsewhere instead of failing.
     unsigned long mask = 1ul << d.numa_node;
-    if (syscall(SYS_mbind, base, len, MPOL_PREFERRED, &mask, 64, 0) != 0)
+    // maxnode is one more than the bits in the mask (the kernel drops one).
+    if (syscall(SYS_mbind, base, len, MPOL_PREFERRED, &mask, sizeof(mask) * 8 + 1, 0) != 0)
       p.log(WIA_LOG_DEBUG, "mbind to NUMA node %d failed: %s", d.numa_node,
             errno_text(errno).c_str());
   }
@@ -328,8 +330,8 @@ wia_status_t alloc_device_memory(Provider& p, Device& d, std::uint64_t size, All
                     "mem_alloc(%" PRIu64 " B) on host device %d: growing the memory arena: %s",
                     size, d.index, errno_text(e).c_str());
     }
-    base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, d.arena_fd,
-                static_cast<off_t>(off));
+    base =
+        mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, d.arena_fd, static_cast<off_t>(off));
     if (base == MAP_FAILED) {
       const int e = errno;
       return p.fail(WIA_ERROR_OUT_OF_MEMORY, "mem_alloc(%" PRIu64 " B) on host device %d: mmap: %s",
@@ -493,14 +495,15 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
       return p.fail(WIA_ERROR_INVALID_DEVICE, "mem_alloc: no host device %d (have %zu)", dev,
                     p.devices.size());
     if (kind != WIA_MEM_DEVICE && kind != WIA_MEM_HOST_PINNED)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on host device %d: unknown kind %u",
-                    dev, kind);
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on host device %d: unknown kind %u", dev,
+                    kind);
     const char* kind_name = kind == WIA_MEM_DEVICE ? "device" : "pinned";
     // Lazy commitment would let an absurd request "succeed" and fail at
     // first touch; refuse what the machine cannot hold at all.
     if (p.physical_memory != 0 && size > p.physical_memory)
       return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                    "mem_alloc(%" PRIu64 " B, %s) on host device %d: larger than this machine's "
+                    "mem_alloc(%" PRIu64
+                    " B, %s) on host device %d: larger than this machine's "
                     "memory (%" PRIu64 " B RAM + swap)",
                     size, kind_name, dev, p.physical_memory);
     Device& d = *p.devices[static_cast<std::size_t>(dev)];
@@ -508,7 +511,8 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
     if (kind == WIA_MEM_DEVICE && p.memory_limit != 0 &&
         (d.used > p.memory_limit || size > p.memory_limit - d.used))
       return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                    "mem_alloc(%" PRIu64 " B, device) on host device %d: exceeds host.memory_limit "
+                    "mem_alloc(%" PRIu64
+                    " B, device) on host device %d: exceeds host.memory_limit "
                     "(%" PRIu64 " B, %" PRIu64 " B in use)",
                     size, dev, p.memory_limit, d.used);
     Allocation a;
@@ -630,8 +634,8 @@ wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
                             wia_ipc_handle_t* handle) noexcept {
   return guarded(ctx, "ipc_get_handle", [&](Provider& p) -> wia_status_t {
     if (handle == nullptr || ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on host device %d: %s is NULL",
-                    dev, handle == nullptr ? "handle" : "ptr");
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on host device %d: %s is NULL", dev,
+                    handle == nullptr ? "handle" : "ptr");
     if (!p.valid_device(dev))
       return p.fail(WIA_ERROR_INVALID_DEVICE, "ipc_get_handle: no host device %d (have %zu)", dev,
                     p.devices.size());
@@ -708,11 +712,11 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
     const int getfd_errno = errno;
     close(pidfd);
     if (fd < 0) {
-      const wia_status_t st = getfd_errno == EPERM     ? WIA_ERROR_UNAVAILABLE
-                              : getfd_errno == EBADF   ? WIA_ERROR_INVALID_HANDLE
-                              : getfd_errno == ESRCH   ? WIA_ERROR_REMOTE
-                              : getfd_errno == ENOSYS  ? WIA_ERROR_NOT_SUPPORTED
-                                                       : WIA_ERROR_IO;
+      const wia_status_t st = getfd_errno == EPERM    ? WIA_ERROR_UNAVAILABLE
+                              : getfd_errno == EBADF  ? WIA_ERROR_INVALID_HANDLE
+                              : getfd_errno == ESRCH  ? WIA_ERROR_REMOTE
+                              : getfd_errno == ENOSYS ? WIA_ERROR_NOT_SUPPORTED
+                                                      : WIA_ERROR_IO;
       return p.fail(st, "ipc_open_handle on host device %d: pidfd_getfd(pid %d, fd %d): %s%s", dev,
                     w.pid, w.fd, errno_text(getfd_errno).c_str(),
                     getfd_errno == EPERM ? " (needs ptrace access to the exporting process)" : "");
@@ -821,11 +825,11 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
     }
     struct sysinfo si {};
     if (sysinfo(&si) == 0)
-      p->physical_memory =
-          (static_cast<std::uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
+      p->physical_memory = (static_cast<std::uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
 
     p->log(WIA_LOG_INFO,
-           "%d device(s) over %d NUMA node(s); memory_limit=%" PRIu64 " B per device%s; "
+           "%d device(s) over %d NUMA node(s); memory_limit=%" PRIu64
+           " B per device%s; "
            "peer_access=%s",
            count, p->numa_nodes, p->memory_limit, p->memory_limit == 0 ? " (none)" : "",
            p->peer_access ? "true" : "false");
@@ -849,8 +853,8 @@ wia_status_t fini(void* ctx) noexcept {
   for (const auto& d : p->devices) {
     std::lock_guard<std::mutex> lk(d->mu);
     if (!d->allocs.empty())
-      p->log(WIA_LOG_WARN, "fini: host device %d: freeing %zu allocation(s) never freed",
-             d->index, d->allocs.size());
+      p->log(WIA_LOG_WARN, "fini: host device %d: freeing %zu allocation(s) never freed", d->index,
+             d->allocs.size());
     for (const auto& [base, a] : d->allocs) release(*d, a);
     d->allocs.clear();
     for (const auto& [base, len] : d->imports) munmap(const_cast<void*>(base), len);
@@ -874,8 +878,8 @@ const wia_param_decl_v1_t kParams[] = {
      "out-of-memory",
      0, std::numeric_limits<std::int64_t>::max()},
     {sizeof(wia_param_decl_v1_t), WIA_PARAM_BOOL, "peer_access", "true",
-     "offer direct copies between host devices; false makes the core stage through host memory",
-     0, 1},
+     "offer direct copies between host devices; false makes the core stage through host memory", 0,
+     1},
 };
 
 const wia_device_ops_v1_t kDeviceOps = {

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <new>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -134,9 +134,13 @@ class Stream : public std::enable_shared_from_this<Stream> {
     Op op;
   };
   bool try_pop(Op* op) noexcept;
-  bool has_work() const noexcept {
-    return tail_->next.load(std::memory_order_seq_cst) != nullptr;
-  }
+  // Consumed nodes go back to the producers through a free list instead of
+  // delete: freeing on the worker what the caller's thread allocated makes
+  // the two threads fight over malloc's arena lock on every op.
+  Node* take_node();               // producers, under enqueue_mu_
+  void recycle(Node* n) noexcept;  // worker
+  static constexpr int kMaxFreeNodes = 1024;
+  bool has_work() const noexcept { return tail_->next.load(std::memory_order_seq_cst) != nullptr; }
   void run() noexcept;
   void execute(Op& op) noexcept;
   void record_error(std::uint64_t seq, wia_status_t status, std::string message) noexcept;
@@ -149,8 +153,11 @@ class Stream : public std::enable_shared_from_this<Stream> {
   // sequence numbers in queue order if a caller breaks that rule. The
   // worker never takes it.
   std::mutex enqueue_mu_;
-  Node* head_;  // last node linked (producers)
-  Node* tail_;  // stub before the next op to run (worker only)
+  Node* head_;                        // last node linked (producers)
+  Node* tail_;                        // stub before the next op to run (worker only)
+  Node* spare_ = nullptr;             // producers' private free nodes
+  std::atomic<Node*> free_{nullptr};  // worker pushes, producers take all
+  std::atomic<int> free_count_{0};    // approximate length of both lists
   std::atomic<std::uint64_t> submitted_{0};
   std::atomic<std::uint64_t> completed_{0};
 
@@ -189,7 +196,7 @@ class Provider {
   std::vector<std::unique_ptr<Device>> devices;
   std::uint64_t memory_limit = 0;  // per device, 0 = none
   bool peer_access = true;
-  int numa_nodes = 0;              // NUMA nodes found in /sys, 0 = no NUMA info
+  int numa_nodes = 0;                 // NUMA nodes found in /sys, 0 = no NUMA info
   std::uint64_t physical_memory = 0;  // RAM + swap, the OS bound for one allocation
 
   // Live stream and event handles. Lookups take the lock shared, so

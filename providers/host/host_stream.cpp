@@ -9,6 +9,7 @@
 // recorded, which is all query/synchronize/wait need, and a marker op
 // stamps the time when the worker reaches it.
 #include <pthread.h>
+#include <signal.h>
 
 #include <cinttypes>
 #include <cstring>
@@ -37,15 +38,55 @@ Stream::~Stream() {
   stop_and_join();
   // Drained by the worker; only the stub is left (or, if the worker never
   // started, whatever was queued).
-  while (tail_ != nullptr) {
-    Node* next = tail_->next.load(std::memory_order_relaxed);
-    delete tail_;
-    tail_ = next;
+  for (Node* list : {tail_, spare_, free_.load(std::memory_order_acquire)}) {
+    while (list != nullptr) {
+      Node* next = list->next.load(std::memory_order_relaxed);
+      delete list;
+      list = next;
+    }
   }
 }
 
+Stream::Node* Stream::take_node() {
+  if (spare_ == nullptr) spare_ = free_.exchange(nullptr, std::memory_order_acquire);
+  if (spare_ == nullptr) return new Node;
+  Node* n = spare_;
+  spare_ = n->next.load(std::memory_order_relaxed);
+  n->next.store(nullptr, std::memory_order_relaxed);
+  free_count_.fetch_sub(1, std::memory_order_relaxed);
+  return n;
+}
+
+void Stream::recycle(Node* n) noexcept {
+  if (free_count_.load(std::memory_order_relaxed) >= kMaxFreeNodes) {
+    delete n;  // a burst left plenty cached: keep memory bounded
+    return;
+  }
+  free_count_.fetch_add(1, std::memory_order_relaxed);
+  // Single pusher (this worker) and a consumer that only takes the whole
+  // list: no ABA.
+  Node* top = free_.load(std::memory_order_relaxed);
+  do {
+    n->next.store(top, std::memory_order_relaxed);
+  } while (
+      !free_.compare_exchange_weak(top, n, std::memory_order_release, std::memory_order_relaxed));
+}
+
 void Stream::start() {
-  worker_ = std::thread([this] { run(); });
+  // The worker inherits the creating thread's signal mask. Block every
+  // asynchronous signal while creating it, so SIGINT, SIGTERM, SIGCHLD ...
+  // keep going to the application's threads (faults are still delivered
+  // to the thread that faults).
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  try {
+    worker_ = std::thread([this] { run(); });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   char name[16];
   std::snprintf(name, sizeof(name), "wia-host-d%d", device_);
   pthread_setname_np(worker_.native_handle(), name);  // best effort: a debugging aid
@@ -59,10 +100,10 @@ void Stream::stop_and_join() noexcept {
 }
 
 std::uint64_t Stream::enqueue(Op op) {
-  auto* node = new Node;  // may throw bad_alloc: nothing changed yet
   std::uint64_t seq;
   {
     std::lock_guard<std::mutex> lk(enqueue_mu_);
+    Node* node = take_node();  // may throw bad_alloc: nothing changed yet
     seq = submitted_.load(std::memory_order_relaxed) + 1;
     op.seq = seq;
     if (op.kind == OpKind::kRecord) op.capture->seq = seq;
@@ -86,7 +127,7 @@ std::uint64_t Stream::enqueue(Op op) {
 bool Stream::try_pop(Op* op) noexcept {
   Node* next = tail_->next.load(std::memory_order_acquire);
   if (next == nullptr) return false;
-  delete tail_;  // the previous stub; `next` becomes the new one
+  recycle(tail_);  // the previous stub; `next` becomes the new one
   tail_ = next;
   *op = std::move(next->op);
   return true;
@@ -99,8 +140,8 @@ void Stream::run() noexcept {
   for (;;) {
     Op op;
     if (!try_pop(&op)) {
-      spin_until([&] { return has_work() || stop_.load(std::memory_order_relaxed); },
-                 kWorkerSpinNs, /*counted=*/true);
+      spin_until([&] { return has_work() || stop_.load(std::memory_order_relaxed); }, kWorkerSpinNs,
+                 /*counted=*/true);
       if (!try_pop(&op)) {
         std::unique_lock<std::mutex> lk(sleep_mu_);
         sleeping_.store(true, std::memory_order_seq_cst);
@@ -247,7 +288,8 @@ void destroy_all_streams(Provider& p) noexcept {
       p.log(WIA_LOG_WARN, "fini: %zu event(s) were not destroyed", p.events.size());
     p.events.clear();
   }
-  if (!streams.empty()) p.log(WIA_LOG_WARN, "fini: %zu stream(s) were not destroyed", streams.size());
+  if (!streams.empty())
+    p.log(WIA_LOG_WARN, "fini: %zu stream(s) were not destroyed", streams.size());
   for (auto& [h, s] : streams) s->stop_and_join();
 }
 
@@ -373,8 +415,8 @@ wia_status_t memcpy_async(void* ctx, wia_provider_stream_t h, void* dst, const v
     if (size == 0) return WIA_SUCCESS;
     if (dst == nullptr || src == nullptr)
       return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "memcpy_async(%" PRIu64 " B) on host device %d: %s is NULL", size,
-                    s->device(), dst == nullptr ? "dst" : "src");
+                    "memcpy_async(%" PRIu64 " B) on host device %d: %s is NULL", size, s->device(),
+                    dst == nullptr ? "dst" : "src");
     Op op;
     op.kind = OpKind::kMemcpy;
     op.dst = dst;
@@ -386,8 +428,7 @@ wia_status_t memcpy_async(void* ctx, wia_provider_stream_t h, void* dst, const v
 }
 
 wia_status_t memcpy_peer_async(void* ctx, wia_provider_stream_t h, void* dst, std::int32_t dst_dev,
-                               const void* src, std::int32_t src_dev,
-                               std::uint64_t size) noexcept {
+                               const void* src, std::int32_t src_dev, std::uint64_t size) noexcept {
   return guarded(ctx, "memcpy_peer_async", [&](Provider& p) -> wia_status_t {
     Stream* s = p.find_stream(h, "memcpy_peer_async");
     if (s == nullptr) return WIA_ERROR_INVALID_HANDLE;

@@ -7,17 +7,19 @@
 // every small operation. Why bounded: spinning on more threads than there
 // are CPUs is catastrophic (a spinner steals the core the worker it waits
 // for needs). So:
-//  - a process-wide counter tracks threads that are running or spinning
-//    ("active"); a thread only spins while the counter is <= the CPUs this
-//    process may use, and gives up at once when it is not;
-//  - a spin lasts at most a few tens of microseconds (about one wake-up's
-//    cost: the classic 2-competitive spin-then-block choice);
-//  - the spin loop uses the CPU's pause hint, so a hyper-thread sibling
-//    keeps its issue slots.
+//  - a process-wide counter tracks this provider's threads that are
+//    running work or pause-spinning ("active"); pause-spinning needs a
+//    free slot (active < CPUs this process may use);
+//  - after a few microseconds a waiter only yields (sched_yield), which
+//    hands the CPU to whoever is runnable, including the thread it waits
+//    for when the machine is busy with other processes;
+//  - the whole spin lasts at most a few tens of microseconds (about one
+//    wake-up's cost: the classic 2-competitive spin-then-block choice),
+//    and ends at once when this process alone oversubscribes the CPUs;
+//  - the pause instruction keeps a hyper-thread sibling's issue slots free.
 #pragma once
 
 #include <sched.h>
-#include <cstdio>
 
 #include <atomic>
 #include <chrono>
@@ -29,8 +31,9 @@ namespace wia::host {
 // how long a synchronize call polls before it blocks.
 inline constexpr std::int64_t kWorkerSpinNs = 50'000;
 inline constexpr std::int64_t kWaitSpinNs = 50'000;
-// Pause-spins (tens of ns each) before switching to sched_yield.
-inline constexpr std::uint32_t kPauseSpins = 128;
+// Pause-spins (tens of ns each, a few microseconds in all) before
+// switching to sched_yield.
+inline constexpr std::uint32_t kPauseSpins = 256;
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -61,51 +64,59 @@ inline std::atomic<int>& active_threads() noexcept {
   return n;
 }
 
-// Spins until done() or the budget runs out. `counted`: the caller already
-// holds an active slot (a stream worker); otherwise it takes one for the
-// spin, and does not spin at all when none is free. Returns done()'s last
-// value, so a false return means "go and block".
+// Spins until done() or the budget runs out, in two phases:
+//  1. a few microseconds of pause-spinning, only while a CPU is free (the
+//     active count is below the CPUs): the fast path when the other side
+//     is running on another core;
+//  2. sched_yield until the budget is spent: if the thread we wait for is
+//     runnable but queued behind us (other processes keep the CPUs busy,
+//     which the counter cannot see), it runs at once instead of after our
+//     time slice; with idle CPUs sched_yield returns immediately and this
+//     is still a spin. A yielding thread does not hold an active slot,
+//     and it stops early when this process alone has more running threads
+//     than CPUs.
+// `counted`: the caller (a stream worker) holds an active slot; it is given
+// up for phase 2 and taken back before returning. Returns done()'s last
+// value: false means "go and block".
 template <class Done>
 bool spin_until(Done&& done, std::int64_t budget_ns, bool counted) noexcept {
   if (done()) return true;
   const int cpus = usable_cpus();
   std::atomic<int>& active = active_threads();
-  static std::atomic<long> c_denied{0}, c_over{0}, c_budget{0}, c_ok{0};
-  struct P { ~P() { fprintf(stderr, "denied %ld over %ld budget %ld ok %ld\n", c_denied.load(), c_over.load(), c_budget.load(), c_ok.load()); } };
-  static P pp;
-  if (!counted) {
+  bool slot = counted;
+  if (!slot) {
     int v = active.load(std::memory_order_relaxed);
-    do {
-      if (v >= cpus) { c_denied++; return false; }  // every CPU is taken: block instead
-    } while (!active.compare_exchange_weak(v, v + 1, std::memory_order_relaxed));
+    while (v < cpus && !active.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) {
+    }
+    slot = v < cpus;
   }
-  const auto start = std::chrono::steady_clock::now();
   bool ok = false;
-  for (std::uint32_t i = 1;; ++i) {
-    if (done()) {
-      c_ok++;
-      ok = true;
-      break;
-    }
-    if (i < kPauseSpins) {
+  if (slot) {
+    for (std::uint32_t i = 0; i < kPauseSpins; ++i) {
+      if (done()) {
+        ok = true;
+        break;
+      }
       cpu_relax();
-      continue;
     }
-    // Past the first microseconds, yield instead of pausing: if the thread
-    // we wait for is runnable but queued behind us (other processes keep
-    // the CPUs busy, which the counter above cannot see), it runs now
-    // instead of after our time slice. With idle CPUs sched_yield returns
-    // at once and this is still a spin.
-    sched_yield();
-    if ((i & 7u) == 0) {
-      // Oversubscribed within this process: stop burning a core that
-      // somebody's real work needs.
-      if (active.load(std::memory_order_relaxed) > cpus) { c_over++; break; }
-      const auto spent = std::chrono::steady_clock::now() - start;
-      if (std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count() > budget_ns) { c_budget++; break; }
+    active.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (!ok) {
+    const auto start = std::chrono::steady_clock::now();
+    for (std::uint32_t i = 1;; ++i) {
+      if (done()) {
+        ok = true;
+        break;
+      }
+      sched_yield();
+      if ((i & 7u) == 0) {
+        if (active.load(std::memory_order_relaxed) > cpus) break;
+        const auto spent = std::chrono::steady_clock::now() - start;
+        if (std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count() > budget_ns) break;
+      }
     }
   }
-  if (!counted) active.fetch_sub(1, std::memory_order_relaxed);
+  if (counted) active.fetch_add(1, std::memory_order_relaxed);
   return ok;
 }
 

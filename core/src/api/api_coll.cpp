@@ -41,12 +41,9 @@ comm::Communicator& live(wia_communicator_t c) {
 }
 
 // The public ids and coll::Algorithm are numbered alike (checked below).
-coll::Algorithm to_algorithm(wia_algorithm_id_t id) {
-  if (id < WIA_ALGORITHM_AUTO || id > WIA_ALGORITHM_PAIRWISE)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("config->algorithm {} is not a wia_algorithm_id_t",
-                            static_cast<int>(id)));
-  return static_cast<coll::Algorithm>(id);
+coll::Algorithm to_algorithm(const wia_algorithm_id_t& id) {
+  return static_cast<coll::Algorithm>(
+      api::checked_enum(id, WIA_ALGORITHM_PAIRWISE + 1, "config->algorithm"));
 }
 static_assert(static_cast<int>(coll::Algorithm::kRing) == WIA_ALGORITHM_RING &&
               static_cast<int>(coll::Algorithm::kTree) == WIA_ALGORITHM_TREE &&
@@ -116,17 +113,21 @@ wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
   call.collective = req.collective;
   call.count = req.count;
   call.root = req.root;
-  call.dtype = req.dtype;
+  call.dtype = api::checked_enum(req.dtype, WIA_DATATYPE_COUNT, "datatype");
   call.op = req.op;
   if (const wia_collective_config_t* cfg = req.config) {
     // A zero-initialised config says ALLREDUCE (0): treat that as "unset".
-    if (cfg->operation != req.expected_operation && cfg->operation != WIA_COLLECTIVE_ALLREDUCE)
+    const wia_collective_op_t operation =
+        api::checked_enum(cfg->operation, WIA_COLLECTIVE_SENDRECV + 1, "config->operation");
+    if (operation != req.expected_operation && operation != WIA_COLLECTIVE_ALLREDUCE)
       throw Error(WIA_ERROR_INVALID_ARGUMENT,
                   fmt::format("config->operation is {} but the function called is for {}",
-                              static_cast<int>(cfg->operation),
+                              static_cast<int>(operation),
                               static_cast<int>(req.expected_operation)));
-    if (req.dtype_from_config) call.dtype = cfg->datatype;
-    if (req.op_from_config) call.op = cfg->reduction_op;
+    if (req.dtype_from_config)
+      call.dtype = api::checked_enum(cfg->datatype, WIA_DATATYPE_COUNT, "config->datatype");
+    if (req.op_from_config)
+      call.op = api::checked_enum(cfg->reduction_op, WIA_REDUCE_OP_COUNT, "config->reduction_op");
     call.algorithm = to_algorithm(cfg->algorithm);
     call.num_chunks = cfg->num_chunks;
     call.timeout_ms = cfg->timeout_ms;
@@ -268,7 +269,8 @@ WIA_API wia_status_t wia_broadcast(wia_communicator_t comm, void* buf, size_t co
                                    wia_datatype_t datatype, wia_stream_t stream) {
   return coll_guard(__func__, [&] {
     Request r{coll::Collective::kBroadcast};
-    r.send = buf, r.recv = buf, r.count = count, r.root = root_rank, r.dtype = datatype;
+    r.send = buf, r.recv = buf, r.count = count, r.root = root_rank;
+    r.dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
     return post(comm, r, stream);
   });
 }
@@ -302,7 +304,8 @@ WIA_API wia_status_t wia_all_gather(wia_communicator_t comm, const void* sendbuf
                                     size_t count, wia_datatype_t datatype, wia_stream_t stream) {
   return coll_guard(__func__, [&] {
     Request r{coll::Collective::kAllGather};
-    r.send = sendbuf, r.recv = recvbuf, r.count = count, r.dtype = datatype;
+    r.send = sendbuf, r.recv = recvbuf, r.count = count;
+    r.dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
     return post(comm, r, stream);
   });
 }
@@ -353,11 +356,8 @@ WIA_API wia_status_t wia_all_to_all_contiguous(wia_communicator_t comm, const vo
   return coll_guard(__func__, [&] {
     comm::Communicator& c = live(comm);
     api::require_non_null(config, "config");
-    const std::size_t es = kernels::dtype_size(config->datatype);
-    if (es == 0)
-      throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                  fmt::format("config->datatype {} is not a wia_datatype_t",
-                              static_cast<int>(config->datatype)));
+    const std::size_t es = kernels::dtype_size(
+        api::checked_enum(config->datatype, WIA_DATATYPE_COUNT, "config->datatype"));
     if (!sendbuf || !recvbuf)
       throw Error(WIA_ERROR_INVALID_ARGUMENT, "sendbuf and recvbuf must not be NULL");
     std::vector<void*> sends(c.size()), recvs(c.size());

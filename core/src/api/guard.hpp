@@ -6,6 +6,8 @@
 
 #include <wia/status.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -33,6 +35,28 @@ wia_status_t guard(const char* function, Body&& body) noexcept {
   } catch (...) {
     return fail_current_exception(function);
   }
+}
+
+// An enum argument as its integer value. Reading a C enum object that
+// holds an out-of-range value is undefined in C++, and callers in C can
+// pass anything, so arguments are copied out as integers first.
+template <typename E>
+std::int32_t raw_enum(const E& e) noexcept {
+  static_assert(sizeof(E) == sizeof(std::int32_t), "C enums are int-sized here");
+  std::int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+// The enum value when it lies in [0, count); INVALID_ARGUMENT naming
+// `what` otherwise.
+template <typename E>
+E checked_enum(const E& e, std::int32_t count, const char* what) {
+  const std::int32_t v = raw_enum(e);
+  if (v < 0 || v >= count)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                std::string(what) + " " + std::to_string(v) + " is out of range [0, " +
+                    std::to_string(count) + ")");
+  return static_cast<E>(v);
 }
 
 // Throws INVALID_ARGUMENT "<what> is NULL" when p is null.

@@ -23,6 +23,7 @@ Schedule build_allreduce_tree(const CollArgs& args, std::int32_t only_rank);
 Schedule build_allreduce_binomial(const CollArgs& args, std::int32_t only_rank);
 Schedule build_allreduce_rabenseifner(const CollArgs& args, std::int32_t only_rank);
 Schedule build_allreduce_recursive_doubling(const CollArgs& args, std::int32_t only_rank);
+Schedule build_allreduce_direct(const CollArgs& args, std::int32_t only_rank);
 Schedule build_broadcast_binomial(const CollArgs& args, std::int32_t only_rank);
 Schedule build_broadcast_chain(const CollArgs& args, std::int32_t only_rank);
 Schedule build_broadcast_scatter_allgather(const CollArgs& args, std::int32_t only_rank);
@@ -118,7 +119,7 @@ struct RecursiveDoubling {
   std::int32_t vrank = 0;
   std::span<const std::uint64_t> bounds;  // q + 1 entries
   Region buf;
-  Region own_src;  // kind kNone = read from buf
+  Region own_src;              // kind kNone = read from buf
   std::uint32_t tag_base = 0;  // uses [tag_base, tag_base + log2 q)
 };
 void emit_recursive_doubling_gather(RankBuilder& rb, const RecursiveDoubling& a);

@@ -3,9 +3,12 @@
 // rooted at rank 0 (children 2r+1, 2r+2, depth floor(log2 p)): each chunk
 // is reduced up the tree and broadcast back down. Chunks flow
 // independently, so the broadcast of chunk c overlaps the reduction of
-// chunk c+1 and, with enough chunks, the latency term stays 2 log2(p)
-// while the bandwidth term approaches that of one pass over the vector per
-// direction. Best for small and medium vectors on few hops.
+// chunk c+1: the latency term is 2 log2(p) alpha (per chunk in flight) and,
+// with enough chunks, every link carries the vector once per direction.
+// The bandwidth term thus tends to n beta on dedicated links; behind one
+// NIC per rank it tends to 3 n beta, as an inner rank sends n up and 2n
+// down (the spec's 2 n beta sits between; the cost model models both).
+// Best for small and medium vectors.
 //
 // An inner node receive-reduces its children's chunk into recv (its own
 // input as the first operand), sends the partial sum up, and later

@@ -63,7 +63,8 @@ Schedule build_broadcast_scatter_allgather(const CollArgs& args, std::int32_t on
       const std::int32_t sb_idx = mod(vr - s, p);
       const std::int32_t rb_idx = mod(vr - s - 1, p);
       if (!has(next_v, sb_idx))
-        rb.send(real(next_v), tag, offset_by(src, bound(sb_idx)), bound(sb_idx + 1) - bound(sb_idx));
+        rb.send(real(next_v), tag, offset_by(src, bound(sb_idx)),
+                bound(sb_idx + 1) - bound(sb_idx));
       if (!has(vr, rb_idx))
         rb.recv(real(prev_v), tag, recv_buf(bound(rb_idx)), bound(rb_idx + 1) - bound(rb_idx));
     }

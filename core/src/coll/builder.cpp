@@ -19,68 +19,117 @@ std::uint64_t buffer_key(const Region& r) {
 }
 }  // namespace
 
-HazardTracker::SegmentMap& HazardTracker::map_for(const Region& r) {
-  return maps_[buffer_key(r)];
+HazardTracker::HazardTracker() : shards_(&arena_) {}
+
+HazardTracker::SegmentMap::iterator HazardTracker::Track::locate(std::uint64_t pos) {
+  if (finger != map.end()) {
+    if (finger->first <= pos) {
+      if (finger->second.end > pos) return finger;
+      auto next = std::next(finger);
+      if (next == map.end() || next->first > pos || next->second.end > pos) return next;
+    } else if (finger == map.begin() || std::prev(finger)->second.end <= pos) {
+      return finger;
+    } else if (std::prev(finger)->first <= pos) {
+      return std::prev(finger);
+    }
+  }
+  auto it = map.upper_bound(pos);
+  if (it != map.begin() && std::prev(it)->second.end > pos) --it;
+  return it;
+}
+
+HazardTracker::Track* HazardTracker::find(const Region& r) {
+  switch (r.kind) {
+    case BufferKind::kUserSend:
+      return fixed_[0].get();
+    case BufferKind::kUserRecv:
+      return fixed_[1].get();
+    case BufferKind::kScratch:
+      return fixed_[2].get();
+    default:
+      break;
+  }
+  auto it = shards_.find(buffer_key(r));
+  return it == shards_.end() ? nullptr : it->second.get();
+}
+
+HazardTracker::Track& HazardTracker::get(const Region& r) {
+  int slot = -1;
+  switch (r.kind) {
+    case BufferKind::kUserSend:
+      slot = 0;
+      break;
+    case BufferKind::kUserRecv:
+      slot = 1;
+      break;
+    case BufferKind::kScratch:
+      slot = 2;
+      break;
+    default:
+      break;
+  }
+  std::unique_ptr<Track>& t = slot >= 0 ? fixed_[slot] : shards_[buffer_key(r)];
+  if (!t) t = std::make_unique<Track>(&arena_);
+  return *t;
 }
 
 void HazardTracker::collect(const Region& r, std::uint64_t count, bool write,
                             std::vector<std::uint32_t>& deps) {
-  auto found = maps_.find(buffer_key(r));
-  if (found == maps_.end()) return;
-  SegmentMap& m = found->second;
-  const std::uint64_t begin = r.offset;
+  Track* t = find(r);
+  if (t == nullptr) return;
   const std::uint64_t end = r.offset + count;
-  auto it = m.upper_bound(begin);
-  if (it != m.begin()) {
-    auto prev = std::prev(it);
-    if (prev->second.end > begin) it = prev;
-  }
-  for (; it != m.end() && it->first < end; ++it) {
+  for (auto it = t->locate(r.offset); it != t->map.end() && it->first < end; ++it) {
     const Segment& seg = it->second;
     if (seg.writer != kNoStep) deps.push_back(seg.writer);
-    if (write) deps.insert(deps.end(), seg.readers.begin(), seg.readers.end());
+    if (write)
+      for (std::uint32_t n = seg.readers; n != kNoStep; n = readers_[n].next)
+        deps.push_back(readers_[n].step);
   }
-}
-
-HazardTracker::SegmentMap::iterator HazardTracker::carve(SegmentMap& m, std::uint64_t begin,
-                                                         std::uint64_t end) {
-  auto split_at = [&m](std::uint64_t x) {
-    auto it = m.upper_bound(x);
-    if (it == m.begin()) return;
-    --it;
-    if (it->first < x && it->second.end > x) {
-      Segment tail = it->second;
-      it->second.end = x;
-      m.emplace_hint(std::next(it), x, std::move(tail));
-    }
-  };
-  split_at(begin);
-  split_at(end);
-  // Fill holes so that [begin, end) is covered by segments.
-  std::uint64_t pos = begin;
-  auto it = m.lower_bound(begin);
-  while (pos < end) {
-    if (it == m.end() || it->first > pos) {
-      const std::uint64_t hole_end = it == m.end() ? end : std::min(end, it->first);
-      it = m.emplace_hint(it, pos, Segment{hole_end, kNoStep, {}});
-    }
-    pos = it->second.end;
-    ++it;
-  }
-  return m.lower_bound(begin);
 }
 
 void HazardTracker::record(const Region& r, std::uint64_t count, bool write, std::uint32_t step) {
-  SegmentMap& m = map_for(r);
+  Track& t = get(r);
+  SegmentMap& m = t.map;
   const std::uint64_t begin = r.offset;
   const std::uint64_t end = r.offset + count;
-  auto it = carve(m, begin, end);
+  // First segment that ends after `begin`; split it if it starts before.
+  auto it = t.locate(begin);
+  if (it != m.end() && it->first < begin) {
+    const Segment tail = it->second;
+    it->second.end = begin;
+    it = m.emplace_hint(std::next(it), begin, tail);
+  }
   if (write) {
     // The write supersedes every earlier access of the range: one segment.
-    while (it != m.end() && it->first < end) it = m.erase(it);
-    m.emplace_hint(it, begin, Segment{end, step, {}});
-  } else {
-    for (; it != m.end() && it->first < end; ++it) it->second.readers.push_back(step);
+    // A segment straddling `end` keeps its part beyond it.
+    while (it != m.end() && it->first < end) {
+      if (it->second.end > end) {
+        const Segment tail = it->second;
+        it = m.erase(it);
+        it = m.emplace_hint(it, end, tail);
+        break;
+      }
+      it = m.erase(it);
+    }
+    t.finger = m.emplace_hint(it, begin, Segment{end, step, kNoStep});
+    return;
+  }
+  // Read: append the reader to every covered segment, filling holes.
+  std::uint64_t pos = begin;
+  while (pos < end) {
+    if (it == m.end() || it->first > pos) {
+      const std::uint64_t hole_end = it == m.end() ? end : std::min(end, it->first);
+      it = m.emplace_hint(it, pos, Segment{hole_end, kNoStep, kNoStep});
+    } else if (it->second.end > end) {
+      const Segment tail = it->second;
+      it->second.end = end;
+      m.emplace_hint(std::next(it), end, tail);
+    }
+    readers_.push_back({step, it->second.readers});
+    it->second.readers = static_cast<std::uint32_t>(readers_.size() - 1);
+    pos = it->second.end;
+    t.finger = it;
+    ++it;
   }
 }
 
@@ -179,8 +228,7 @@ std::uint32_t RankBuilder::reduce(Region src, Region dst, std::uint64_t count,
   return emit(s, after);
 }
 
-ScheduleBuilder::ScheduleBuilder(const CollArgs& args, Algorithm algorithm,
-                                 std::int32_t only_rank)
+ScheduleBuilder::ScheduleBuilder(const CollArgs& args, Algorithm algorithm, std::int32_t only_rank)
     : args_(args), only_rank_(only_rank) {
   schedule_.collective = args.collective;
   schedule_.algorithm = algorithm;

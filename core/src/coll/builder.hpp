@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -30,27 +31,48 @@ inline constexpr std::int32_t kAllRanks = -1;
 
 // Tracks, for each element range of one buffer, the last writer and the
 // readers since. Ranges are split lazily; writes coalesce them again, so the
-// map stays proportional to the number of distinct live regions.
+// map stays proportional to the number of distinct live regions. All nodes
+// live in an arena freed with the tracker: building a schedule is mostly
+// this bookkeeping, and it must stay cheap for the tuner at p = 1024.
 class HazardTracker {
  public:
+  HazardTracker();
   // Adds to `deps` the steps an access must wait for.
   void collect(const Region& r, std::uint64_t count, bool write, std::vector<std::uint32_t>& deps);
   // Records the access by `step` (call after collect for every region).
   void record(const Region& r, std::uint64_t count, bool write, std::uint32_t step);
 
  private:
+  // Readers form persistent singly-linked lists in `readers_` (prepend
+  // only), so the two halves of a split segment can share their history.
   struct Segment {
     std::uint64_t end;
-    std::uint32_t writer = kNoStep;
-    std::vector<std::uint32_t> readers;
+    std::uint32_t writer;
+    std::uint32_t readers;  // head index into readers_, kNoStep = none
   };
-  using SegmentMap = std::map<std::uint64_t, Segment>;
-  SegmentMap& map_for(const Region& r);
-  // Makes segment boundaries at begin and end and fills holes, returning
-  // the first segment of [begin, end).
-  SegmentMap::iterator carve(SegmentMap& m, std::uint64_t begin, std::uint64_t end);
+  struct ReaderNode {
+    std::uint32_t step;
+    std::uint32_t next;
+  };
+  using SegmentMap = std::pmr::map<std::uint64_t, Segment>;
+  // A map plus a finger: the segment last recorded. Algorithms walk their
+  // blocks in order, so the next access is usually at or next to it, which
+  // saves the O(log n) descent.
+  struct Track {
+    explicit Track(std::pmr::memory_resource* mr) : map(mr) {}
+    SegmentMap map;
+    SegmentMap::iterator finger = map.end();
+    // First segment whose end is > pos.
+    SegmentMap::iterator locate(std::uint64_t pos);
+  };
+  Track* find(const Region& r);
+  Track& get(const Region& r);
 
-  std::unordered_map<std::uint64_t, SegmentMap> maps_;
+  std::pmr::monotonic_buffer_resource arena_;
+  // User send/recv and scratch, then one track per shard.
+  std::unique_ptr<Track> fixed_[3];
+  std::pmr::unordered_map<std::uint64_t, std::unique_ptr<Track>> shards_;
+  std::vector<ReaderNode> readers_;
 };
 
 class RankBuilder {

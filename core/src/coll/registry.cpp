@@ -26,6 +26,9 @@ constexpr AlgorithmInfo kAlgorithms[] = {
     {C::kAllReduce, A::kRecursiveDoubling, "recursive_doubling",
      "log2(p) full-vector exchanges, non-power-of-two fold", build_allreduce_recursive_doubling,
      false, true},
+    {C::kAllReduce, A::kDirect, "direct",
+     "every rank reduces its own block from all peers, then sends it to all peers",
+     build_allreduce_direct, false, true},
     {C::kBroadcast, A::kBinomial, "binomial", "binomial tree, chunk-pipelined",
      build_broadcast_binomial, true, true},
     {C::kBroadcast, A::kChain, "chain", "pipelined chain from the root", build_broadcast_chain,
@@ -35,8 +38,7 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      true},
     {C::kReduce, A::kBinomial, "binomial", "binomial tree, chunk-pipelined", build_reduce_binomial,
      true, true},
-    {C::kReduce, A::kChain, "chain", "pipelined chain to the root", build_reduce_chain, true,
-     true},
+    {C::kReduce, A::kChain, "chain", "pipelined chain to the root", build_reduce_chain, true, true},
     {C::kAllGather, A::kRing, "ring", "ring, chunk-pipelined", build_allgather_ring, true, true},
     {C::kAllGather, A::kRecursiveDoubling, "recursive_doubling",
      "recursive doubling (power-of-two p), Bruck otherwise", build_allgather_recursive_doubling,
@@ -52,8 +54,8 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      false, true},
     {C::kAllToAll, A::kPairwise, "pairwise", "one exchange per round, p-1 rounds",
      build_alltoall_pairwise, false, true},
-    {C::kSendRecv, A::kDirect, "direct", "send to r+offset, receive from r-offset",
-     build_sendrecv, false, true},
+    {C::kSendRecv, A::kDirect, "direct", "send to r+offset, receive from r-offset", build_sendrecv,
+     false, true},
 };
 }  // namespace
 
@@ -115,11 +117,14 @@ Algorithm heuristic_algorithm(Collective c, std::uint64_t bytes, std::int32_t nr
 Schedule build_schedule(const CollArgs& in_args, std::int32_t only_rank) {
   validate_args(in_args);
   CollArgs args = in_args;
+  // The op of a non-reducing collective is meaningless (and may be any
+  // value a C caller left there): normalise it.
+  if (!is_reducing(args.collective)) args.op = WIA_REDUCE_SUM;
   if (only_rank != kAllRanks && (only_rank < 0 || only_rank >= args.nranks))
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                std::string(collective_name(args.collective)) + ": rank " +
-                    std::to_string(only_rank) + " to build is out of range [0, " +
-                    std::to_string(args.nranks) + ")");
+    throw Error(WIA_ERROR_INVALID_ARGUMENT, std::string(collective_name(args.collective)) +
+                                                ": rank " + std::to_string(only_rank) +
+                                                " to build is out of range [0, " +
+                                                std::to_string(args.nranks) + ")");
   const std::uint64_t bytes = args.count * kernels::dtype_size(args.dtype);
   if (args.algorithm == Algorithm::kAuto)
     args.algorithm = heuristic_algorithm(args.collective, bytes, args.nranks);

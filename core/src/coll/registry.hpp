@@ -21,7 +21,7 @@ struct AlgorithmInfo {
   const char* name;     // algorithm_name(algorithm)
   const char* summary;  // one line for wia-info / logs
   BuildFn build;
-  bool pipelined;       // honours Options::num_chunks
+  bool pipelined;  // honours Options::num_chunks
   bool supports_in_place;
 };
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coll/schedule.hpp"
 
+#include <cstring>
 #include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "common/error.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -11,71 +13,106 @@ namespace wia::coll {
 
 const char* collective_name(Collective c) noexcept {
   switch (c) {
-    case Collective::kAllReduce: return "allreduce";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kReduce: return "reduce";
-    case Collective::kAllGather: return "allgather";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllToAll: return "alltoall";
-    case Collective::kSendRecv: return "sendrecv";
+    case Collective::kAllReduce:
+      return "allreduce";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kAllGather:
+      return "allgather";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllToAll:
+      return "alltoall";
+    case Collective::kSendRecv:
+      return "sendrecv";
   }
   return "invalid";
 }
 
 const char* algorithm_name(Algorithm a) noexcept {
   switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kBinomial: return "binomial";
-    case Algorithm::kRabenseifner: return "rabenseifner";
-    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
-    case Algorithm::kRecursiveHalving: return "recursive_halving";
-    case Algorithm::kBruck: return "bruck";
-    case Algorithm::kChain: return "chain";
-    case Algorithm::kScatterAllGather: return "scatter_allgather";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kPairwise: return "pairwise";
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kTree:
+      return "tree";
+    case Algorithm::kBinomial:
+      return "binomial";
+    case Algorithm::kRabenseifner:
+      return "rabenseifner";
+    case Algorithm::kRecursiveDoubling:
+      return "recursive_doubling";
+    case Algorithm::kRecursiveHalving:
+      return "recursive_halving";
+    case Algorithm::kBruck:
+      return "bruck";
+    case Algorithm::kChain:
+      return "chain";
+    case Algorithm::kScatterAllGather:
+      return "scatter_allgather";
+    case Algorithm::kDirect:
+      return "direct";
+    case Algorithm::kPairwise:
+      return "pairwise";
   }
   return "invalid";
 }
 
 bool is_reducing(Collective c) noexcept {
-  return c == Collective::kAllReduce || c == Collective::kReduce ||
-         c == Collective::kReduceScatter;
+  return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
 }
 
 const char* buffer_kind_name(BufferKind k) noexcept {
   switch (k) {
-    case BufferKind::kNone: return "none";
-    case BufferKind::kUserSend: return "send";
-    case BufferKind::kUserRecv: return "recv";
-    case BufferKind::kScratch: return "scratch";
-    case BufferKind::kSendShard: return "send_shard";
-    case BufferKind::kRecvShard: return "recv_shard";
+    case BufferKind::kNone:
+      return "none";
+    case BufferKind::kUserSend:
+      return "send";
+    case BufferKind::kUserRecv:
+      return "recv";
+    case BufferKind::kScratch:
+      return "scratch";
+    case BufferKind::kSendShard:
+      return "send_shard";
+    case BufferKind::kRecvShard:
+      return "recv_shard";
   }
   return "invalid";
 }
 
 const char* step_kind_name(StepKind k) noexcept {
   switch (k) {
-    case StepKind::kSend: return "send";
-    case StepKind::kRecv: return "recv";
-    case StepKind::kRecvReduce: return "recv_reduce";
-    case StepKind::kCopy: return "copy";
-    case StepKind::kReduce: return "reduce";
+    case StepKind::kSend:
+      return "send";
+    case StepKind::kRecv:
+      return "recv";
+    case StepKind::kRecvReduce:
+      return "recv_reduce";
+    case StepKind::kCopy:
+      return "copy";
+    case StepKind::kReduce:
+      return "reduce";
   }
   return "invalid";
 }
 
 std::uint64_t BufferSizes::of(BufferKind k) const {
   switch (k) {
-    case BufferKind::kUserSend: return send;
-    case BufferKind::kUserRecv: return recv;
-    case BufferKind::kScratch: return scratch;
-    case BufferKind::kSendShard: return send_shard;
-    case BufferKind::kRecvShard: return recv_shard;
-    case BufferKind::kNone: break;
+    case BufferKind::kUserSend:
+      return send;
+    case BufferKind::kUserRecv:
+      return recv;
+    case BufferKind::kScratch:
+      return scratch;
+    case BufferKind::kSendShard:
+      return send_shard;
+    case BufferKind::kRecvShard:
+      return recv_shard;
+    case BufferKind::kNone:
+      break;
   }
   return 0;
 }
@@ -149,6 +186,17 @@ namespace {
 [[noreturn]] void invalid(const std::string& what) {
   throw Error(WIA_ERROR_INVALID_ARGUMENT, what);
 }
+
+// The C enums have no fixed underlying type, so a value outside their range
+// (which a C caller can pass) must not be loaded as the enum type: read its
+// representation instead.
+template <typename E>
+std::int64_t raw_value(const E& e) {
+  std::underlying_type_t<E> v;
+  static_assert(sizeof(v) == sizeof(E));
+  std::memcpy(&v, &e, sizeof(v));
+  return static_cast<std::int64_t>(v);
+}
 }  // namespace
 
 void validate_args(const CollArgs& a) {
@@ -164,22 +212,23 @@ void validate_args(const CollArgs& a) {
       (a.root < 0 || a.root >= a.nranks))
     invalid(std::string(coll) + ": root " + std::to_string(a.root) + " is out of range [0, " +
             std::to_string(a.nranks) + ")");
-  const std::size_t es = kernels::dtype_size(a.dtype);
-  if (es == 0)
-    invalid(std::string(coll) + ": datatype " + std::to_string(static_cast<int>(a.dtype)) +
+  const std::int64_t dtype = raw_value(a.dtype);
+  if (dtype < 0 || dtype >= WIA_DATATYPE_COUNT)
+    invalid(std::string(coll) + ": datatype " + std::to_string(dtype) +
             " is not a valid wia_datatype_t");
-  if (is_reducing(a.collective) && (a.op < 0 || a.op >= WIA_REDUCE_OP_COUNT))
-    invalid(std::string(coll) + ": reduce op " + std::to_string(static_cast<int>(a.op)) +
+  const std::size_t es = kernels::dtype_size(a.dtype);
+  const std::int64_t op = raw_value(a.op);
+  if (is_reducing(a.collective) && (op < 0 || op >= WIA_REDUCE_OP_COUNT))
+    invalid(std::string(coll) + ": reduce op " + std::to_string(op) +
             " is not a valid wia_reduce_op_t");
   // Buffers of nranks * count elements must be addressable in bytes.
-  const std::uint64_t max_elems = std::numeric_limits<std::uint64_t>::max() / es / 
-                                  static_cast<std::uint64_t>(a.nranks);
+  const std::uint64_t max_elems =
+      std::numeric_limits<std::uint64_t>::max() / es / static_cast<std::uint64_t>(a.nranks);
   if (a.count > max_elems)
     invalid(std::string(coll) + ": count " + std::to_string(a.count) +
             " overflows the byte size of an nranks * count buffer");
   if (a.collective == Collective::kSendRecv && a.options.peer_offset < 0)
-    invalid("sendrecv: peer_offset " + std::to_string(a.options.peer_offset) +
-            " must be >= 0");
+    invalid("sendrecv: peer_offset " + std::to_string(a.options.peer_offset) + " must be >= 0");
 }
 
 }  // namespace wia::coll

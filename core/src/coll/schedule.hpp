@@ -126,18 +126,18 @@ inline constexpr int kCollectiveCount = 7;
 // idea wherever it applies ("ring" all-gather is the second half of "ring"
 // all-reduce). The registry says which (collective, algorithm) pairs exist.
 enum class Algorithm : std::uint8_t {
-  kAuto = 0,            // let the tuner choose
-  kRing,                // all-reduce, all-gather, reduce-scatter
-  kTree,                // all-reduce: pipelined binary tree
-  kBinomial,            // all-reduce, broadcast, reduce: binomial tree
-  kRabenseifner,        // all-reduce: recursive halving + doubling
-  kRecursiveDoubling,   // all-reduce, all-gather
-  kRecursiveHalving,    // reduce-scatter
-  kBruck,               // all-gather, any nranks
-  kChain,               // broadcast, reduce: pipelined chain
-  kScatterAllGather,    // broadcast: binomial scatter + ring all-gather
-  kDirect,              // all-to-all, send-recv: everything posted at once
-  kPairwise,            // all-to-all: one exchange per round
+  kAuto = 0,           // let the tuner choose
+  kRing,               // all-reduce, all-gather, reduce-scatter
+  kTree,               // all-reduce: pipelined binary tree
+  kBinomial,           // all-reduce, broadcast, reduce: binomial tree
+  kRabenseifner,       // all-reduce: recursive halving + doubling
+  kRecursiveDoubling,  // all-reduce, all-gather
+  kRecursiveHalving,   // reduce-scatter
+  kBruck,              // all-gather, any nranks
+  kChain,              // broadcast, reduce: pipelined chain
+  kScatterAllGather,   // broadcast: binomial scatter + ring all-gather
+  kDirect,             // all-reduce, all-to-all, send-recv: all peers at once
+  kPairwise,           // all-to-all: one exchange per round
 };
 inline constexpr int kAlgorithmCount = 12;
 
@@ -158,7 +158,7 @@ const char* buffer_kind_name(BufferKind k) noexcept;
 
 struct Region {
   BufferKind kind = BufferKind::kNone;
-  std::uint32_t shard = 0;  // peer index for k*Shard, 0 otherwise
+  std::uint32_t shard = 0;   // peer index for k*Shard, 0 otherwise
   std::uint64_t offset = 0;  // elements
 };
 
@@ -182,12 +182,12 @@ const char* step_kind_name(StepKind k) noexcept;
 // 64 bytes. `src`/`dst` use is described per kind in the file comment.
 struct Step {
   StepKind kind = StepKind::kSend;
-  std::int32_t peer = -1;      // kSend/kRecv/kRecvReduce, else -1
-  std::uint32_t tag = 0;       // kSend/kRecv/kRecvReduce
-  std::uint32_t divisor = 0;   // kRecvReduce/kReduce: > 1 divides the result
-  std::uint64_t count = 0;     // elements, > 0
-  Region src;                  // read
-  Region dst;                  // written (kReduce: read and written)
+  std::int32_t peer = -1;       // kSend/kRecv/kRecvReduce, else -1
+  std::uint32_t tag = 0;        // kSend/kRecv/kRecvReduce
+  std::uint32_t divisor = 0;    // kRecvReduce/kReduce: > 1 divides the result
+  std::uint64_t count = 0;      // elements, > 0
+  Region src;                   // read
+  Region dst;                   // written (kReduce: read and written)
   std::uint32_t dep_begin = 0;  // into RankProgram::deps
   std::uint32_t dep_count = 0;
 
@@ -268,9 +268,7 @@ struct Schedule {
   std::vector<RankProgram> programs;  // nranks entries
 
   std::size_t elem_size() const;
-  std::uint64_t scratch_bytes(int rank) const {
-    return programs[rank].sizes.scratch * elem_size();
-  }
+  std::uint64_t scratch_bytes(int rank) const { return programs[rank].sizes.scratch * elem_size(); }
   std::size_t total_steps() const;
   // "allreduce/ring p=8 count=4099 float32 sum chunks=2 in-place"
   std::string describe() const;

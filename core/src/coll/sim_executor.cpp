@@ -15,13 +15,20 @@ namespace wia::coll {
 
 const char* sim_error_name(SimError e) noexcept {
   switch (e) {
-    case SimError::kNone: return "none";
-    case SimError::kInvalidSchedule: return "invalid schedule";
-    case SimError::kOutOfBounds: return "buffer overrun";
-    case SimError::kUnmatched: return "unmatched message";
-    case SimError::kRace: return "race";
-    case SimError::kDeadlock: return "deadlock";
-    case SimError::kReduceFailed: return "reduce failed";
+    case SimError::kNone:
+      return "none";
+    case SimError::kInvalidSchedule:
+      return "invalid schedule";
+    case SimError::kOutOfBounds:
+      return "buffer overrun";
+    case SimError::kUnmatched:
+      return "unmatched message";
+    case SimError::kRace:
+      return "race";
+    case SimError::kDeadlock:
+      return "deadlock";
+    case SimError::kReduceFailed:
+      return "reduce failed";
   }
   return "invalid";
 }
@@ -44,16 +51,20 @@ SimMemory::SimMemory(const Schedule& s) : elem_size_(s.elem_size()) {
 std::span<std::byte> SimMemory::buffer(std::int32_t rank, BufferKind kind, std::uint32_t shard) {
   RankMemory& m = ranks_.at(static_cast<std::size_t>(rank));
   switch (kind) {
-    case BufferKind::kUserSend: return m.send;
-    case BufferKind::kUserRecv: return m.recv;
-    case BufferKind::kScratch: return m.scratch;
+    case BufferKind::kUserSend:
+      return m.send;
+    case BufferKind::kUserRecv:
+      return m.recv;
+    case BufferKind::kScratch:
+      return m.scratch;
     case BufferKind::kSendShard:
       if (shard < m.send_shards.size()) return m.send_shards[shard];
       break;
     case BufferKind::kRecvShard:
       if (shard < m.recv_shards.size()) return m.recv_shards[shard];
       break;
-    case BufferKind::kNone: break;
+    case BufferKind::kNone:
+      break;
   }
   return {};
 }
@@ -114,26 +125,24 @@ SimResult check_rank_races(const Schedule& s, std::int32_t rank) {
   std::vector<Access> acc;
   for (std::uint32_t i = 0; i < n; ++i) {
     const Step& st = prog.steps[i];
-    auto key = [](const Region& r) {
-      return (static_cast<std::uint64_t>(r.kind) << 32) | r.shard;
-    };
-    if (st.reads_src()) acc.push_back({key(st.src), st.src.offset, st.src.offset + st.count, i, false});
-    if (st.writes_dst()) acc.push_back({key(st.dst), st.dst.offset, st.dst.offset + st.count, i, true});
+    auto key = [](const Region& r) { return (static_cast<std::uint64_t>(r.kind) << 32) | r.shard; };
+    if (st.reads_src())
+      acc.push_back({key(st.src), st.src.offset, st.src.offset + st.count, i, false});
+    if (st.writes_dst())
+      acc.push_back({key(st.dst), st.dst.offset, st.dst.offset + st.count, i, true});
   }
   std::sort(acc.begin(), acc.end(), [](const Access& a, const Access& b) {
     return std::tie(a.key, a.begin) < std::tie(b.key, b.begin);
   });
   for (std::size_t a = 0; a < acc.size(); ++a) {
-    for (std::size_t b = a + 1; b < acc.size() && acc[b].key == acc[a].key &&
-                                acc[b].begin < acc[a].end;
-         ++b) {
+    for (std::size_t b = a + 1;
+         b < acc.size() && acc[b].key == acc[a].key && acc[b].begin < acc[a].end; ++b) {
       if (!acc[a].write && !acc[b].write) continue;
       std::uint32_t i = acc[a].step, j = acc[b].step;
       if (i == j) continue;
       if (i > j) std::swap(i, j);
       if (anc[j * words + i / 64] & (std::uint64_t{1} << (i % 64))) continue;
-      return fail(SimError::kRace, describe_step(s, rank, i) + " and " +
-                                       describe_step(s, rank, j) +
+      return fail(SimError::kRace, describe_step(s, rank, i) + " and " + describe_step(s, rank, j) +
                                        " touch overlapping elements without a dependency");
     }
   }
@@ -167,8 +176,7 @@ std::string describe_step(const Schedule& s, std::int32_t rank, std::uint32_t in
 SimResult validate_schedule(const Schedule& s, bool check_races) {
   if (s.nranks < 1 || s.programs.size() != static_cast<std::size_t>(s.nranks))
     return fail(SimError::kInvalidSchedule, "schedule has " + std::to_string(s.programs.size()) +
-                                                " programs for nranks " +
-                                                std::to_string(s.nranks));
+                                                " programs for nranks " + std::to_string(s.nranks));
   if (s.elem_size() == 0)
     return fail(SimError::kInvalidSchedule, "invalid datatype " + std::to_string(s.dtype));
   std::map<MatchKey, std::pair<std::vector<std::uint32_t>, std::vector<std::uint32_t>>> matches;
@@ -190,9 +198,9 @@ SimResult validate_schedule(const Schedule& s, bool check_races) {
         return bad(SimError::kInvalidSchedule, "dependency list out of range");
       for (std::uint32_t d = 0; d < st.dep_count; ++d)
         if (prog.deps_of(st)[d] >= i)
-          return bad(SimError::kInvalidSchedule,
-                     "depends on step " + std::to_string(prog.deps_of(st)[d]) +
-                         " which is not earlier");
+          return bad(
+              SimError::kInvalidSchedule,
+              "depends on step " + std::to_string(prog.deps_of(st)[d]) + " which is not earlier");
       auto in_bounds = [&](const Region& reg) -> std::string {
         if (reg.kind == BufferKind::kNone || reg.kind > BufferKind::kRecvShard)
           return "region " + region_text(reg) + " names no buffer";
@@ -233,8 +241,8 @@ SimResult validate_schedule(const Schedule& s, bool check_races) {
       if (a.count != b.count)
         return fail(SimError::kUnmatched, describe_step(s, key.src, sends[n]) + " sends " +
                                               std::to_string(a.count) + " elements but " +
-                                              describe_step(s, key.dst, recvs[n]) +
-                                              " expects " + std::to_string(b.count));
+                                              describe_step(s, key.dst, recvs[n]) + " expects " +
+                                              std::to_string(b.count));
     }
     if (sends.size() > common)
       return fail(SimError::kUnmatched, describe_step(s, key.src, sends[common]) +
@@ -291,8 +299,8 @@ class Simulator {
   std::vector<std::vector<std::size_t>> dependents_;
   std::vector<std::size_t> partner_;  // send <-> recv global ids
   std::vector<std::uint8_t> deps_satisfied_;
-  std::vector<std::uint8_t> posted_;     // rendezvous: send waiting for its recv
-  std::vector<std::uint8_t> arrived_;    // eager: message for this recv buffered
+  std::vector<std::uint8_t> posted_;   // rendezvous: send waiting for its recv
+  std::vector<std::uint8_t> arrived_;  // eager: message for this recv buffered
   std::vector<std::uint8_t> done_;
   std::vector<std::vector<std::byte>> payload_;  // eager messages by recv id
   std::deque<std::size_t> ready_;
@@ -341,7 +349,8 @@ SimResult Simulator::execute(std::size_t g) {
       std::memcpy(ptr(rank, st.dst), ptr(rank, st.src), bytes);
       complete(g);
       return {};
-    default: break;
+    default:
+      break;
   }
   // Reductions and receives.
   const std::byte* incoming = nullptr;
@@ -375,9 +384,8 @@ SimResult Simulator::execute(std::size_t g) {
     args.srcs = srcs;
     const wia_status_t rc = kernels::reduce(args);
     if (rc != WIA_SUCCESS)
-      return fail(SimError::kReduceFailed,
-                  describe_step(s_, rank, ref_[g].index) + ": kernel returned " +
-                      std::to_string(rc));
+      return fail(SimError::kReduceFailed, describe_step(s_, rank, ref_[g].index) +
+                                               ": kernel returned " + std::to_string(rc));
   }
   if (st.is_recv()) {
     if (!opt_.rendezvous) {
@@ -459,7 +467,8 @@ SimResult Simulator::run() {
       g = ready_.front();
       ready_.pop_front();
     } else {
-      const std::size_t pick = std::uniform_int_distribution<std::size_t>(0, ready_.size() - 1)(rng_);
+      const std::size_t pick =
+          std::uniform_int_distribution<std::size_t>(0, ready_.size() - 1)(rng_);
       g = ready_[pick];
       ready_[pick] = ready_.back();
       ready_.pop_back();

@@ -50,7 +50,9 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
                               d.id, d.provider->name()));
   }
   for (auto& c : completed_) c.store(0);
-  oversubscribed_ = devices_.size() > std::max(1u, std::thread::hardware_concurrency());
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  oversubscribed_ = static_cast<int>(devices_.size()) > cores;
+  workers_ = std::min(static_cast<int>(devices_.size()), cores);
   default_timeout_ms_ = static_cast<std::uint32_t>(rt.config().get_int("collectives.timeout_ms"));
 }
 
@@ -166,6 +168,8 @@ wia_status_t Communicator::post(int rank, Call call, wia_stream_s* stream) {
       slot->seq = seq;
       slot->calls.resize(devices_.size());
       slot->posted.assign(devices_.size(), false);
+      slot->gate_arrived.reset(new std::atomic<std::uint8_t>[devices_.size()]());
+      slot->rank_done.reset(new std::atomic<std::uint8_t>[devices_.size()]());
     }
     op = slot;
     op->calls[rank] = std::move(call);
@@ -287,18 +291,63 @@ void Communicator::run_gate(GateArgs& g) {
 
   std::vector<char> staged_input;  // in-place rank inside an out-of-place schedule
   int status = WIA_SUCCESS;
+  int order = -1;  // arrival order, decides which gates execute
   if (!op.sync.failed()) {
     try {
-      const engine::ExecPlan& plan = *op.plan;
-      const coll::Schedule& s = plan.schedule;
-      // Each rank completes its own entry before it publishes anything;
-      // peers read it only after seeing a publish (release/acquire).
+      // Each rank completes its own buffer entry before it arrives; the
+      // arrival barrier publishes it to the executing threads.
+      const coll::Schedule& s = op.plan->schedule;
       engine::RankBuffers& mine = op.buffers[rank];
       mine.scratch = static_cast<char*>(scratch_for(rank, s.scratch_bytes(rank)));
       if (call.in_place && !s.in_place) stage_input(s, rank, mine, staged_input);
-      status = engine::execute_rank(plan, rank, op.buffers, op.sync, deadline, oversubscribed_);
     } catch (const Error& e) {
       op.sync.fail(e.status(), fmt::format("rank {}: {}", rank, e.what()));
+    }
+  }
+  op.gate_arrived[rank].store(1, std::memory_order_release);
+  order = op.arrived.fetch_add(1, std::memory_order_acq_rel);
+  op.sync.signal.notify();
+
+  // Every rank's input is ready only once every gate arrived: earlier work
+  // on each rank's stream produced it.
+  if (!op.sync.failed()) {
+    const bool all_in = op.sync.signal.wait_until(
+        [&] { return op.arrived.load(std::memory_order_acquire) == size() || op.sync.failed(); },
+        deadline, oversubscribed_);
+    if (!all_in) {
+      std::string missing;
+      for (int r = 0; r < size(); ++r)
+        if (!op.gate_arrived[r].load(std::memory_order_acquire))
+          missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
+      op.sync.fail(WIA_ERROR_TIMEOUT,
+                   fmt::format("collective #{} timed out after {} ms on rank {}: rank(s) {} "
+                               "posted it but their streams never reached it (earlier work on "
+                               "those streams is stuck)",
+                               op.seq, timeout_ms, rank, missing));
+    }
+  }
+  if (!op.sync.failed()) {
+    // The first `workers_` gates to arrive execute every rank's program,
+    // each a share of the ranks, so no more threads run than cores exist.
+    if (order < workers_) {
+      std::vector<int> owned;
+      for (int r = order; r < size(); r += workers_) owned.push_back(r);
+      try {
+        engine::execute_ranks(*op.plan, owned, op.buffers, op.sync, op.rank_done.get(), deadline,
+                              oversubscribed_);
+      } catch (const std::exception& e) {
+        op.sync.fail(WIA_ERROR_INTERNAL, fmt::format("rank {}: {}", rank, e.what()));
+      }
+    }
+    if (!op.sync.failed()) {
+      const bool mine_done = op.sync.signal.wait_until(
+          [&] { return op.rank_done[rank].load(std::memory_order_acquire) || op.sync.failed(); },
+          deadline, oversubscribed_);
+      if (!mine_done && !op.sync.failed())
+        op.sync.fail(WIA_ERROR_TIMEOUT,
+                     fmt::format("collective #{} timed out after {} ms on rank {} waiting for its "
+                                 "program to be executed",
+                                 op.seq, timeout_ms, rank));
     }
   }
   if (op.sync.failed()) {

@@ -53,6 +53,11 @@ struct Operation {
   std::atomic<bool> ready{false};     // plan (or error) is set
   std::vector<engine::RankBuffers> buffers;  // per rank, set when all posted
   engine::OpSync sync;                // step flags, error, signal
+  // Gates that reached the operation on their stream, and ranks whose
+  // program is complete (sized nranks when the operation is created).
+  std::atomic<int> arrived{0};
+  std::unique_ptr<std::atomic<std::uint8_t>[]> gate_arrived;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> rank_done;
   std::atomic<int> finished{0};
   std::chrono::steady_clock::time_point deadline;
 };
@@ -93,6 +98,7 @@ class Communicator {
 
   std::vector<wia_device_t> devices_;
   bool oversubscribed_ = false;
+  int workers_ = 1;  // threads that execute an operation: min(ranks, cores)
   std::uint32_t default_timeout_ms_ = 0;
 
   mutable std::mutex mu_;

@@ -116,6 +116,14 @@ char* region_ptr(const RankBuffers& b, const coll::Region& r, std::size_t es) {
   return base + r.offset * es;
 }
 
+// A kernel refusal here is an engine bug (the schedule was validated), but
+// it must surface as an error rather than a silently unreduced buffer.
+void check_reduce(wia_status_t st, const coll::Schedule& s, std::uint64_t count) {
+  if (st != WIA_SUCCESS)
+    throw Error(WIA_ERROR_INTERNAL, fmt::format("{}: CPU reduction of {} elements failed: {}",
+                                                s.describe(), count, status_name(st)));
+}
+
 void reduce_into(const coll::Schedule& s, const coll::Step& step, void* dst, const void* a,
                  const void* b) {
   const coll::KernelOp k = coll::kernel_op(s.op, step);
@@ -129,46 +137,115 @@ void reduce_into(const coll::Schedule& s, const coll::Step& step, void* dst, con
   args.divisor = k.divisor;
   args.dst = dst;
   args.srcs = srcs;
-  kernels::reduce(args);
+  check_reduce(kernels::reduce(args), s, step.count);
 }
 
 }  // namespace
 
-int execute_rank(const ExecPlan& plan, int rank, const std::vector<RankBuffers>& all,
-                 OpSync& sync, std::chrono::steady_clock::time_point deadline,
-                 bool oversubscribed) {
+namespace {
+
+// Steps i..last (inclusive) of `rank` form a chain the engine may fuse:
+// recv-reduces of one count into one region, each after the first reading
+// that region as its local operand, with every message already published
+// and no other dependency still open. Returns i when there is no chain.
+std::uint32_t fusable_chain_end(const ExecPlan& plan, int rank, std::uint32_t i,
+                                const OpSync& sync) {
+  const coll::RankProgram& prog = plan.schedule.programs[rank];
+  const coll::Step& first = prog.steps[i];
+  std::uint32_t last = i;
+  for (std::uint32_t k = i + 1; k < prog.steps.size(); ++k) {
+    const coll::Step& st = prog.steps[k];
+    if (st.kind != coll::StepKind::kRecvReduce || st.count != first.count ||
+        st.dst.kind != first.dst.kind || st.dst.shard != first.dst.shard ||
+        st.dst.offset != first.dst.offset || st.src.kind != st.dst.kind ||
+        st.src.shard != st.dst.shard || st.src.offset != st.dst.offset)
+      break;
+    if (prog.steps[last].divisor > 1) break;  // only the chain's last step may divide
+    bool ready = sync.published[st.peer][plan.match[rank][k]].load(std::memory_order_acquire);
+    const std::uint32_t* deps = prog.deps_of(st);
+    for (std::uint32_t d = 0; ready && d < st.dep_count; ++d) {
+      const std::uint32_t dep = deps[d];
+      if (dep >= i) continue;  // inside the chain: satisfied by fusing
+      if (prog.steps[dep].is_send() &&
+          !sync.consumed[rank][dep].load(std::memory_order_acquire))
+        ready = false;
+    }
+    if (!ready) break;
+    last = k;
+  }
+  if (last > i &&
+      !sync.published[first.peer][plan.match[rank][i]].load(std::memory_order_acquire))
+    return i;
+  return last;
+}
+
+void reduce_chain(const ExecPlan& plan, int rank, std::uint32_t i, std::uint32_t last,
+                  const std::vector<RankBuffers>& all, OpSync& sync) {
   const coll::Schedule& s = plan.schedule;
   const coll::RankProgram& prog = s.programs[rank];
   const std::size_t es = s.elem_size();
-  const RankBuffers& mine = all[rank];
-  auto* published = sync.published[rank].get();
-  auto* consumed = sync.consumed[rank].get();
+  const coll::Step& first = prog.steps[i];
+  std::vector<const void*> srcs;
+  srcs.reserve(last - i + 2);
+  srcs.push_back(region_ptr(all[rank], first.src, es));
+  for (std::uint32_t k = i; k <= last; ++k) {
+    const coll::Step& st = prog.steps[k];
+    const coll::Step& send = s.programs[st.peer].steps[plan.match[rank][k]];
+    srcs.push_back(region_ptr(all[st.peer], send.src, es));
+  }
+  const coll::KernelOp op = coll::kernel_op(s.op, prog.steps[last]);
+  wia_reduce_args_v1_t args{};
+  args.struct_size = sizeof(args);
+  args.dtype = s.dtype;
+  args.op = op.op;
+  args.nsrcs = static_cast<std::uint32_t>(srcs.size());
+  args.count = first.count;
+  args.divisor = op.divisor;
+  args.dst = region_ptr(all[rank], first.dst, es);
+  args.srcs = srcs.data();
+  check_reduce(kernels::reduce(args), s, first.count);
+  for (std::uint32_t k = i; k <= last; ++k) {
+    const coll::Step& st = prog.steps[k];
+    sync.consumed[st.peer][plan.match[rank][k]].store(1, std::memory_order_release);
+  }
+  sync.signal.notify();
+}
 
-  auto wait_for = [&](std::atomic<std::uint8_t>& flag, const char* what, std::uint32_t step,
-                      int peer) -> bool {
-    const bool ok = sync.signal.wait_until(
-        [&] { return flag.load(std::memory_order_acquire) != 0 || sync.failed(); }, deadline,
-        oversubscribed);
-    if (sync.failed()) return false;
-    if (!ok) {
-      sync.fail(WIA_ERROR_TIMEOUT,
-                fmt::format("{}: rank {} timed out at step {} waiting for rank {} to {} "
-                            "(rank {} has not reached this collective, or is stuck)",
-                            s.describe(), rank, step, peer, what, peer));
-      return false;
-    }
-    return true;
-  };
+// Where one rank's program stands.
+struct Cursor {
+  int rank = 0;
+  std::uint32_t next = 0;       // next step to run
+  bool draining = false;        // all steps ran; waiting for sends to be consumed
+  std::uint32_t drain_next = 0; // next send to check while draining
+  bool finished = false;
+};
 
-  for (std::uint32_t i = 0; i < prog.steps.size(); ++i) {
+enum class Progress { kBlocked, kAdvanced, kFinished };
+
+// Runs as many steps of `c` as can run without waiting. On kBlocked,
+// `why` says what it waits for (for the timeout message).
+Progress advance(const ExecPlan& plan, Cursor& c, const std::vector<RankBuffers>& all,
+                 OpSync& sync, std::string* why) {
+  const coll::Schedule& s = plan.schedule;
+  const coll::RankProgram& prog = s.programs[c.rank];
+  const std::size_t es = s.elem_size();
+  const RankBuffers& mine = all[c.rank];
+  auto* published = sync.published[c.rank].get();
+  auto* consumed = sync.consumed[c.rank].get();
+  bool moved = false;
+  while (c.next < prog.steps.size()) {
+    const std::uint32_t i = c.next;
     const coll::Step& step = prog.steps[i];
-    // Dependencies on earlier local steps are met by running in list order,
-    // except sends: a send is done only once the peer consumed its region.
+    // Local dependencies are met by running in list order, except sends:
+    // a send is done only once the peer consumed its region.
     const std::uint32_t* deps = prog.deps_of(step);
     for (std::uint32_t d = 0; d < step.dep_count; ++d) {
       const coll::Step& dep = prog.steps[deps[d]];
-      if (dep.is_send() && !wait_for(consumed[deps[d]], "consume a sent region", i, dep.peer))
-        return sync.status();
+      if (dep.is_send() && !consumed[deps[d]].load(std::memory_order_acquire)) {
+        *why = fmt::format("rank {} step {} waits for rank {} to consume step {}", c.rank, i,
+                           dep.peer, deps[d]);
+        return moved ? Progress::kAdvanced : Progress::kBlocked;
+      }
     }
     switch (step.kind) {
       case coll::StepKind::kSend:
@@ -178,15 +255,29 @@ int execute_rank(const ExecPlan& plan, int rank, const std::vector<RankBuffers>&
       case coll::StepKind::kRecv:
       case coll::StepKind::kRecvReduce: {
         const int peer = step.peer;
-        const std::uint32_t j = plan.match[rank][i];
-        if (!wait_for(sync.published[peer][j], "send", i, peer)) return sync.status();
+        const std::uint32_t j = plan.match[c.rank][i];
+        if (!sync.published[peer][j].load(std::memory_order_acquire)) {
+          *why = fmt::format("rank {} step {} waits for a message from rank {}", c.rank, i, peer);
+          return moved ? Progress::kAdvanced : Progress::kBlocked;
+        }
         const coll::Step& send = s.programs[peer].steps[j];
         const char* remote = region_ptr(all[peer], send.src, es);
         char* dst = region_ptr(mine, step.dst, es);
-        if (step.kind == coll::StepKind::kRecv)
+        if (step.kind == coll::StepKind::kRecv) {
           std::memcpy(dst, remote, step.count * es);
-        else
+        } else {
+          // A chain of recv-reduces into one region whose messages have all
+          // arrived becomes one n-ary reduction: each source is read once and
+          // the destination written once, instead of once per message.
+          const std::uint32_t last = fusable_chain_end(plan, c.rank, i, sync);
+          if (last > i) {
+            reduce_chain(plan, c.rank, i, last, all, sync);
+            c.next = last;  // the loop's ++c.next moves past the chain
+            moved = true;
+            break;
+          }
           reduce_into(s, step, dst, region_ptr(mine, step.src, es), remote);
+        }
         sync.consumed[peer][j].store(1, std::memory_order_release);
         sync.signal.notify();
         break;
@@ -201,14 +292,61 @@ int execute_rank(const ExecPlan& plan, int rank, const std::vector<RankBuffers>&
         break;
       }
     }
-    if (sync.failed()) return sync.status();
+    ++c.next;
+    moved = true;
   }
-  // Finish only when peers have consumed everything this rank sent, so the
-  // caller may reuse (or free) its buffers and our scratch afterwards.
-  for (std::uint32_t i = 0; i < prog.steps.size(); ++i)
-    if (prog.steps[i].is_send() &&
-        !wait_for(consumed[i], "consume a sent region", i, prog.steps[i].peer))
+  // Finish only when peers have consumed everything this rank sent, so
+  // the caller may reuse its buffers (and we our scratch) afterwards.
+  for (; c.drain_next < prog.steps.size(); ++c.drain_next) {
+    const coll::Step& step = prog.steps[c.drain_next];
+    if (step.is_send() && !consumed[c.drain_next].load(std::memory_order_acquire)) {
+      *why = fmt::format("rank {} waits for rank {} to consume its step {}", c.rank, step.peer,
+                         c.drain_next);
+      return moved ? Progress::kAdvanced : Progress::kBlocked;
+    }
+  }
+  c.finished = true;
+  return Progress::kFinished;
+}
+
+}  // namespace
+
+int execute_ranks(const ExecPlan& plan, const std::vector<int>& ranks,
+                  const std::vector<RankBuffers>& all, OpSync& sync,
+                  std::atomic<std::uint8_t>* done,
+                  std::chrono::steady_clock::time_point deadline, bool oversubscribed) {
+  std::vector<Cursor> cursors(ranks.size());
+  for (std::size_t k = 0; k < ranks.size(); ++k) cursors[k].rank = ranks[k];
+  std::size_t left = ranks.size();
+  std::string why;
+  while (left > 0) {
+    // Read before the pass: a publish during the pass must end the wait.
+    const std::uint32_t seen = sync.signal.epoch();
+    bool moved = false;
+    for (Cursor& c : cursors) {
+      if (c.finished) continue;
+      const Progress p = advance(plan, c, all, sync, &why);
+      if (p == Progress::kFinished) {
+        done[c.rank].store(1, std::memory_order_release);
+        sync.signal.notify();
+        --left;
+      }
+      moved |= p != Progress::kBlocked;
+      if (sync.failed()) return sync.status();
+    }
+    if (moved || left == 0) continue;
+    // Nothing owned can move: wait until a peer publishes or consumes.
+    const bool woke = sync.signal.wait_until(
+        [&] { return sync.signal.epoch() != seen || sync.failed(); }, deadline, oversubscribed);
+    if (sync.failed()) return sync.status();
+    if (!woke) {
+      sync.fail(WIA_ERROR_TIMEOUT,
+                fmt::format("{}: timed out: {} (that rank has not reached this collective, "
+                            "or is stuck)",
+                            plan.schedule.describe(), why));
       return sync.status();
+    }
+  }
   return 0;
 }
 

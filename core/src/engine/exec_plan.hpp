@@ -81,11 +81,17 @@ struct OpSync {
   std::string message_;
 };
 
-// Runs rank `rank`'s program. `all` holds every rank's buffers. Returns 0,
+// Executes the programs of `ranks` (a subset of the schedule's ranks),
+// interleaving them without blocking: a rank waiting for a message or for
+// a peer to consume its send yields to the next owned rank. This lets a
+// few threads drive many ranks, which matters when ranks outnumber cores.
+// `all` holds every rank's buffers; `done[r]` is set (release) when rank
+// r's program has finished and everything it sent was consumed. Returns 0,
 // or a negative status after calling sync.fail() with a message naming the
 // rank, the step and the peer it waited for.
-int execute_rank(const ExecPlan& plan, int rank, const std::vector<RankBuffers>& all,
-                 OpSync& sync, std::chrono::steady_clock::time_point deadline,
-                 bool oversubscribed);
+int execute_ranks(const ExecPlan& plan, const std::vector<int>& ranks,
+                  const std::vector<RankBuffers>& all, OpSync& sync,
+                  std::atomic<std::uint8_t>* done,
+                  std::chrono::steady_clock::time_point deadline, bool oversubscribed);
 
 }  // namespace wia::engine

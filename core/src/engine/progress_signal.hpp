@@ -18,20 +18,33 @@ class ProgressSignal {
  public:
   // Wake every sleeping waiter. Cheap when nobody sleeps.
   void notify() noexcept;
+  // Changes on every notify(): "has anything happened since I looked?"
+  std::uint32_t epoch() const noexcept { return epoch_.load(std::memory_order_acquire); }
 
   // Waits until ready() returns true (returns true) or the deadline passes
   // (returns false). `oversubscribed` shortens the spin phase.
+  // `patient`: the waiter expects a long wait and nothing depends on its
+  // reaction time (an idle gate waiting for others to finish its rank):
+  // it skips most of the spinning and leaves the cores to those who work.
   template <typename Ready>
   bool wait_until(Ready&& ready, std::chrono::steady_clock::time_point deadline,
-                  bool oversubscribed) {
+                  bool oversubscribed, bool patient = false) {
     if (ready()) return true;
-    const int spins = oversubscribed ? 64 : 20000;
-    for (int i = 0; i < spins; ++i) {
+    // Phase 1: pause-spin about one wake-up's cost (the classic
+    // 2-competitive spin-then-block), much less when oversubscribed.
+    // Phase 2: yield, which runs the thread we wait for if it is queued
+    // behind us. Phase 3: sleep on the futex.
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const auto spin_for = std::chrono::microseconds(patient ? 1 : oversubscribed ? 2 : 30);
+    const auto yield_for =
+        std::chrono::microseconds(patient ? (oversubscribed ? 0 : 20) : oversubscribed ? 200 : 100);
+    for (std::uint32_t i = 1;; ++i) {
       cpu_relax();
       if (ready()) return true;
+      if ((i & 63) == 0 && Clock::now() - start > spin_for) break;
     }
-    const int yields = oversubscribed ? 200 : 50;
-    for (int i = 0; i < yields; ++i) {
+    while (Clock::now() - start < spin_for + yield_for) {
       yield();
       if (ready()) return true;
     }

@@ -34,6 +34,13 @@ wia_status_t reduce(const wia_reduce_args_v1_t& args) noexcept;
 // runs. count == 0 is valid whatever the pointers are.
 const char* reduce_args_error(const wia_reduce_args_v1_t& args) noexcept;
 
+// Testing hook: float16 uses hardware conversions (F16C, 256- or 512-bit)
+// where the CPU has them and portable bit manipulation elsewhere. Tests
+// force each implementation in turn so one machine covers them all.
+// Returns false (and changes nothing) when the CPU cannot run `path`.
+enum class Float16Path { kAuto, kPortable, kF16c256, kF16c512 };
+bool force_float16_path_for_testing(Float16Path path) noexcept;
+
 // Scalar conversions used by the kernels, tests and tools.
 float half_to_float(std::uint16_t h) noexcept;
 std::uint16_t float_to_half(float f) noexcept;  // round to nearest even

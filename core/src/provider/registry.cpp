@@ -425,7 +425,10 @@ class Loader {
     }
 
     dlerror();
-    DlHandle handle(dlopen(record.path.c_str(), RTLD_NOW | RTLD_LOCAL));
+    // RTLD_NODELETE: a provider's code stays mapped after finalize. Threads
+    // or thread-local storage a provider leaves behind (drivers do) must
+    // never point into unmapped code, and leak checkers walk TLS at exit.
+    DlHandle handle(dlopen(record.path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE));
     if (!handle) {
       // dlerror() starts with the file's own path, which the record shows
       // already; a dependency's name (missing library) stays.

@@ -2,6 +2,7 @@
 #include "tuner/cost_model.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <queue>
 #include <string>
@@ -13,6 +14,7 @@
 
 namespace wia::tuner {
 
+using coll::Algorithm;
 using coll::Schedule;
 using coll::Step;
 using coll::StepKind;
@@ -50,12 +52,19 @@ void LinkModel::validate() const {
         " entries, expected " + std::to_string(cells));
   if (!(alpha_us >= 0)) bad("link model: alpha " + std::to_string(alpha_us) + " us is negative");
   if (!(gbps > 0)) bad("link model: bandwidth " + std::to_string(gbps) + " GB/s must be > 0");
+  for (std::size_t i = 0; i < alpha_matrix_us.size(); ++i)
+    if (!(alpha_matrix_us[i] >= 0))
+      bad("link model: alpha of link " + std::to_string(i / nranks) + "->" +
+          std::to_string(i % nranks) + " is negative");
   for (std::size_t i = 0; i < gbps_matrix.size(); ++i)
     if (i % (static_cast<std::size_t>(nranks) + 1) != 0 && !(gbps_matrix[i] > 0))
       bad("link model: bandwidth of link " + std::to_string(i / nranks) + "->" +
           std::to_string(i % nranks) + " must be > 0");
   if (port_gbps < 0 || reduce_gbps < 0 || copy_gbps < 0)
     bad("link model: port/reduce/copy bandwidths must be >= 0 (0 = unlimited)");
+  if (!(message_overhead_us >= 0))
+    bad("link model: message overhead " + std::to_string(message_overhead_us) +
+        " us is negative");
 }
 
 namespace {
@@ -63,6 +72,8 @@ namespace {
 // Microseconds per byte of a bandwidth in GB/s (1 GB/s = 1e3 bytes/us);
 // 0 (unlimited) costs nothing.
 double us_per_byte(double gbps) { return gbps > 0 ? 1.0 / (gbps * 1e3) : 0.0; }
+
+constexpr std::uint32_t kNoPort = 0xffffffffu;
 
 // The discrete-event simulation over a flattened set of steps, shared by
 // the full and the symmetric modes; they differ only in how the arrays
@@ -80,27 +91,49 @@ struct Sim {
   std::vector<double> ready;             // max finish of finished dependencies
   std::vector<std::uint32_t> dep_begin;  // CSR of dependents
   std::vector<std::uint32_t> dependents;
-  std::vector<std::uint32_t> match;      // send -> recv and recv -> send
-  std::vector<double> arrival;           // recv: arrival time, < 0 while unknown
+  std::vector<std::uint32_t> match;  // send -> recv and recv -> send
+  std::vector<double> arrival;       // recv: arrival time, < 0 while unknown
   std::vector<std::uint8_t> deps_ok;
   // Per send.
   std::vector<std::uint32_t> link;
+  std::vector<std::uint32_t> eject;  // receiving rank's port, kNoPort for none
   std::vector<double> alpha, link_us_per_byte;
   // Resources.
-  std::vector<double> link_free, port_free, compute_free;
+  std::vector<double> link_free, port_free, eject_free, compute_free;
   double port_us_per_byte = 0, reduce_us_per_byte = 0, copy_us_per_byte = 0;
+  double overhead_us = 0;
   std::size_t elem_size = 1;
 
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  std::vector<Item> immediate;
   double makespan = 0;
   std::size_t finished = 0;
 
+  // Sends contend for links and ports, and reductions/copies with a finite
+  // rate for the rank's compute: those are processed in time order through
+  // the heap (first come, first served). Every other step's finish time is
+  // max(ready, arrival) whatever the processing order, so it is finished
+  // as soon as it is released, without a heap round trip.
+  bool contends(const Step& st) const {
+    if (st.is_send()) return true;
+    if (st.kind == StepKind::kRecvReduce || st.kind == StepKind::kReduce)
+      return reduce_us_per_byte > 0;
+    if (st.kind == StepKind::kCopy) return copy_us_per_byte > 0;
+    return false;
+  }
+
   void release(std::uint32_t id) {
     deps_ok[id] = 1;
-    if (steps[id]->is_recv()) {
-      if (arrival[id] >= 0) heap.push({std::max(ready[id], arrival[id]), id});
+    const Step& st = *steps[id];
+    double t = ready[id];
+    if (st.is_recv()) {
+      if (arrival[id] < 0) return;  // the send will release it
+      t = std::max(t, arrival[id]);
+    }
+    if (contends(st)) {
+      heap.push({t, id});
     } else {
-      heap.push({ready[id], id});
+      immediate.push_back({t, id});
     }
   }
 
@@ -114,9 +147,18 @@ struct Sim {
     }
   }
 
+  void drain_immediate() {
+    while (!immediate.empty()) {
+      const Item it = immediate.back();
+      immediate.pop_back();
+      finish(it.id, it.time);
+    }
+  }
+
   double run() {
     for (std::uint32_t id = 0; id < steps.size(); ++id)
       if (pending[id] == 0) release(id);
+    drain_immediate();
     while (!heap.empty()) {
       const Item it = heap.top();
       heap.pop();
@@ -126,32 +168,47 @@ struct Sim {
       if (st.is_send()) {
         const std::uint32_t l = link[it.id];
         const double start = std::max({it.time, link_free[l], port_free[r]});
+        if (start > it.time) {
+          // Busy: try again when the link and port free up, so that every
+          // resource (the receive port included) is claimed in the order
+          // messages actually start, not in the order they became ready.
+          heap.push({start, it.id});
+          continue;
+        }
+        const double tx = start + overhead_us;  // the rank's per-message cost first
         const double occupy = bytes * std::max(link_us_per_byte[it.id], port_us_per_byte);
-        link_free[l] = start + occupy;
-        if (port_us_per_byte > 0) port_free[r] = start + occupy;
+        link_free[l] = tx + occupy;
+        port_free[r] = tx + (port_us_per_byte > 0 ? occupy : 0.0);
+        double received = tx + occupy;
+        if (port_us_per_byte > 0) {
+          // The receiving port drains its incoming messages one after the
+          // other (incast), as a separate first-come-first-served stage:
+          // coupling it to the send side would leave both idle in turns.
+          const std::uint32_t e = eject[it.id];
+          if (e != kNoPort) {
+            eject_free[e] = std::max(tx, eject_free[e]) + bytes * port_us_per_byte;
+            received = std::max(received, eject_free[e]);
+          }
+        }
         const std::uint32_t rv = match[it.id];
-        arrival[rv] = start + occupy + alpha[it.id];
-        if (deps_ok[rv]) heap.push({std::max(ready[rv], arrival[rv]), rv});
-        finish(it.id, start + occupy);
-        continue;
-      }
-      double rate = 0;
-      if (st.kind == StepKind::kRecvReduce || st.kind == StepKind::kReduce)
-        rate = reduce_us_per_byte;
-      else if (st.kind == StepKind::kCopy)
-        rate = copy_us_per_byte;
-      if (rate > 0) {
+        arrival[rv] = received + alpha[it.id];
+        if (deps_ok[rv]) {
+          deps_ok[rv] = 0;  // release() sets it again
+          release(rv);
+        }
+        finish(it.id, tx + occupy);
+      } else {
+        const double rate = st.kind == StepKind::kCopy ? copy_us_per_byte : reduce_us_per_byte;
         const double start = std::max(it.time, compute_free[r]);
         compute_free[r] = start + bytes * rate;
         finish(it.id, compute_free[r]);
-      } else {
-        finish(it.id, it.time);
       }
+      drain_immediate();
     }
     if (finished != steps.size())
-      throw Error(WIA_ERROR_INTERNAL,
-                  "cost model: schedule cannot complete (" +
-                      std::to_string(steps.size() - finished) + " steps blocked)");
+      throw Error(WIA_ERROR_INTERNAL, "cost model: schedule cannot complete (" +
+                                          std::to_string(steps.size() - finished) +
+                                          " steps blocked)");
     return makespan;
   }
 };
@@ -159,15 +216,19 @@ struct Sim {
 struct MsgKey {
   std::int64_t a, b, c;  // (src, dst, tag) or its symmetric image
   std::uint32_t id;
-  bool operator<(const MsgKey& o) const { return std::tie(a, b, c, id) < std::tie(o.a, o.b, o.c, o.id); }
+  bool operator<(const MsgKey& o) const {
+    return std::tie(a, b, c, id) < std::tie(o.a, o.b, o.c, o.id);
+  }
 };
 
 void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_t nresources) {
   sim.port_us_per_byte = us_per_byte(m.port_gbps);
+  sim.overhead_us = m.message_overhead_us;
   sim.reduce_us_per_byte = us_per_byte(m.reduce_gbps);
   sim.copy_us_per_byte = us_per_byte(m.copy_gbps);
   sim.elem_size = elem_size;
   sim.port_free.assign(nresources, 0.0);
+  sim.eject_free.assign(nresources, 0.0);
   sim.compute_free.assign(nresources, 0.0);
 }
 
@@ -180,7 +241,8 @@ void add_program(Sim& sim, const coll::RankProgram& prog, std::uint32_t r,
     sim.steps.push_back(&st);
     sim.rank.push_back(r);
     sim.pending.push_back(st.dep_count);
-    for (std::uint32_t d = 0; d < st.dep_count; ++d) edges.push_back({base + prog.deps_of(st)[d], id});
+    for (std::uint32_t d = 0; d < st.dep_count; ++d)
+      edges.push_back({base + prog.deps_of(st)[d], id});
   }
 }
 
@@ -191,6 +253,7 @@ void finish_graph(Sim& sim, std::vector<std::pair<std::uint32_t, std::uint32_t>>
   sim.deps_ok.assign(n, 0);
   sim.match.assign(n, 0);
   sim.link.assign(n, 0);
+  sim.eject.assign(n, kNoPort);
   sim.alpha.assign(n, 0.0);
   sim.link_us_per_byte.assign(n, 0.0);
   sim.dep_begin.assign(n + 1, 0);
@@ -237,6 +300,7 @@ CostEstimate estimate_full(const Schedule& s, const LinkModel& m) {
     const std::int64_t r = sim.rank[id];
     if (st.is_send()) {
       sends.push_back({r, st.peer, st.tag, id});
+      sim.eject[id] = static_cast<std::uint32_t>(st.peer);
       sim.alpha[id] = m.alpha(static_cast<std::int32_t>(r), st.peer);
       sim.link_us_per_byte[id] = us_per_byte(m.bandwidth(static_cast<std::int32_t>(r), st.peer));
     } else if (st.is_recv()) {
@@ -252,11 +316,13 @@ CostEstimate estimate_full(const Schedule& s, const LinkModel& m) {
 
 // Rank 0's program stands for all ranks (see the header). For a receive
 // from q the matching send is rank 0's send to mirror(q): rank q's send to
-// 0 is rank 0's send to the image of 0 under q's relabelling.
-CostEstimate estimate_symmetric(const Schedule& s, const LinkModel& m) {
+// 0 is rank 0's send to the image of 0 under q's relabelling. By the same
+// symmetry the messages a rank receives occupy its receive port exactly
+// when its own sends occupy its send port, so ejection needs no separate
+// account here.
+CostEstimate estimate_symmetric(const Schedule& s, const LinkModel& m, bool uniform) {
   const std::int32_t p = s.nranks;
   auto mirror = [&](std::int32_t q) { return s.symmetry == Symmetry::kXor ? q : (p - q) % p; };
-  const bool uniform = m.is_uniform();
   // Worst link of each peer offset, for non-uniform models.
   std::unordered_map<std::int32_t, std::pair<double, double>> worst;
   auto offset_link = [&](std::int32_t d) -> std::pair<double, double> {
@@ -298,30 +364,60 @@ CostEstimate estimate_symmetric(const Schedule& s, const LinkModel& m) {
 
 }  // namespace
 
-CostEstimate estimate(const Schedule& s, const LinkModel& m) {
+namespace {
+
+void check_model(const Schedule& s, const LinkModel& m) {
   m.validate();
   if (m.nranks != s.nranks)
     throw Error(WIA_ERROR_INVALID_ARGUMENT, "cost model: link model has " +
                                                 std::to_string(m.nranks) + " ranks, schedule " +
                                                 std::to_string(s.nranks));
+}
+
+// `uniform` is m.is_uniform(), O(p^2) for matrices: computed once per call.
+CostEstimate estimate_checked(const Schedule& s, const LinkModel& m, bool uniform) {
   bool all_built = true;
   for (const auto& prog : s.programs) all_built = all_built && prog.built;
   if (all_built) return estimate_full(s, m);
   if (s.symmetry != Symmetry::kNone && !s.programs.empty() && s.programs[0].built)
-    return estimate_symmetric(s, m);
+    return estimate_symmetric(s, m, uniform);
   throw Error(WIA_ERROR_INVALID_ARGUMENT,
               "cost model: " + s.describe() +
                   " is neither fully built nor a symmetric schedule with rank 0 built");
+}
+
+}  // namespace
+
+CostEstimate estimate(const Schedule& s, const LinkModel& m) {
+  check_model(s, m);
+  return estimate_checked(s, m, m.is_uniform());
 }
 
 CostEstimate estimate(const coll::CollArgs& args, const LinkModel& m) {
   // Rank 0 alone is cheap to build; it says whether the schedule is
   // symmetric. If it is not (or the links need the full picture), build all.
   Schedule first = coll::build_schedule(args, 0);
-  const bool shortcut = first.symmetry != Symmetry::kNone &&
-                        (args.nranks > kFullSimulationMaxRanks || m.is_uniform());
-  if (shortcut || args.nranks == 1) return estimate(first, m);
-  return estimate(coll::build_schedule(args), m);
+  check_model(first, m);
+  const bool uniform = m.is_uniform();
+  auto shortcut_ok = [&](const Schedule& s) {
+    return s.symmetry != Symmetry::kNone && (args.nranks > kFullSimulationMaxRanks || uniform);
+  };
+  if (shortcut_ok(first) || args.nranks == 1) return estimate_checked(first, m, uniform);
+  // Ring-like schedules lose their symmetry when some chunks are empty
+  // (count < nranks * chunks) and then have O(p * count) steps on the
+  // critical path anyway. For large p, cost them at one element per chunk
+  // instead: the same rounds, the same latency terms, bytes rounded up.
+  if (args.nranks > 64) {
+    const std::uint64_t grown =
+        static_cast<std::uint64_t>(args.nranks) * std::max<std::uint32_t>(first.num_chunks, 1);
+    if (args.count < grown) {
+      coll::CollArgs bigger = args;
+      bigger.count = grown;
+      Schedule approx = coll::build_schedule(bigger, 0);
+      if (shortcut_ok(approx)) return estimate_checked(approx, m, uniform);
+    }
+  }
+  return estimate_checked(coll::build_schedule(args), m, uniform);
 }
 
 namespace {
@@ -331,10 +427,14 @@ std::vector<std::uint32_t> chunk_candidates(std::uint64_t count, std::size_t ele
                                             std::int32_t nranks) {
   const std::uint64_t bytes = count * elem_size;
   const std::uint64_t by_size = std::max<std::uint64_t>(1, bytes / (16 * 1024));
-  const std::uint64_t by_steps = std::max<std::uint64_t>(1, 65536 / static_cast<std::uint64_t>(nranks));
+  // A pipelined tree/chain schedule has a few steps per rank and chunk:
+  // keep the candidates around 16k steps.
+  const std::uint64_t by_steps =
+      std::max<std::uint64_t>(1, 4096 / static_cast<std::uint64_t>(nranks));
   const std::uint64_t cap = std::min({by_size, by_steps, std::max<std::uint64_t>(count, 1)});
   std::vector<std::uint32_t> out{1};
-  for (std::uint64_t k = 4; k <= 64 && k <= cap; k *= 4) out.push_back(static_cast<std::uint32_t>(k));
+  for (std::uint64_t k = 4; k <= 64 && k <= cap; k *= 4)
+    out.push_back(static_cast<std::uint32_t>(k));
   return out;
 }
 }  // namespace
@@ -343,9 +443,9 @@ Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia
                            std::int32_t nranks, const LinkModel& model,
                            std::vector<Candidate>* considered) {
   if (model.nranks != nranks)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                std::string("select_algorithm: link model has ") + std::to_string(model.nranks) +
-                    " ranks, communicator " + std::to_string(nranks));
+    throw Error(WIA_ERROR_INVALID_ARGUMENT, std::string("select_algorithm: link model has ") +
+                                                std::to_string(model.nranks) +
+                                                " ranks, communicator " + std::to_string(nranks));
   coll::CollArgs args;
   args.collective = collective;
   args.dtype = dtype;
@@ -356,9 +456,14 @@ Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia
   const std::size_t es = kernels::dtype_size(dtype);
   Selection best;
   double best_us = 0;
+  // Splitting a ring's blocks only overlaps transfers with local work; with
+  // free local work it only adds latency terms, so it is not worth costing.
+  const bool local_work_costs = model.reduce_gbps > 0 || model.copy_gbps > 0;
   for (const coll::AlgorithmInfo* info : coll::algorithms_for(collective)) {
     std::vector<std::uint32_t> chunks{1};
-    if (info->pipelined) chunks = chunk_candidates(count, es, nranks);
+    if (info->pipelined && (info->algorithm != Algorithm::kRing || local_work_costs))
+      chunks = chunk_candidates(count, es, nranks);
+    double previous = -1;
     for (std::uint32_t k : chunks) {
       args.algorithm = info->algorithm;
       args.options.num_chunks = k;
@@ -370,6 +475,9 @@ Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia
         best.name = info->name;
         best.num_chunks = k;
       }
+      // Time is (about) unimodal in the chunk count: stop once it rises.
+      if (previous >= 0 && e.time_us >= previous) break;
+      previous = e.time_us;
     }
   }
   best.estimated_ms = best_us / 1000.0;
@@ -378,16 +486,20 @@ Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia
 
 Selector::Selector(LinkModel model) : model_(std::move(model)) { model_.validate(); }
 
+std::uint32_t Selector::size_bucket(std::uint64_t count) {
+  if (count < 64) return static_cast<std::uint32_t>(count);
+  const int msb = std::bit_width(count) - 1;
+  const auto quarter = static_cast<std::uint32_t>((count >> (msb - 2)) & 3);
+  return 64 + 4 * static_cast<std::uint32_t>(msb) + quarter;
+}
+
 const Selection& Selector::select(coll::Collective collective, std::uint64_t count,
                                   wia_datatype_t dtype) {
-  const std::uint64_t bytes = count * kernels::dtype_size(dtype);
-  // Bytes decide the cost (the dtype only through its size), except that
-  // counts below the rank count change the partitions: key on both.
-  const std::uint64_t key = (bytes << 8) ^ (static_cast<std::uint64_t>(collective) << 4) ^
+  const std::uint64_t key = (static_cast<std::uint64_t>(size_bucket(count)) << 16) |
+                            (static_cast<std::uint64_t>(collective) << 8) |
                             kernels::dtype_size(dtype);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  if (cache_.size() >= kMaxEntries) cache_.clear();
   return cache_[key] = select_algorithm(collective, count, dtype, model_.nranks, model_);
 }
 

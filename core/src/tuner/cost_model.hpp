@@ -4,11 +4,15 @@
 // The model costs the very schedules the engine executes (core/coll), by a
 // discrete-event simulation of their steps:
 //   - a message from a to b of B bytes starts when its send's dependencies
-//     are done and the link (a, b) is free (and a's injection port, when
-//     the model has one); it occupies them for B / bandwidth and arrives
-//     alpha later than that: t_arrive = t_start + alpha + B / bw. Links are
-//     full duplex; alpha is latency, so messages queued on one link overlap
-//     their latencies (as pipelining does on real networks);
+//     are done and the link (a, b) is free (and a's send port, when the
+//     model has one NIC per rank); it occupies them for B / bandwidth and
+//     arrives alpha later than that: t_arrive = t_start + alpha + B / bw.
+//     With ports, b's receive port also drains its incoming messages one
+//     after the other (incast), so the data is in only once that port has
+//     spent B / port bandwidth on it. Every resource serves first come
+//     first served. Links are full duplex; alpha is latency, so messages
+//     queued on one link overlap their latencies (as pipelining does on
+//     real networks);
 //   - a send completes (its buffer is reusable) when its bytes have left:
 //     transports are modelled as eager, the usual case below the
 //     rendezvous threshold and an optimistic bound above it;
@@ -55,10 +59,17 @@ struct LinkModel {
   // Optional per-link values, row-major [src * nranks + dst]; diagonal unused.
   std::vector<double> alpha_matrix_us;
   std::vector<double> gbps_matrix;
-  // Injection bandwidth of each rank (its NIC into a non-blocking switch):
-  // all its outgoing messages share it. 0 = unlimited (a full mesh of
-  // dedicated links, e.g. NVLink/xGMI all-to-all).
+  // Port bandwidth of each rank (its NIC into a non-blocking switch): all
+  // its outgoing messages share the send side, all its incoming ones the
+  // receive side (incast). 0 = unlimited (a full mesh of dedicated links,
+  // e.g. NVLink/xGMI all-to-all).
   double port_gbps = 0.0;
+  // Per-message cost on the sending rank (LogGP's o/g: software, doorbell,
+  // NIC message rate): each send keeps its rank busy this long before its
+  // bytes go. 0 by default so the textbook formulas hold; a few tenths of
+  // a microsecond (RDMA) to a few microseconds (TCP) make algorithms that
+  // send O(p) messages per rank pay for them at scale.
+  double message_overhead_us = 0.0;
   // Local data movement: bytes of output per second. 0 = free.
   double reduce_gbps = 0.0;
   double copy_gbps = 0.0;
@@ -85,8 +96,8 @@ struct LinkModel {
 
 struct CostEstimate {
   double time_us = 0.0;
-  bool symmetric = false;      // costed from rank 0 only
-  std::size_t steps = 0;       // steps simulated
+  bool symmetric = false;  // costed from rank 0 only
+  std::size_t steps = 0;   // steps simulated
 };
 
 // Costs a schedule: the full simulation when every rank is built, the
@@ -117,22 +128,28 @@ struct Selection {
 // ranks (root 0, out of place), costs each, and returns the cheapest (ties
 // go to the registry's order). `considered`, when given, receives every
 // candidate's cost.
-Selection select_algorithm(coll::Collective collective, std::uint64_t count,
-                           wia_datatype_t dtype, std::int32_t nranks, const LinkModel& model,
+Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia_datatype_t dtype,
+                           std::int32_t nranks, const LinkModel& model,
                            std::vector<Candidate>* considered = nullptr);
 
-// select_algorithm with a cache per (collective, bytes): the steady state
-// of a training loop, which repeats the same sizes, costs a hash lookup.
-// Not thread-safe; one per communicator.
+// select_algorithm with a cache per (collective, element size, size
+// bucket): counts below 64 are their own bucket (partitions differ), above
+// that buckets are quarter octaves (sizes within 19% of each other). The
+// first count seen in a bucket is costed and decides for the bucket, and
+// its estimate is returned for the bucket: the steady state of a training
+// or serving loop costs a hash lookup, and the number of cold decisions
+// is bounded (~4 per octave) whatever sizes arrive. Not thread-safe; one
+// per communicator.
 class Selector {
  public:
   explicit Selector(LinkModel model);
-  const Selection& select(coll::Collective collective, std::uint64_t count,
-                          wia_datatype_t dtype);
+  const Selection& select(coll::Collective collective, std::uint64_t count, wia_datatype_t dtype);
   const LinkModel& model() const { return model_; }
+  std::size_t cached() const { return cache_.size(); }
+
+  static std::uint32_t size_bucket(std::uint64_t count);
 
  private:
-  static constexpr std::size_t kMaxEntries = 4096;
   LinkModel model_;
   std::unordered_map<std::uint64_t, Selection> cache_;
 };

@@ -466,14 +466,18 @@ typedef struct wia_transport_ops_v1 {
 typedef struct wia_provider_v1 {
   uint32_t struct_size; /* sizeof(wia_provider_v1_t) as the provider built it */
   uint32_t abi_version; /* WIA_PROVIDER_ABI_VERSION the provider was built for */
-  const char* name;     /* short, [a-z0-9_]+, unique: "host", "tcp"       */
+  /* Short, [a-z0-9_]+, unique, and equal to NAME in the file name
+   * libwia-provider-NAME.so: "host", "tcp". */
+  const char* name;
   const char* version;  /* the provider's own version text                */
   uint64_t caps;        /* WIA_PROVIDER_CAP_*                              */
   /* Lowest host-services version this provider can work with. The core
    * refuses the provider when it offers less. */
   uint32_t host_services_version;
   uint32_t num_params;
-  const wia_param_decl_v1_t* params; /* num_params entries, may be NULL if 0 */
+  /* num_params entries (NULL if 0), all of the size params[0].struct_size:
+   * the core steps through the array by that stride. */
+  const wia_param_decl_v1_t* params;
 
   /* Called once after loading. Returns WIA_ERROR_UNAVAILABLE (with a
    * set_error message such as "libcuda.so.1 not found") when the hardware

@@ -28,8 +28,8 @@ bool full_matrix() {
   return e != nullptr && e[0] != '\0' && e[0] != '0';
 }
 
-constexpr wia_reduce_op_t kOps[] = {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN,
-                                    WIA_REDUCE_MAX, WIA_REDUCE_AVG};
+constexpr wia_reduce_op_t kOps[] = {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN, WIA_REDUCE_MAX,
+                                    WIA_REDUCE_AVG};
 constexpr wia_datatype_t kSweepTypes[] = {WIA_INT32, WIA_FLOAT32, WIA_BFLOAT16};
 
 struct Tally {
@@ -76,7 +76,8 @@ TEST_CASE("matrix: every algorithm matches the reference on the simulated networ
   for (const AlgorithmInfo& info : algorithms()) {
     const bool reducing = is_reducing(info.collective);
     std::vector<std::uint32_t> chunk_opts{0};
-    if (info.pipelined) chunk_opts = full ? std::vector<std::uint32_t>{1, 3} : std::vector<std::uint32_t>{0, 3};
+    if (info.pipelined)
+      chunk_opts = full ? std::vector<std::uint32_t>{1, 3} : std::vector<std::uint32_t>{0, 3};
     for (std::int32_t p = 1; p <= 8; ++p) {
       for (std::size_t ci = 0; ci < counts.size(); ++ci) {
         for (bool ip : {false, true}) {
@@ -100,16 +101,17 @@ TEST_CASE("matrix: every algorithm matches the reference on the simulated networ
     }
   }
   MESSAGE(tally.cases << " cases, " << tally.failures << " failures"
-                      << (full ? " (full matrix)" : " (CI sample; WIA_FULL_MATRIX=1 for all)"));
+                      << std::string(full ? " (full matrix)"
+                                          : " (CI sample; WIA_FULL_MATRIX=1 for all)"));
   CHECK(tally.failures == 0);
 }
 
 TEST_CASE("matrix: all 10 datatypes with every op") {
   const bool full = full_matrix();
-  const std::vector<std::int32_t> ranks = full ? std::vector<std::int32_t>{3, 5, 8}
-                                               : std::vector<std::int32_t>{3, 8};
-  const std::vector<std::uint64_t> counts = full ? std::vector<std::uint64_t>{1, 7, 2519}
-                                                 : std::vector<std::uint64_t>{7, 515};
+  const std::vector<std::int32_t> ranks =
+      full ? std::vector<std::int32_t>{3, 5, 8} : std::vector<std::int32_t>{3, 8};
+  const std::vector<std::uint64_t> counts =
+      full ? std::vector<std::uint64_t>{1, 7, 2519} : std::vector<std::uint64_t>{7, 515};
   Tally tally;
   std::uint64_t salt = 1000;
   for (const AlgorithmInfo& info : algorithms()) {

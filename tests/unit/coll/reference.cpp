@@ -19,9 +19,7 @@ bool is_float(wia_datatype_t t) {
 int bit_width(wia_datatype_t t) { return static_cast<int>(kernels::dtype_size(t) * 8); }
 
 namespace {
-bool is_signed_int(wia_datatype_t t) {
-  return t == WIA_INT8 || t == WIA_INT32 || t == WIA_INT64;
-}
+bool is_signed_int(wia_datatype_t t) { return t == WIA_INT8 || t == WIA_INT32 || t == WIA_INT64; }
 std::uint64_t mask_of(wia_datatype_t t) {
   const int w = bit_width(t);
   return w == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << w) - 1;
@@ -40,17 +38,24 @@ std::uint64_t splitmix(std::uint64_t x) {
 }
 long double unit_roundoff(wia_datatype_t t) {
   switch (t) {
-    case WIA_FLOAT16: return std::ldexp(1.0L, -11);
-    case WIA_BFLOAT16: return std::ldexp(1.0L, -8);
-    case WIA_FLOAT32: return std::ldexp(1.0L, -24);
-    default: return std::ldexp(1.0L, -53);
+    case WIA_FLOAT16:
+      return std::ldexp(1.0L, -11);
+    case WIA_BFLOAT16:
+      return std::ldexp(1.0L, -8);
+    case WIA_FLOAT32:
+      return std::ldexp(1.0L, -24);
+    default:
+      return std::ldexp(1.0L, -53);
   }
 }
 long double smallest_normal(wia_datatype_t t) {
   switch (t) {
-    case WIA_FLOAT16: return std::ldexp(1.0L, -14);
-    case WIA_FLOAT64: return std::numeric_limits<double>::min();
-    default: return std::numeric_limits<float>::min();
+    case WIA_FLOAT16:
+      return std::ldexp(1.0L, -14);
+    case WIA_FLOAT64:
+      return std::numeric_limits<double>::min();
+    default:
+      return std::numeric_limits<float>::min();
   }
 }
 }  // namespace
@@ -69,8 +74,10 @@ void store_bits(wia_datatype_t t, std::byte* base, std::uint64_t i, std::uint64_
 
 long double to_value(wia_datatype_t t, std::uint64_t bits) {
   switch (t) {
-    case WIA_FLOAT16: return kernels::half_to_float(static_cast<std::uint16_t>(bits));
-    case WIA_BFLOAT16: return kernels::bfloat16_to_float(static_cast<std::uint16_t>(bits));
+    case WIA_FLOAT16:
+      return kernels::half_to_float(static_cast<std::uint16_t>(bits));
+    case WIA_BFLOAT16:
+      return kernels::bfloat16_to_float(static_cast<std::uint16_t>(bits));
     case WIA_FLOAT32: {
       float f;
       const auto b = static_cast<std::uint32_t>(bits);
@@ -90,8 +97,10 @@ long double to_value(wia_datatype_t t, std::uint64_t bits) {
 
 std::uint64_t from_value(wia_datatype_t t, long double v) {
   switch (t) {
-    case WIA_FLOAT16: return kernels::float_to_half(static_cast<float>(v));
-    case WIA_BFLOAT16: return kernels::float_to_bfloat16(static_cast<float>(v));
+    case WIA_FLOAT16:
+      return kernels::float_to_half(static_cast<float>(v));
+    case WIA_BFLOAT16:
+      return kernels::float_to_bfloat16(static_cast<float>(v));
     case WIA_FLOAT32: {
       const float f = static_cast<float>(v);
       std::uint32_t b;
@@ -109,8 +118,7 @@ std::uint64_t from_value(wia_datatype_t t, long double v) {
   }
 }
 
-Expect reduce_reference(wia_datatype_t t, wia_reduce_op_t op,
-                        std::span<const std::uint64_t> xs) {
+Expect reduce_reference(wia_datatype_t t, wia_reduce_op_t op, std::span<const std::uint64_t> xs) {
   Expect e;
   const auto p = static_cast<long double>(xs.size());
   if (!is_float(t)) {
@@ -120,21 +128,27 @@ Expect reduce_reference(wia_datatype_t t, wia_reduce_op_t op,
       const std::uint64_t x = xs[i] & m;
       switch (op) {
         case WIA_REDUCE_SUM:
-        case WIA_REDUCE_AVG: acc = (acc + x) & m; break;
-        case WIA_REDUCE_PROD: acc = (acc * x) & m; break;
+        case WIA_REDUCE_AVG:
+          acc = (acc + x) & m;
+          break;
+        case WIA_REDUCE_PROD:
+          acc = (acc * x) & m;
+          break;
         case WIA_REDUCE_MIN:
         case WIA_REDUCE_MAX: {
           const bool less = is_signed_int(t) ? sign_extend(t, x) < sign_extend(t, acc) : x < acc;
           if ((op == WIA_REDUCE_MIN) == less) acc = x;
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
     if (op == WIA_REDUCE_AVG && xs.size() > 1) {
       if (is_signed_int(t))
-        acc = static_cast<std::uint64_t>(sign_extend(t, acc) /
-                                         static_cast<std::int64_t>(xs.size())) & m;
+        acc =
+            static_cast<std::uint64_t>(sign_extend(t, acc) / static_cast<std::int64_t>(xs.size())) &
+            m;
       else
         acc = acc / xs.size();
     }
@@ -147,23 +161,39 @@ Expect reduce_reference(wia_datatype_t t, wia_reduce_op_t op,
     const long double x = to_value(t, xs[i]);
     switch (op) {
       case WIA_REDUCE_SUM:
-      case WIA_REDUCE_AVG: acc += x; mag += std::fabs(x); break;
-      case WIA_REDUCE_PROD: acc *= x; break;
-      case WIA_REDUCE_MIN: acc = std::min(acc, x); break;
-      case WIA_REDUCE_MAX: acc = std::max(acc, x); break;
-      default: break;
+      case WIA_REDUCE_AVG:
+        acc += x;
+        mag += std::fabs(x);
+        break;
+      case WIA_REDUCE_PROD:
+        acc *= x;
+        break;
+      case WIA_REDUCE_MIN:
+        acc = std::min(acc, x);
+        break;
+      case WIA_REDUCE_MAX:
+        acc = std::max(acc, x);
+        break;
+      default:
+        break;
     }
   }
   const long double u = unit_roundoff(t);
   e.exact = false;
   switch (op) {
-    case WIA_REDUCE_SUM: e.tol = 2 * p * u * mag; break;
+    case WIA_REDUCE_SUM:
+      e.tol = 2 * p * u * mag;
+      break;
     case WIA_REDUCE_AVG:
       acc /= p;
       e.tol = 2 * u * mag + 2 * u * std::fabs(acc);
       break;
-    case WIA_REDUCE_PROD: e.tol = 2 * p * u * std::fabs(acc); break;
-    default: e.tol = 0; break;  // MIN/MAX pick an input: exact
+    case WIA_REDUCE_PROD:
+      e.tol = 2 * p * u * std::fabs(acc);
+      break;
+    default:
+      e.tol = 0;
+      break;  // MIN/MAX pick an input: exact
   }
   if (op != WIA_REDUCE_MIN && op != WIA_REDUCE_MAX) e.tol += smallest_normal(t);
   e.value = acc;
@@ -337,7 +367,8 @@ std::string run_case(const Case& c) {
           pl.checks.push_back({block, exact(in[q])});
         }
         if (ip) {
-          pl.fills.push_back({{BufferKind::kUserRecv, 0, n * static_cast<std::uint64_t>(r)}, in[r]});
+          pl.fills.push_back(
+              {{BufferKind::kUserRecv, 0, n * static_cast<std::uint64_t>(r)}, in[r]});
         } else {
           pl.fills.push_back({send0, in[r]});
           pl.checks.push_back({send0, exact(in[r])});
@@ -410,7 +441,8 @@ std::string run_case(const Case& c) {
       if ((reg.offset + bits.size()) * es > buf.size())
         return "test bug: fill outside " + std::string(buffer_kind_name(reg.kind)) + " of rank " +
                std::to_string(r);
-      for (std::size_t i = 0; i < bits.size(); ++i) store_bits(t, buf.data(), reg.offset + i, bits[i]);
+      for (std::size_t i = 0; i < bits.size(); ++i)
+        store_bits(t, buf.data(), reg.offset + i, bits[i]);
     }
   }
   const SimResult res = simulate(s, mem, c.sim);
@@ -432,9 +464,9 @@ std::string run_case(const Case& c) {
         if (matches(t, expect[i], got)) continue;
         bad << "rank " << r << ' ' << buffer_kind_name(reg.kind) << '[' << reg.shard << "]["
             << reg.offset + i << "]: got " << to_value(t, got) << " (0x" << std::hex << got
-            << std::dec << ") expected " << (expect[i].exact ? to_value(t, expect[i].bits)
-                                                             : expect[i].value)
-            << " tol " << static_cast<double>(expect[i].tol) << '\n';
+            << std::dec << ") expected "
+            << (expect[i].exact ? to_value(t, expect[i].bits) : expect[i].value) << " tol "
+            << static_cast<double>(expect[i].tol) << '\n';
         ++nbad;
       }
     }

@@ -4,6 +4,7 @@
 // degenerate sizes, compactness.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -44,6 +45,14 @@ std::string expect_invalid(const CollArgs& a, std::int32_t only_rank = kAllRanks
   return {};
 }
 
+// What a C caller can pass: a value outside the enum's range (casting it in
+// C++ would be undefined, so write the representation).
+template <typename E>
+void set_raw(E& e, int value) {
+  static_assert(sizeof(E) == sizeof(int));
+  std::memcpy(&e, &value, sizeof(int));
+}
+
 bool same_step(const Step& a, const Step& b) {
   auto reg = [](const Region& r) { return std::tie(r.kind, r.shard, r.offset); };
   return a.kind == b.kind && a.peer == b.peer && a.tag == b.tag && a.divisor == b.divisor &&
@@ -68,14 +77,14 @@ TEST_CASE("schedule: invalid arguments are rejected with the bad value named") {
   CHECK(expect_invalid(a).find("root -1") != std::string::npos);
 
   a = args_for(ring, 4, 100);
-  a.dtype = static_cast<wia_datatype_t>(42);
+  set_raw(a.dtype, 42);
   CHECK(expect_invalid(a).find("datatype 42") != std::string::npos);
   a = args_for(ring, 4, 100);
-  a.op = static_cast<wia_reduce_op_t>(7);
-  CHECK(expect_invalid(a).find("reduce op 7") != std::string::npos);
+  set_raw(a.op, 77);
+  CHECK(expect_invalid(a).find("reduce op 77") != std::string::npos);
   // The op of a non-reducing collective is irrelevant.
   a = args_for(*find_algorithm(Collective::kAllGather, Algorithm::kRing), 4, 100);
-  a.op = static_cast<wia_reduce_op_t>(7);
+  set_raw(a.op, 77);
   CHECK_NOTHROW(build_schedule(a));
 
   a = args_for(ring, 4, 100);
@@ -140,7 +149,8 @@ TEST_CASE("schedule: (src, dst, tag) identifies one message") {
         std::set<std::tuple<int, int, std::uint32_t>> sends;
         for (std::int32_t r = 0; r < p; ++r)
           for (const Step& st : s.programs[r].steps)
-            if (st.is_send()) CHECK_MESSAGE(sends.insert({r, st.peer, st.tag}).second, s.describe());
+            if (st.is_send())
+              CHECK_MESSAGE(sends.insert({r, st.peer, st.tag}).second, s.describe());
         CHECK(validate_schedule(s).ok());
       }
     }
@@ -234,13 +244,21 @@ TEST_CASE("schedule: scratch stays within each algorithm's documented bound") {
           case Collective::kAllReduce:
             bound = info.algorithm == Algorithm::kRecursiveDoubling ? c : 0;
             break;
-          case Collective::kReduce: bound = c; break;
+          case Collective::kReduce:
+            bound = c;
+            break;
           case Collective::kReduceScatter:
             bound = info.algorithm == Algorithm::kRing ? 2 * c : pc;
             break;
-          case Collective::kAllToAll: bound = ip ? pc - c : 0; break;
-          case Collective::kSendRecv: bound = ip ? c : 0; break;
-          default: bound = 0; break;
+          case Collective::kAllToAll:
+            bound = ip ? pc - c : 0;
+            break;
+          case Collective::kSendRecv:
+            bound = ip ? c : 0;
+            break;
+          default:
+            bound = 0;
+            break;
         }
         CHECK_MESSAGE(most <= bound, s.describe() << " uses " << most << " scratch elements");
       }

@@ -2,6 +2,8 @@
 // The simulated-network executor on deliberately broken schedules: it is
 // the oracle of every other test, so each class of schedule bug must be
 // reported, with the rank and step named.
+#include "coll/sim_executor.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -9,7 +11,6 @@
 #include <string>
 
 #include "coll/registry.hpp"
-#include "coll/sim_executor.hpp"
 
 namespace wia::coll {
 namespace {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu_reduce.hpp"
+#include "kernels/element_access.hpp"
 
 namespace {
 
@@ -75,37 +76,11 @@ long double input_value(int rank, std::uint64_t i, wia_reduce_op_t op, wia_datat
 }
 
 void store(void* base, std::uint64_t i, wia_datatype_t t, long double v) {
-  char* p = static_cast<char*>(base);
-  switch (t) {
-    case WIA_INT8: reinterpret_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(static_cast<long long>(v)); break;
-    case WIA_UINT8: reinterpret_cast<std::uint8_t*>(p)[i] = static_cast<std::uint8_t>(static_cast<unsigned long long>(static_cast<long long>(v))); break;
-    case WIA_INT32: reinterpret_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(static_cast<long long>(v)); break;
-    case WIA_UINT32: reinterpret_cast<std::uint32_t*>(p)[i] = static_cast<std::uint32_t>(static_cast<long long>(v)); break;
-    case WIA_INT64: reinterpret_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v); break;
-    case WIA_UINT64: reinterpret_cast<std::uint64_t*>(p)[i] = static_cast<std::uint64_t>(static_cast<long long>(v)); break;
-    case WIA_FLOAT16: reinterpret_cast<std::uint16_t*>(p)[i] = wia::kernels::float_to_half(static_cast<float>(v)); break;
-    case WIA_BFLOAT16: reinterpret_cast<std::uint16_t*>(p)[i] = wia::kernels::float_to_bfloat16(static_cast<float>(v)); break;
-    case WIA_FLOAT32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case WIA_FLOAT64: reinterpret_cast<double*>(p)[i] = static_cast<double>(v); break;
-    default: break;
-  }
+  wia::kernels::store_element(base, i, t, static_cast<double>(v));
 }
 
 long double load(const void* base, std::uint64_t i, wia_datatype_t t) {
-  const char* p = static_cast<const char*>(base);
-  switch (t) {
-    case WIA_INT8: return reinterpret_cast<const std::int8_t*>(p)[i];
-    case WIA_UINT8: return reinterpret_cast<const std::uint8_t*>(p)[i];
-    case WIA_INT32: return reinterpret_cast<const std::int32_t*>(p)[i];
-    case WIA_UINT32: return reinterpret_cast<const std::uint32_t*>(p)[i];
-    case WIA_INT64: return static_cast<long double>(reinterpret_cast<const std::int64_t*>(p)[i]);
-    case WIA_UINT64: return static_cast<long double>(reinterpret_cast<const std::uint64_t*>(p)[i]);
-    case WIA_FLOAT16: return wia::kernels::half_to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
-    case WIA_BFLOAT16: return wia::kernels::bfloat16_to_float(reinterpret_cast<const std::uint16_t*>(p)[i]);
-    case WIA_FLOAT32: return reinterpret_cast<const float*>(p)[i];
-    case WIA_FLOAT64: return reinterpret_cast<const double*>(p)[i];
-    default: return 0;
-  }
+  return wia::kernels::load_element(base, i, t);
 }
 
 // Wraps an exact integer result into the type's range, as the hardware does.
@@ -318,7 +293,8 @@ struct CollAlgos {
 const std::vector<CollAlgos>& all_algorithms() {
   static const std::vector<CollAlgos> k = {
       {WIA_COLLECTIVE_ALLREDUCE, {WIA_ALGORITHM_RING, WIA_ALGORITHM_TREE, WIA_ALGORITHM_BINOMIAL,
-                                  WIA_ALGORITHM_RABENSEIFNER, WIA_ALGORITHM_RECURSIVE_DOUBLING}},
+                                  WIA_ALGORITHM_RABENSEIFNER, WIA_ALGORITHM_RECURSIVE_DOUBLING,
+                                  WIA_ALGORITHM_DIRECT}},
       {WIA_COLLECTIVE_BROADCAST, {WIA_ALGORITHM_BINOMIAL, WIA_ALGORITHM_CHAIN, WIA_ALGORITHM_SCATTER_ALLGATHER}},
       {WIA_COLLECTIVE_REDUCE, {WIA_ALGORITHM_BINOMIAL, WIA_ALGORITHM_CHAIN}},
       {WIA_COLLECTIVE_ALLGATHER, {WIA_ALGORITHM_RING, WIA_ALGORITHM_RECURSIVE_DOUBLING, WIA_ALGORITHM_BRUCK}},

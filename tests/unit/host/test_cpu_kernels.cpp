@@ -38,11 +38,40 @@ using wia::kernels::half_to_float;
 using i128 = __int128;
 using u128 = unsigned __int128;
 
-constexpr wia_datatype_t kAllTypes[] = {WIA_INT8,  WIA_UINT8,   WIA_INT32,   WIA_UINT32,
-                                        WIA_INT64, WIA_UINT64,  WIA_FLOAT16, WIA_BFLOAT16,
+constexpr wia_datatype_t kAllTypes[] = {WIA_INT8,    WIA_UINT8,  WIA_INT32,   WIA_UINT32,
+                                        WIA_INT64,   WIA_UINT64, WIA_FLOAT16, WIA_BFLOAT16,
                                         WIA_FLOAT32, WIA_FLOAT64};
 constexpr wia_reduce_op_t kAllOps[] = {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN,
                                        WIA_REDUCE_MAX, WIA_REDUCE_AVG};
+
+// Every float16 implementation this CPU can run (portable bit tricks,
+// F16C 256-bit, F16C 512-bit), so one machine tests them all.
+std::vector<wia::kernels::Float16Path> float16_paths() {
+  using wia::kernels::Float16Path;
+  std::vector<Float16Path> paths;
+  for (auto p : {Float16Path::kPortable, Float16Path::kF16c256, Float16Path::kF16c512})
+    if (wia::kernels::force_float16_path_for_testing(p)) paths.push_back(p);
+  wia::kernels::force_float16_path_for_testing(Float16Path::kAuto);
+  return paths;
+}
+
+// Runs body(full) once per float16 implementation (once for other types).
+// `full` is true for one run per type: the implementation this CPU uses by
+// default; the others get the cheaper shapes, to keep the test quick.
+template <class Body>
+void for_each_float16_path(wia_datatype_t dtype, Body&& body) {
+  if (dtype != WIA_FLOAT16) {
+    body(true);
+    return;
+  }
+  const auto paths = float16_paths();
+  for (const auto path : paths) {
+    CAPTURE(static_cast<int>(path));
+    wia::kernels::force_float16_path_for_testing(path);
+    body(path == paths.back());  // the best one is the default
+  }
+  wia::kernels::force_float16_path_for_testing(wia::kernels::Float16Path::kAuto);
+}
 
 // ---------------------------------------------------------------------------
 // Independent reference conversions.
@@ -112,8 +141,8 @@ std::uint16_t encode(long double v, Format f) {
   int e = 0;
   std::frexp(a, &e);
   const int exp = e - 1;
-  const auto mant = static_cast<unsigned>(a / std::ldexp(1.0L, exp - mant_bits)) -
-                    (1u << mant_bits);
+  const auto mant =
+      static_cast<unsigned>(a / std::ldexp(1.0L, exp - mant_bits)) - (1u << mant_bits);
   return sign | static_cast<std::uint16_t>(((exp + bias) << mant_bits) | mant);
 }
 
@@ -129,12 +158,8 @@ long double ulp_of(long double v, Format f) {
 // Typed access to raw buffers.
 
 bool is_int(wia_datatype_t t) { return t <= WIA_UINT64; }
-bool is_signed_int(wia_datatype_t t) {
-  return t == WIA_INT8 || t == WIA_INT32 || t == WIA_INT64;
-}
-int int_bits(wia_datatype_t t) {
-  return static_cast<int>(wia::kernels::dtype_size(t)) * 8;
-}
+bool is_signed_int(wia_datatype_t t) { return t == WIA_INT8 || t == WIA_INT32 || t == WIA_INT64; }
+int int_bits(wia_datatype_t t) { return static_cast<int>(wia::kernels::dtype_size(t)) * 8; }
 
 i128 load_int(wia_datatype_t t, const void* p, std::size_t i) {
   switch (t) {
@@ -158,7 +183,8 @@ i128 wrap(i128 v, wia_datatype_t t) {
   const int bits = int_bits(t);
   const u128 mask = bits == 64 ? ~static_cast<u128>(0) >> 64 : (static_cast<u128>(1) << bits) - 1;
   u128 u = static_cast<u128>(v) & mask;
-  if (is_signed_int(t) && (u >> (bits - 1)) != 0) return static_cast<i128>(u) - (static_cast<i128>(1) << bits);
+  if (is_signed_int(t) && (u >> (bits - 1)) != 0)
+    return static_cast<i128>(u) - (static_cast<i128>(1) << bits);
   return static_cast<i128>(u);
 }
 
@@ -239,10 +265,9 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return std::string(wia::kernels::dtype_name(c.dtype)) + " " +
-         wia::kernels::reduce_op_name(c.op) + " nsrcs=" + std::to_string(c.nsrcs) +
-         " count=" + std::to_string(c.count) + (c.in_place ? " in-place" : "") +
-         " divisor=" + std::to_string(c.divisor);
+  return std::string(wia::kernels::dtype_name(c.dtype)) + " " + wia::kernels::reduce_op_name(c.op) +
+         " nsrcs=" + std::to_string(c.nsrcs) + " count=" + std::to_string(c.count) +
+         (c.in_place ? " in-place" : "") + " divisor=" + std::to_string(c.divisor);
 }
 
 // Runs one case; returns the number of mismatching elements (and reports
@@ -251,8 +276,8 @@ std::size_t run_case(const Case& c, Rng& rng) {
   const std::size_t es = wia::kernels::dtype_size(c.dtype);
   // One element of slack at the front of every buffer: the kernels must
   // not assume any alignment beyond the element's.
-  std::vector<std::vector<unsigned char>> store(c.nsrcs + 1,
-                                                std::vector<unsigned char>((c.count + 1) * es + 64));
+  std::vector<std::vector<unsigned char>> store(
+      c.nsrcs + 1, std::vector<unsigned char>((c.count + 1) * es + 64));
   std::vector<void*> bufs;
   for (auto& s : store) bufs.push_back(s.data() + es);
   for (std::uint32_t k = 0; k < c.nsrcs; ++k) fill(c.dtype, c.op, bufs[k], c.count, rng);
@@ -338,8 +363,7 @@ std::size_t run_case(const Case& c, Rng& rng) {
       }
       const long double got = load_float(c.dtype, dst, i);
       // Unit roundoff of the type the kernel accumulates in.
-      const long double u =
-          c.dtype == WIA_FLOAT64 ? std::ldexp(1.0L, -53) : std::ldexp(1.0L, -24);
+      const long double u = c.dtype == WIA_FLOAT64 ? std::ldexp(1.0L, -53) : std::ldexp(1.0L, -24);
       const long double n = static_cast<long double>(c.nsrcs);
       long double tol = 0;
       if (sum_like)
@@ -389,8 +413,7 @@ TEST_CASE("half_to_float decodes every float16 exactly, specials included") {
     if (std::isnan(want)) {
       CHECK(std::isnan(got));
       CHECK(std::signbit(got) == ((h & 0x8000) != 0));
-    } else if (static_cast<long double>(got) != want ||
-               std::signbit(got) != std::signbit(want)) {
+    } else if (static_cast<long double>(got) != want || std::signbit(got) != std::signbit(want)) {
       FAIL_CHECK("half 0x" << std::hex << h << ": got " << got);
     }
   }
@@ -402,8 +425,7 @@ TEST_CASE("bfloat16_to_float decodes every bfloat16 exactly, specials included")
     const float got = bfloat16_to_float(static_cast<std::uint16_t>(b));
     if (std::isnan(want)) {
       CHECK(std::isnan(got));
-    } else if (static_cast<long double>(got) != want ||
-               std::signbit(got) != std::signbit(want)) {
+    } else if (static_cast<long double>(got) != want || std::signbit(got) != std::signbit(want)) {
       FAIL_CHECK("bfloat16 0x" << std::hex << b << ": got " << got);
     }
   }
@@ -494,19 +516,23 @@ TEST_CASE("reduce: every dtype x op x nsrcs x count, in place and not") {
   Rng rng{20240601};
   std::size_t bad = 0;
   for (const auto dtype : kAllTypes) {
-    for (const auto op : kAllOps) {
-      for (const std::uint32_t nsrcs : {1u, 2u, 3u, 5u}) {
-        for (const std::size_t count : {0ul, 1ul, 7ul, 4099ul, 100003ul}) {
-          bad += run_case({dtype, op, nsrcs, count, false, 0}, rng);
-          // In place: 4099 already spans several blocks of every type.
-          if (count <= 4099) bad += run_case({dtype, op, nsrcs, count, true, 0}, rng);
+    for_each_float16_path(dtype, [&](bool full) {
+      for (const auto op : kAllOps) {
+        for (const std::uint32_t nsrcs : {1u, 2u, 3u, 5u}) {
+          for (const std::size_t count : {0ul, 1ul, 7ul, 4099ul, 100003ul}) {
+            if (!full && count > 4099) continue;
+            bad += run_case({dtype, op, nsrcs, count, false, 0}, rng);
+            // In place: 4099 already spans several blocks of every type.
+            if (count <= 4099) bad += run_case({dtype, op, nsrcs, count, true, 0}, rng);
+          }
+        }
+        // Shapes that reach every fused kernel (4 + 2, 4 + 3, 4 + 3 + 2).
+        for (const std::uint32_t nsrcs : {4u, 6u, 7u, 9u}) {
+          for (const bool in_place : {false, true})
+            bad += run_case({dtype, op, nsrcs, 4099, in_place, 0}, rng);
         }
       }
-      // Shapes that reach every fused kernel (4 + 2, 4 + 3, 4 + 3 + 2).
-      for (const std::uint32_t nsrcs : {4u, 6u, 7u, 9u}) {
-        for (const bool in_place : {false, true}) bad += run_case({dtype, op, nsrcs, 4099, in_place, 0}, rng);
-      }
-    }
+    });
   }
   CHECK(bad == 0);
 }
@@ -515,12 +541,14 @@ TEST_CASE("reduce: explicit divisors apply to every op and truncate integers") {
   Rng rng{7};
   std::size_t bad = 0;
   for (const auto dtype : kAllTypes) {
-    for (const auto op : kAllOps) {
-      for (const std::uint64_t divisor : {1ull, 3ull, 7ull, 1000ull}) {
-        bad += run_case({dtype, op, 3, 4099, false, divisor}, rng);
-        bad += run_case({dtype, op, 2, 33, true, divisor}, rng);
+    for_each_float16_path(dtype, [&](bool /*full*/) {
+      for (const auto op : kAllOps) {
+        for (const std::uint64_t divisor : {1ull, 3ull, 7ull, 1000ull}) {
+          bad += run_case({dtype, op, 3, 4099, false, divisor}, rng);
+          bad += run_case({dtype, op, 2, 33, true, divisor}, rng);
+        }
       }
-    }
+    });
   }
   CHECK(bad == 0);
 }
@@ -554,34 +582,39 @@ TEST_CASE("reduce: integer AVG truncates toward zero and handles huge divisors")
 
 TEST_CASE("reduce: float MIN/MAX propagate NaN from any source position") {
   for (const auto dtype : {WIA_FLOAT16, WIA_BFLOAT16, WIA_FLOAT32, WIA_FLOAT64}) {
-    for (const auto op : {WIA_REDUCE_MIN, WIA_REDUCE_MAX, WIA_REDUCE_SUM}) {
-      for (std::uint32_t nan_at = 0; nan_at < 5; ++nan_at) {
-        constexpr std::size_t kCount = 37;
-        std::vector<std::vector<double>> raw(5, std::vector<double>(kCount, 1.5));
-        for (std::size_t i = 0; i < kCount; ++i) raw[nan_at][i] = NAN;
-        std::vector<std::vector<unsigned char>> bufs;
-        std::vector<const void*> srcs;
-        const std::size_t es = wia::kernels::dtype_size(dtype);
-        for (auto& r : raw) {
-          bufs.emplace_back(kCount * es);
-          for (std::size_t i = 0; i < kCount; ++i) {
-            const float f = static_cast<float>(r[i]);
-            std::uint16_t h = dtype == WIA_FLOAT16 ? float_to_half(f) : float_to_bfloat16(f);
-            if (dtype == WIA_FLOAT32) std::memcpy(&bufs.back()[i * es], &f, es);
-            else if (dtype == WIA_FLOAT64) std::memcpy(&bufs.back()[i * es], &r[i], es);
-            else std::memcpy(&bufs.back()[i * es], &h, es);
+    for_each_float16_path(dtype, [&](bool /*full*/) {
+      for (const auto op : {WIA_REDUCE_MIN, WIA_REDUCE_MAX, WIA_REDUCE_SUM}) {
+        for (std::uint32_t nan_at = 0; nan_at < 5; ++nan_at) {
+          constexpr std::size_t kCount = 37;
+          std::vector<std::vector<double>> raw(5, std::vector<double>(kCount, 1.5));
+          for (std::size_t i = 0; i < kCount; ++i) raw[nan_at][i] = NAN;
+          std::vector<std::vector<unsigned char>> bufs;
+          std::vector<const void*> srcs;
+          const std::size_t es = wia::kernels::dtype_size(dtype);
+          for (auto& r : raw) {
+            bufs.emplace_back(kCount * es);
+            for (std::size_t i = 0; i < kCount; ++i) {
+              const float f = static_cast<float>(r[i]);
+              std::uint16_t h = dtype == WIA_FLOAT16 ? float_to_half(f) : float_to_bfloat16(f);
+              if (dtype == WIA_FLOAT32)
+                std::memcpy(&bufs.back()[i * es], &f, es);
+              else if (dtype == WIA_FLOAT64)
+                std::memcpy(&bufs.back()[i * es], &r[i], es);
+              else
+                std::memcpy(&bufs.back()[i * es], &h, es);
+            }
+            srcs.push_back(bufs.back().data());
           }
-          srcs.push_back(bufs.back().data());
+          std::vector<unsigned char> dst(kCount * es);
+          wia_reduce_args_v1_t args{sizeof(args), dtype, op, 5, kCount, 0, dst.data(), srcs.data()};
+          REQUIRE(wia::kernels::reduce(args) == WIA_SUCCESS);
+          for (std::size_t i = 0; i < kCount; ++i)
+            CHECK_MESSAGE(std::isnan(load_float(dtype, dst.data(), i)),
+                          wia::kernels::dtype_name(dtype)
+                              << " " << wia::kernels::reduce_op_name(op) << " NaN at " << nan_at);
         }
-        std::vector<unsigned char> dst(kCount * es);
-        wia_reduce_args_v1_t args{sizeof(args), dtype, op, 5, kCount, 0, dst.data(), srcs.data()};
-        REQUIRE(wia::kernels::reduce(args) == WIA_SUCCESS);
-        for (std::size_t i = 0; i < kCount; ++i)
-          CHECK_MESSAGE(std::isnan(load_float(dtype, dst.data(), i)),
-                        wia::kernels::dtype_name(dtype)
-                            << " " << wia::kernels::reduce_op_name(op) << " NaN at " << nan_at);
       }
-    }
+    });
   }
 }
 
@@ -652,4 +685,49 @@ TEST_CASE("reduce: invalid arguments are rejected before touching memory") {
   // count 0 is a no-op whatever the pointers.
   wia_reduce_args_v1_t empty{sizeof(empty), WIA_FLOAT32, WIA_REDUCE_SUM, 3, 0, 0, nullptr, nullptr};
   CHECK(wia::kernels::reduce(empty) == WIA_SUCCESS);
+}
+
+TEST_CASE("reduce: float16/bfloat16 blocks round-trip every bit pattern (identity ops)") {
+  // Adding +0 and multiplying by 1 are exact, so the result must be each
+  // input again: this drives every code, subnormals and specials included,
+  // through the block widen/narrow paths (hardware F16C where available).
+  for (const auto dtype : {WIA_FLOAT16, WIA_BFLOAT16}) {
+    std::vector<std::uint16_t> all(65536), zero(65536, 0), one(65536), out(65536);
+    const std::uint16_t one_bits = dtype == WIA_FLOAT16 ? 0x3c00 : 0x3f80;
+    for (std::uint32_t i = 0; i < 65536; ++i) {
+      all[i] = static_cast<std::uint16_t>(i);
+      one[i] = one_bits;
+    }
+    auto decode = [&](std::uint16_t b) {
+      return dtype == WIA_FLOAT16 ? decode_half(b) : decode_bf16(b);
+    };
+    for_each_float16_path(dtype, [&](bool /*full*/) {
+      for (const auto op : {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN, WIA_REDUCE_MAX}) {
+        const void* srcs[] = {all.data(), op == WIA_REDUCE_PROD ? one.data() : all.data()};
+        const std::uint32_t nsrcs = op == WIA_REDUCE_SUM ? 1 : 2;
+        wia_reduce_args_v1_t args{sizeof(args), dtype, op, nsrcs, 65536, 0, out.data(), srcs};
+        REQUIRE(wia::kernels::reduce(args) == WIA_SUCCESS);
+        std::size_t bad = 0;
+        for (std::uint32_t i = 0; i < 65536; ++i) {
+          const long double want = decode(all[i]);
+          const long double got = decode(out[i]);
+          const bool ok = std::isnan(want)
+                              ? std::isnan(got)
+                              : (got == want && std::signbit(got) == std::signbit(want));
+          if (!ok && ++bad <= 3)
+            FAIL_CHECK(wia::kernels::dtype_name(dtype)
+                       << " " << wia::kernels::reduce_op_name(op) << " 0x" << std::hex << i
+                       << " -> 0x" << out[i]);
+        }
+        CHECK(bad == 0);
+      }
+    });
+  }
+}
+
+TEST_CASE("float16 implementations: the forced path is honoured and restorable") {
+  using wia::kernels::Float16Path;
+  CHECK(wia::kernels::force_float16_path_for_testing(Float16Path::kPortable));
+  CHECK(wia::kernels::force_float16_path_for_testing(Float16Path::kAuto));
+  MESSAGE("float16 implementations on this CPU: " << float16_paths().size());
 }

@@ -3,19 +3,19 @@
 // libwia-provider-host.so like the core does and hands it a host-services
 // table implemented here, whose parameters come from a std::map so each
 // test can choose devices, memory_limit and peer_access.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <doctest/doctest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <dirent.h>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -192,7 +192,8 @@ TEST_CASE("descriptor: v1 symbol, device interface only, declared parameters") {
   CHECK(ops->caps == all);
   // Every entry is set (all optional capabilities are announced).
   const auto* entries = reinterpret_cast<void* const*>(&ops->device_count);
-  const std::size_t n = (sizeof(*ops) - offsetof(wia_device_ops_v1_t, device_count)) / sizeof(void*);
+  const std::size_t n =
+      (sizeof(*ops) - offsetof(wia_device_ops_v1_t, device_count)) / sizeof(void*);
   for (std::size_t i = 0; i < n; ++i) CHECK_MESSAGE(entries[i] != nullptr, "entry " << i);
 }
 
@@ -214,7 +215,7 @@ TEST_CASE("init: device count defaults to the NUMA nodes and follows host.device
 
 TEST_CASE("init: garbage parameters fail with WIA_ERROR_CONFIG and say which key") {
   const std::pair<const char*, const char*> bad[] = {
-      {"devices", "three"}, {"devices", "65"},      {"devices", "-1"},
+      {"devices", "three"},     {"devices", "65"},       {"devices", "-1"},
       {"memory_limit", "lots"}, {"memory_limit", "12Q"}, {"peer_access", "maybe"}};
   for (const auto& [key, value] : bad) {
     TestHost host(Params{{key, value}});
@@ -285,8 +286,8 @@ TEST_CASE("memory: sizes, zero size, alignment, both kinds") {
   Instance inst;
   for (const std::uint32_t kind : {WIA_MEM_DEVICE, WIA_MEM_HOST_PINNED}) {
     std::vector<void*> ptrs;
-    for (const std::uint64_t size : {1ull, 3ull, 64ull, 4095ull, 4096ull, 100000ull,
-                                     300000ull, 3ull << 20}) {
+    for (const std::uint64_t size :
+         {1ull, 3ull, 64ull, 4095ull, 4096ull, 100000ull, 300000ull, 3ull << 20}) {
       void* p = inst.alloc(0, size, kind);
       CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
       std::memset(p, 0x5a, size);  // the whole range is usable
@@ -348,8 +349,7 @@ TEST_CASE("memory: double free, foreign and other-device pointers are rejected")
   t_last_error.clear();
   CHECK(inst.ops->mem_free(inst.ctx(), 0, q) == WIA_ERROR_INVALID_ARGUMENT);
   CHECK_MESSAGE(contains(t_last_error, "device 1"), t_last_error);
-  CHECK(inst.ops->mem_free(inst.ctx(), 1, static_cast<char*>(q) + 8) ==
-        WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(inst.ops->mem_free(inst.ctx(), 1, static_cast<char*>(q) + 8) == WIA_ERROR_INVALID_ARGUMENT);
   CHECK_MESSAGE(contains(t_last_error, "inside"), t_last_error);
   CHECK(inst.ops->mem_free(inst.ctx(), 1, q) == WIA_SUCCESS);
 
@@ -462,8 +462,7 @@ TEST_CASE("stream: query, destroy drains, errors on bad handles") {
   // Invalid async arguments are reported when enqueued.
   auto s2 = inst.stream(0);
   CHECK(inst.ops->memcpy_async(inst.ctx(), s2, buf, nullptr, 8) == WIA_ERROR_INVALID_ARGUMENT);
-  CHECK(inst.ops->launch_host_func(inst.ctx(), s2, nullptr, nullptr) ==
-        WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(inst.ops->launch_host_func(inst.ctx(), s2, nullptr, nullptr) == WIA_ERROR_INVALID_ARGUMENT);
   CHECK(inst.ops->reduce_async(inst.ctx(), s2, nullptr) == WIA_ERROR_INVALID_ARGUMENT);
   const void* srcs[] = {buf + 8, buf};
   wia_reduce_args_v1_t overlap{sizeof(overlap), WIA_UINT8, WIA_REDUCE_SUM, 2, 16, 0, buf, srcs};
@@ -604,6 +603,35 @@ TEST_CASE("a host function that synchronizes its own stream gets an error, not a
   CHECK(inst.ops->stream_destroy(inst.ctx(), s) == WIA_SUCCESS);
 }
 
+TEST_CASE("an asynchronous failure is reported by the next synchronize, then cleared") {
+  // The only way to make host-provider work fail after it was accepted is a
+  // host function that throws; it must not take the worker down.
+  Instance inst;
+  auto s = inst.stream(0);
+  auto before = inst.event(0);
+  auto after = inst.event(0);
+  REQUIRE(inst.ops->event_record(inst.ctx(), before, s) == WIA_SUCCESS);
+  REQUIRE(inst.ops->launch_host_func(
+              inst.ctx(), s, [](void*) { throw std::runtime_error("boom"); }, nullptr) ==
+          WIA_SUCCESS);
+  REQUIRE(inst.ops->event_record(inst.ctx(), after, s) == WIA_SUCCESS);
+  int flag = 0;
+  REQUIRE(inst.ops->launch_host_func(
+              inst.ctx(), s, [](void* f) { *static_cast<int*>(f) = 1; }, &flag) == WIA_SUCCESS);
+  // An event captured before the failure is clean; one after reports it.
+  CHECK(inst.ops->event_synchronize(inst.ctx(), before) == WIA_SUCCESS);
+  t_last_error.clear();
+  CHECK(inst.ops->event_synchronize(inst.ctx(), after) == WIA_ERROR_INTERNAL);
+  CHECK(contains(t_last_error, "host function"));
+  t_last_error.clear();
+  CHECK(inst.ops->stream_synchronize(inst.ctx(), s) == WIA_ERROR_INTERNAL);
+  CHECK(contains(t_last_error, "device 0"));
+  CHECK(flag == 1);                                                   // later work still ran
+  CHECK(inst.ops->stream_synchronize(inst.ctx(), s) == WIA_SUCCESS);  // reported once
+  for (auto e : {before, after}) CHECK(inst.ops->event_destroy(inst.ctx(), e) == WIA_SUCCESS);
+  CHECK(inst.ops->stream_destroy(inst.ctx(), s) == WIA_SUCCESS);
+}
+
 TEST_CASE("peer access: all host devices are peers; copies on either device's stream") {
   Instance inst(Params{{"devices", "3"}});
   std::int32_t can = -1;
@@ -722,6 +750,77 @@ TEST_CASE("many streams on few CPUs: oversubscribed work completes promptly") {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(failures == 0);
   CHECK(secs < 10.0);  // 1600 round trips; unbounded spinning would take minutes
+}
+
+namespace {
+
+struct PingPong {
+  int value = 0;
+  std::atomic<int> errors{0};
+  struct Step {
+    PingPong* game;
+    int expect;
+    static void fn(void* arg) {
+      auto* st = static_cast<Step*>(arg);
+      if (st->game->value != st->expect) ++st->game->errors;
+      st->game->value = st->expect + 1;
+    }
+  };
+};
+
+}  // namespace
+
+TEST_CASE("two streams hand work back and forth through re-recorded events, in order") {
+  Instance inst(Params{{"devices", "2"}});
+  auto a = inst.stream(0);
+  auto b = inst.stream(1);
+  auto ea = inst.event(0);
+  auto eb = inst.event(1);
+  constexpr int kRounds = 2000;
+  PingPong game;
+  std::vector<PingPong::Step> steps;
+  steps.reserve(2 * kRounds);
+  for (int k = 0; k < kRounds; ++k) {
+    steps.push_back({&game, 2 * k});
+    REQUIRE(inst.ops->launch_host_func(inst.ctx(), a, PingPong::Step::fn, &steps.back()) ==
+            WIA_SUCCESS);
+    REQUIRE(inst.ops->event_record(inst.ctx(), ea, a) == WIA_SUCCESS);
+    REQUIRE(inst.ops->stream_wait_event(inst.ctx(), b, ea) == WIA_SUCCESS);
+    steps.push_back({&game, 2 * k + 1});
+    REQUIRE(inst.ops->launch_host_func(inst.ctx(), b, PingPong::Step::fn, &steps.back()) ==
+            WIA_SUCCESS);
+    REQUIRE(inst.ops->event_record(inst.ctx(), eb, b) == WIA_SUCCESS);
+    REQUIRE(inst.ops->stream_wait_event(inst.ctx(), a, eb) == WIA_SUCCESS);
+  }
+  REQUIRE(inst.ops->stream_synchronize(inst.ctx(), a) == WIA_SUCCESS);
+  REQUIRE(inst.ops->stream_synchronize(inst.ctx(), b) == WIA_SUCCESS);
+  CHECK(game.errors == 0);
+  CHECK(game.value == 2 * kRounds);
+  for (auto e : {ea, eb}) CHECK(inst.ops->event_destroy(inst.ctx(), e) == WIA_SUCCESS);
+  for (auto s : {a, b}) CHECK(inst.ops->stream_destroy(inst.ctx(), s) == WIA_SUCCESS);
+}
+
+TEST_CASE("concurrent enqueues on one stream (a core bug) still lose nothing") {
+  // The ABI serialises calls on one handle; the provider survives callers
+  // that do not, instead of corrupting its queue.
+  Instance inst;
+  auto s = inst.stream(0);
+  std::atomic<int> count{0};
+  constexpr int kThreads = 4;
+  constexpr int kEach = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i)
+        inst.ops->launch_host_func(
+            inst.ctx(), s, [](void* c) { ++*static_cast<std::atomic<int>*>(c); }, &count);
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(inst.ops->stream_synchronize(inst.ctx(), s) == WIA_SUCCESS);
+  CHECK(count == kThreads * kEach);
+  CHECK(inst.ops->stream_query(inst.ctx(), s) == WIA_SUCCESS);
+  CHECK(inst.ops->stream_destroy(inst.ctx(), s) == WIA_SUCCESS);
 }
 
 TEST_CASE("ipc: export device memory, open it at another address, write through it") {

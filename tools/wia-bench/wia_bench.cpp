@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: Apache-2.0
+// wia-bench: sweep message sizes for one collective over in-process host
+// devices and print an nccl-tests-style table (time, algbw, busbw, #wrong
+// for out-of-place and in-place) plus the bound: the busbw a pure memory
+// copy of every rank's data reaches when measured in the same run, and the
+// ratio achieved / bound.
+//
+//   wia-bench [-b 8] [-e 64M] [-f 2] [--op allreduce] [--dtype float32]
+//             [--redop sum] [--algo auto] [--ranks 4] [-n iters] [-w warmup]
+//             [-c 0|1]
+#include <wia/wia.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu_reduce.hpp"
+#include "kernels/element_access.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::uint64_t min_bytes = 8;
+  std::uint64_t max_bytes = 64ull << 20;
+  double factor = 2;
+  wia_collective_op_t op = WIA_COLLECTIVE_ALLREDUCE;
+  wia_datatype_t dtype = WIA_FLOAT32;
+  wia_reduce_op_t redop = WIA_REDUCE_SUM;
+  wia_algorithm_id_t algo = WIA_ALGORITHM_AUTO;
+  int ranks = 4;
+  int iters = 0;   // 0 = by size
+  int warmup = 3;
+  bool check = true;
+};
+
+[[noreturn]] void usage(const char* why) {
+  if (why) std::fprintf(stderr, "wia-bench: %s\n", why);
+  std::fprintf(
+      stderr,
+      "usage: wia-bench [-b MIN] [-e MAX] [-f FACTOR] [--op allreduce|broadcast|reduce|\n"
+      "                 allgather|reducescatter|alltoall] [--dtype float32|...] [--redop\n"
+      "                 sum|prod|min|max|avg] [--algo auto|ring|tree|binomial|rabenseifner|\n"
+      "                 recursive_doubling|recursive_halving|bruck|chain|scatter_allgather|\n"
+      "                 direct|pairwise] [--ranks N] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
+      "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests).\n");
+  std::exit(2);
+}
+
+std::uint64_t parse_size(const char* s) {
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  std::uint64_t m = 1;
+  if (*end == 'K' || *end == 'k') m = 1ull << 10;
+  else if (*end == 'M' || *end == 'm') m = 1ull << 20;
+  else if (*end == 'G' || *end == 'g') m = 1ull << 30;
+  else if (*end) usage((std::string("bad size '") + s + "'").c_str());
+  return static_cast<std::uint64_t>(v * m);
+}
+
+template <typename T>
+T pick(const char* name, const char* value, std::initializer_list<std::pair<const char*, T>> all) {
+  for (const auto& [n, v] : all)
+    if (!std::strcmp(n, value)) return v;
+  usage((std::string("unknown ") + name + " '" + value + "'").c_str());
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage((a + " needs a value").c_str());
+      return argv[++i];
+    };
+    if (a == "-b") o.min_bytes = parse_size(next());
+    else if (a == "-e") o.max_bytes = parse_size(next());
+    else if (a == "-f") o.factor = std::atof(next());
+    else if (a == "-n") o.iters = std::atoi(next());
+    else if (a == "-w") o.warmup = std::atoi(next());
+    else if (a == "-c") o.check = std::atoi(next()) != 0;
+    else if (a == "--ranks") o.ranks = std::atoi(next());
+    else if (a == "--op")
+      o.op = pick<wia_collective_op_t>("op", next(),
+                                       {{"allreduce", WIA_COLLECTIVE_ALLREDUCE},
+                                        {"broadcast", WIA_COLLECTIVE_BROADCAST},
+                                        {"reduce", WIA_COLLECTIVE_REDUCE},
+                                        {"allgather", WIA_COLLECTIVE_ALLGATHER},
+                                        {"reducescatter", WIA_COLLECTIVE_REDUCE_SCATTER},
+                                        {"alltoall", WIA_COLLECTIVE_ALLTOALL}});
+    else if (a == "--dtype")
+      o.dtype = pick<wia_datatype_t>(
+          "dtype", next(),
+          {{"int8", WIA_INT8}, {"uint8", WIA_UINT8}, {"int32", WIA_INT32}, {"uint32", WIA_UINT32},
+           {"int64", WIA_INT64}, {"uint64", WIA_UINT64}, {"float16", WIA_FLOAT16},
+           {"bfloat16", WIA_BFLOAT16}, {"float32", WIA_FLOAT32}, {"float64", WIA_FLOAT64}});
+    else if (a == "--redop")
+      o.redop = pick<wia_reduce_op_t>("redop", next(),
+                                      {{"sum", WIA_REDUCE_SUM}, {"prod", WIA_REDUCE_PROD},
+                                       {"min", WIA_REDUCE_MIN}, {"max", WIA_REDUCE_MAX},
+                                       {"avg", WIA_REDUCE_AVG}});
+    else if (a == "--algo")
+      o.algo = pick<wia_algorithm_id_t>(
+          "algo", next(),
+          {{"auto", WIA_ALGORITHM_AUTO}, {"ring", WIA_ALGORITHM_RING}, {"tree", WIA_ALGORITHM_TREE},
+           {"binomial", WIA_ALGORITHM_BINOMIAL}, {"rabenseifner", WIA_ALGORITHM_RABENSEIFNER},
+           {"recursive_doubling", WIA_ALGORITHM_RECURSIVE_DOUBLING},
+           {"recursive_halving", WIA_ALGORITHM_RECURSIVE_HALVING}, {"bruck", WIA_ALGORITHM_BRUCK},
+           {"chain", WIA_ALGORITHM_CHAIN}, {"scatter_allgather", WIA_ALGORITHM_SCATTER_ALLGATHER},
+           {"direct", WIA_ALGORITHM_DIRECT}, {"pairwise", WIA_ALGORITHM_PAIRWISE}});
+    else if (a == "-h" || a == "--help") usage(nullptr);
+    else usage(("unknown option '" + a + "'").c_str());
+  }
+  if (o.ranks < 1 || o.ranks > 64) usage("--ranks must be 1..64");
+  if (o.factor <= 1) usage("-f must be > 1");
+  if (o.min_bytes > o.max_bytes) usage("-b must not exceed -e");
+  return o;
+}
+
+[[noreturn]] void die(const char* what, wia_status_t st) {
+  std::fprintf(stderr, "wia-bench: %s: %s\n  %s\n", what, wia_status_string(st),
+               wia_get_last_error());
+  std::exit(1);
+}
+#define CHECK_WIA(call)                \
+  do {                                 \
+    wia_status_t st_ = (call);         \
+    if (st_ != WIA_SUCCESS) die(#call, st_); \
+  } while (0)
+
+// nccl-tests' bus-bandwidth factors: busbw = algbw * factor.
+double bus_factor(wia_collective_op_t op, int p) {
+  switch (op) {
+    case WIA_COLLECTIVE_ALLREDUCE: return 2.0 * (p - 1) / p;
+    case WIA_COLLECTIVE_ALLGATHER:
+    case WIA_COLLECTIVE_REDUCE_SCATTER:
+    case WIA_COLLECTIVE_ALLTOALL: return static_cast<double>(p - 1) / p;
+    default: return 1.0;
+  }
+}
+
+const char* op_name(wia_collective_op_t op) {
+  switch (op) {
+    case WIA_COLLECTIVE_ALLREDUCE: return "allreduce";
+    case WIA_COLLECTIVE_BROADCAST: return "broadcast";
+    case WIA_COLLECTIVE_REDUCE: return "reduce";
+    case WIA_COLLECTIVE_ALLGATHER: return "allgather";
+    case WIA_COLLECTIVE_REDUCE_SCATTER: return "reducescatter";
+    case WIA_COLLECTIVE_ALLTOALL: return "alltoall";
+    default: return "?";
+  }
+}
+
+struct Rank {
+  wia_stream_t stream = nullptr;
+  char* in = nullptr;   // out-of-place input
+  char* out = nullptr;  // output (also the in-place buffer)
+  std::vector<void*> in_shards, out_shards;
+};
+
+class Bench {
+ public:
+  explicit Bench(const Options& o) : o_(o), es_(wia::kernels::dtype_size(o.dtype)) {
+    std::vector<wia_device_t> devs(o.ranks);
+    for (int i = 0; i < o.ranks; ++i) devs[i] = i;
+    CHECK_WIA(wia_create_communicator(devs.data(), o.ranks, &comm_));
+    ranks_.resize(o.ranks);
+    const std::uint64_t cap = buffer_bytes(o.max_bytes);
+    for (int r = 0; r < o.ranks; ++r) {
+      CHECK_WIA(wia_create_stream_on(r, &ranks_[r].stream));
+      CHECK_WIA(wia_malloc_on(r, reinterpret_cast<void**>(&ranks_[r].in), cap));
+      CHECK_WIA(wia_malloc_on(r, reinterpret_cast<void**>(&ranks_[r].out), cap));
+      std::memset(ranks_[r].in, 0, cap);  // fault pages in outside the timing
+      std::memset(ranks_[r].out, 0, cap);
+    }
+  }
+  ~Bench() {
+    for (auto& r : ranks_) {
+      wia_free(r.in);
+      wia_free(r.out);
+      wia_destroy_stream(r.stream);
+    }
+    wia_destroy_communicator(comm_);
+  }
+
+  // Input and output elements per rank for a vector of `count` elements.
+  std::uint64_t in_elems(std::uint64_t count) const {
+    switch (o_.op) {
+      case WIA_COLLECTIVE_ALLGATHER: return count / o_.ranks;
+      default: return count;
+    }
+  }
+  std::uint64_t out_elems(std::uint64_t count) const {
+    switch (o_.op) {
+      case WIA_COLLECTIVE_REDUCE_SCATTER: return count / o_.ranks;
+      default: return count;
+    }
+  }
+  std::uint64_t buffer_bytes(std::uint64_t bytes) const { return bytes + 64; }
+
+  // The count argument of the call for a vector of `count` elements.
+  std::uint64_t call_count(std::uint64_t count) const {
+    switch (o_.op) {
+      case WIA_COLLECTIVE_ALLGATHER:
+      case WIA_COLLECTIVE_REDUCE_SCATTER:
+      case WIA_COLLECTIVE_ALLTOALL: return count / o_.ranks;
+      default: return count;
+    }
+  }
+
+  void post(std::uint64_t count, bool in_place) {
+    wia_collective_config_t cfg{};
+    cfg.operation = o_.op;
+    cfg.reduction_op = o_.redop;
+    cfg.datatype = o_.dtype;
+    cfg.algorithm = o_.algo;
+    const std::uint64_t n = call_count(count);
+    CHECK_WIA(wia_group_start());
+    for (int r = 0; r < o_.ranks; ++r) {
+      Rank& k = ranks_[r];
+      char* send = in_place ? k.out : k.in;
+      if (in_place && o_.op == WIA_COLLECTIVE_ALLGATHER) send = k.out + r * n * es_;
+      char* recv = k.out;
+      if (in_place && o_.op == WIA_COLLECTIVE_REDUCE_SCATTER) recv = k.out + r * n * es_;
+      switch (o_.op) {
+        case WIA_COLLECTIVE_ALLREDUCE: wia_all_reduce(comm_, send, recv, n, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_BROADCAST: wia_broadcast_ex(comm_, send, recv, n, 0, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_REDUCE: wia_reduce(comm_, send, recv, n, 0, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_ALLGATHER: wia_all_gather_ex(comm_, send, recv, n, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_REDUCE_SCATTER: wia_reduce_scatter(comm_, send, recv, n, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_ALLTOALL:
+          k.in_shards.resize(o_.ranks);
+          k.out_shards.resize(o_.ranks);
+          for (int j = 0; j < o_.ranks; ++j) {
+            k.in_shards[j] = send + j * n * es_;
+            k.out_shards[j] = recv + j * n * es_;
+          }
+          wia_all_to_all(comm_, k.in_shards.data(), k.out_shards.data(), n, &cfg, k.stream);
+          break;
+        default: break;
+      }
+    }
+    CHECK_WIA(wia_group_end());
+  }
+
+  void sync() {
+    for (auto& r : ranks_) CHECK_WIA(wia_stream_synchronize(r.stream));
+  }
+
+  double value(int rank, std::uint64_t i) const {
+    if (o_.redop == WIA_REDUCE_PROD) return (i + rank) % 3 == 0 ? 2.0 : 1.0;
+    return static_cast<double>((i * 7 + static_cast<std::uint64_t>(rank) * 3) % 9) - 4.0;
+  }
+
+  void fill(std::uint64_t count, bool in_place) {
+    const std::uint64_t n = call_count(count);
+    for (int r = 0; r < o_.ranks; ++r) {
+      Rank& k = ranks_[r];
+      char* input = in_place ? k.out : k.in;
+      std::uint64_t elems = in_elems(count);
+      if (in_place && o_.op == WIA_COLLECTIVE_ALLGATHER) input = k.out + r * n * es_;
+      if (o_.op == WIA_COLLECTIVE_ALLGATHER) elems = n;
+      for (std::uint64_t i = 0; i < elems; ++i)
+        wia::kernels::store_element(input, i, o_.dtype, value(r, i));
+    }
+  }
+
+  // Number of wrong output elements over all ranks.
+  std::uint64_t verify(std::uint64_t count) const {
+    const std::uint64_t n = call_count(count);
+    const int p = o_.ranks;
+    const bool is_float = o_.dtype == WIA_FLOAT16 || o_.dtype == WIA_BFLOAT16 ||
+                          o_.dtype == WIA_FLOAT32 || o_.dtype == WIA_FLOAT64;
+    auto reduced = [&](std::uint64_t i) {
+      double acc = value(0, i);
+      for (int r = 1; r < p; ++r) {
+        const double v = value(r, i);
+        switch (o_.redop) {
+          case WIA_REDUCE_PROD: acc *= v; break;
+          case WIA_REDUCE_MIN: acc = std::min(acc, v); break;
+          case WIA_REDUCE_MAX: acc = std::max(acc, v); break;
+          default: acc += v; break;
+        }
+      }
+      if (o_.redop == WIA_REDUCE_AVG) acc = is_float ? acc / p : std::trunc(acc / p);
+      // Round the reference into the type the way the library stores it.
+      char tmp[8];
+      wia::kernels::store_element(tmp, 0, o_.dtype, acc);
+      return wia::kernels::load_element(tmp, 0, o_.dtype);
+    };
+    std::uint64_t wrong = 0;
+    auto expect = [&](const char* buf, std::uint64_t i, double want) {
+      const double got = wia::kernels::load_element(buf, i, o_.dtype);
+      const double tol = is_float ? 1e-2 * std::max(1.0, std::fabs(want)) : 0;
+      if (!(std::fabs(got - want) <= tol)) ++wrong;
+    };
+    for (int r = 0; r < p; ++r) {
+      const char* out = ranks_[r].out;
+      switch (o_.op) {
+        case WIA_COLLECTIVE_ALLREDUCE:
+          for (std::uint64_t i = 0; i < n; ++i) expect(out, i, reduced(i));
+          break;
+        case WIA_COLLECTIVE_REDUCE:
+          if (r == 0)
+            for (std::uint64_t i = 0; i < n; ++i) expect(out, i, reduced(i));
+          break;
+        case WIA_COLLECTIVE_BROADCAST:
+          for (std::uint64_t i = 0; i < n; ++i) expect(out, i, value(0, i));
+          break;
+        case WIA_COLLECTIVE_ALLGATHER:
+          for (int q = 0; q < p; ++q)
+            for (std::uint64_t i = 0; i < n; ++i) expect(out, q * n + i, value(q, i));
+          break;
+        case WIA_COLLECTIVE_REDUCE_SCATTER:
+          // In place the result sits at out + r*n; out of place at out.
+          for (std::uint64_t i = 0; i < n; ++i) expect(out + (last_in_place_ ? r * n * es_ : 0), i, reduced(r * n + i));
+          break;
+        case WIA_COLLECTIVE_ALLTOALL:
+          for (int q = 0; q < p; ++q)
+            for (std::uint64_t i = 0; i < n; ++i) expect(out, q * n + i, value(q, r * n + i));
+          break;
+        default: break;
+      }
+    }
+    return wrong;
+  }
+
+  // Median time per call in microseconds over `iters` back-to-back posts.
+  double time_us(std::uint64_t count, bool in_place, int iters) {
+    for (int i = 0; i < o_.warmup; ++i) post(count, in_place);
+    sync();
+    std::vector<double> samples;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) post(count, in_place);
+      sync();
+      samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+    }
+    std::sort(samples.begin(), samples.end());
+    return samples[1];
+  }
+
+  std::uint64_t check(std::uint64_t count, bool in_place) {
+    last_in_place_ = in_place;
+    fill(count, in_place);
+    post(count, in_place);
+    sync();
+    return verify(count);
+  }
+
+  // The bound: every rank copies its input to its output once, all ranks in
+  // parallel (one thread each, as the collective has), median of 3.
+  double copy_bound_us(std::uint64_t count, int iters) {
+    const std::uint64_t bytes = std::max(in_elems(count), out_elems(count)) * es_;
+    const int p = o_.ranks;
+    std::vector<double> samples;
+    for (int rep = 0; rep < 3; ++rep) {
+      std::atomic<int> ready{0};
+      std::vector<std::thread> threads;
+      const auto t0 = Clock::now();
+      for (int r = 0; r < p; ++r)
+        threads.emplace_back([&, r] {
+          ready.fetch_add(1);
+          while (ready.load() < p) std::this_thread::yield();
+          for (int i = 0; i < iters; ++i) std::memcpy(ranks_[r].out, ranks_[r].in, bytes);
+        });
+      for (auto& t : threads) t.join();
+      samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+    }
+    std::sort(samples.begin(), samples.end());
+    return samples[1];
+  }
+
+  wia_communicator_t comm() const { return comm_; }
+
+ private:
+  Options o_;
+  std::size_t es_;
+  wia_communicator_t comm_ = nullptr;
+  std::vector<Rank> ranks_;
+  bool last_in_place_ = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  // In-process host devices: one per rank unless the user configured some.
+  if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
+    setenv("WIA_HOST_DEVICES", std::to_string(o.ranks).c_str(), 1);
+  int ndev = 0;
+  CHECK_WIA(wia_get_device_count(&ndev));
+  if (ndev < o.ranks) {
+    std::fprintf(stderr, "wia-bench: %d ranks need %d devices, %d available (WIA_HOST_DEVICES)\n",
+                 o.ranks, o.ranks, ndev);
+    return 1;
+  }
+  const std::size_t es = wia::kernels::dtype_size(o.dtype);
+  Bench bench(o);
+  std::printf("# wia-bench: %s  ranks %d (in-process host devices)  dtype %s  redop %s\n",
+              op_name(o.op), o.ranks, wia::kernels::dtype_name(o.dtype),
+              wia::kernels::reduce_op_name(o.redop));
+  std::printf("# bound = busbw of every rank copying its data once (memcpy, all ranks in "
+              "parallel), measured in this run; ratio = out-of-place busbw / bound\n");
+  std::printf("#%11s %12s %8s %6s %18s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "size",
+              "count", "type", "redop", "algorithm", "time(us)", "algbw", "busbw", "#wrong",
+              "time(us)", "algbw", "busbw", "#wrong", "bound", "ratio");
+  std::printf("#%11s %12s %8s %6s %18s | %36s | %36s | %8s %6s\n", "(B)", "(elements)", "", "",
+              "", "out-of-place (GB/s)", "in-place (GB/s)", "(GB/s)", "");
+  std::uint64_t total_wrong = 0;
+  for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;
+       bytes = std::max<std::uint64_t>(bytes + 1, static_cast<std::uint64_t>(bytes * o.factor))) {
+    std::uint64_t count = bytes / es;
+    // Vector sizes must split evenly for the per-rank collectives.
+    if (o.op == WIA_COLLECTIVE_ALLGATHER || o.op == WIA_COLLECTIVE_REDUCE_SCATTER ||
+        o.op == WIA_COLLECTIVE_ALLTOALL)
+      count -= count % o.ranks;
+    if (count == 0) continue;
+    const int iters = o.iters > 0 ? o.iters
+                                  : static_cast<int>(std::clamp<std::uint64_t>(
+                                        (256ull << 20) / (count * es), 5, 1000));
+    const std::uint64_t wrong_oop = o.check ? bench.check(count, false) : 0;
+    const double t_oop = bench.time_us(count, false, iters);
+    const wia_algorithm_t algo = wia_get_selected_algorithm(bench.comm());
+    const std::uint64_t wrong_ip = o.check ? bench.check(count, true) : 0;
+    const double t_ip = bench.time_us(count, true, iters);
+    const double t_bound = bench.copy_bound_us(count, iters);
+    const double gb = static_cast<double>(count * es) / 1e3;  // bytes/us -> GB/s
+    const double bf = bus_factor(o.op, o.ranks);
+    const double busbw_oop = gb / t_oop * bf;
+    const double bound = gb / t_bound * bf;
+    std::printf("%12llu %12llu %8s %6s %18s | %9.2f %8.2f %8.2f %6llu | %9.2f %8.2f %8.2f %6llu "
+                "| %8.2f %6.2f\n",
+                static_cast<unsigned long long>(count * es), static_cast<unsigned long long>(count),
+                wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop),
+                algo.name, t_oop, gb / t_oop, busbw_oop, static_cast<unsigned long long>(wrong_oop),
+                t_ip, gb / t_ip, gb / t_ip * bf, static_cast<unsigned long long>(wrong_ip), bound,
+                busbw_oop / bound);
+    std::fflush(stdout);
+    total_wrong += wrong_oop + wrong_ip;
+  }
+  std::printf("# %s: %llu wrong element(s) in all checks\n", total_wrong ? "FAILED" : "ok",
+              static_cast<unsigned long long>(total_wrong));
+  return total_wrong ? 1 : 0;
+}
