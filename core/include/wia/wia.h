@@ -314,6 +314,16 @@ WIA_API wia_status_t wia_all_to_all_contiguous(wia_communicator_t comm, const vo
                                                const wia_collective_config_t* config,
                                                wia_stream_t stream);
 
+/* Point-to-point between two ranks (NCCL's ncclSend/ncclRecv): the n-th
+ * send from rank a to rank b matches the n-th receive on b from a; count
+ * and datatype must agree (WIA_ERROR_MISMATCH on both sides otherwise).
+ * Posted on the stream like a collective; the sender's buffer is reusable
+ * once its stream has passed the send. timeout_ms 0 = configured default. */
+WIA_API wia_status_t wia_comm_send(wia_communicator_t comm, const void* buf, size_t count,
+                                   wia_datatype_t datatype, int peer, wia_stream_t stream);
+WIA_API wia_status_t wia_comm_recv(wia_communicator_t comm, void* buf, size_t count,
+                                   wia_datatype_t datatype, int peer, wia_stream_t stream);
+
 /* Group calls, as NCCL users write them. Posting never blocks here, so the
  * deadlock NCCL groups exist to prevent cannot happen; calls inside a group
  * still post at once, and wia_group_end returns the first error any of them

@@ -100,15 +100,20 @@ struct Request {
   bool op_from_config = false;
 };
 
-wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
-  comm::Communicator& comm = live(c);
-  wia_stream_s* s = resolve_stream(stream);
+int rank_of_stream(const comm::Communicator& comm, const wia_stream_s* s) {
   const int rank = comm.rank_of_device(s->device);
   if (rank < 0)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("the stream's device {} is not a member of this communicator (a "
                             "call's rank is the rank of its stream's device)",
                             s->device));
+  return rank;
+}
+
+wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
+  comm::Communicator& comm = live(c);
+  wia_stream_s* s = resolve_stream(stream);
+  const int rank = rank_of_stream(comm, s);
   comm::Call call;
   call.collective = req.collective;
   call.count = req.count;
@@ -370,6 +375,30 @@ WIA_API wia_status_t wia_all_to_all_contiguous(wia_communicator_t comm, const vo
     r.config = config;
     r.expected_operation = WIA_COLLECTIVE_ALLTOALL;
     return post(comm, r, stream);
+  });
+}
+
+WIA_API wia_status_t wia_comm_send(wia_communicator_t comm, const void* buf, size_t count,
+                                   wia_datatype_t datatype, int peer, wia_stream_t stream) {
+  return coll_guard(__func__, [&] {
+    comm::Communicator& c = live(comm);
+    const wia_datatype_t t = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
+    wia_stream_s* s = resolve_stream(stream);
+    const int rank = rank_of_stream(c, s);
+    check_buffer(buf, count * kernels::dtype_size(t), "buf", rank);
+    c.post_send(rank, peer, buf, count, t, 0, s);
+  });
+}
+
+WIA_API wia_status_t wia_comm_recv(wia_communicator_t comm, void* buf, size_t count,
+                                   wia_datatype_t datatype, int peer, wia_stream_t stream) {
+  return coll_guard(__func__, [&] {
+    comm::Communicator& c = live(comm);
+    const wia_datatype_t t = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
+    wia_stream_s* s = resolve_stream(stream);
+    const int rank = rank_of_stream(c, s);
+    check_buffer(buf, count * kernels::dtype_size(t), "buf", rank);
+    c.post_recv(rank, peer, buf, count, t, 0, s);
   });
 }
 

@@ -16,6 +16,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "coll/schedule.hpp"
@@ -78,6 +80,14 @@ class Communicator {
   // (every rank's stream gets the same error). Throws for bad arguments.
   wia_status_t post(int rank, Call call, wia_stream_s* stream);
 
+  // Point-to-point (comm/point_to_point.cpp): the n-th send from rank a
+  // to rank b matches the n-th receive on b from a. Counts and datatypes
+  // must agree; a disagreement fails both sides. Non-blocking like post().
+  void post_send(int rank, int peer, const void* buf, std::uint64_t count, wia_datatype_t dtype,
+                 std::uint32_t timeout_ms, wia_stream_s* stream);
+  void post_recv(int rank, int peer, void* buf, std::uint64_t count, wia_datatype_t dtype,
+                 std::uint32_t timeout_ms, wia_stream_s* stream);
+
   // Blocks until every posted operation has finished (destroy).
   void drain();
 
@@ -87,6 +97,15 @@ class Communicator {
   wia_algorithm_t last_selected() const;
 
  private:
+  struct Message;
+  struct P2pGate;
+  static void p2p_gate(void* arg);
+  void run_p2p_gate(P2pGate& g);
+  void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
+                wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
+  std::uint32_t timeout_or_default(std::uint32_t ms) const {
+    return ms ? ms : default_timeout_ms_;
+  }
   struct GateArgs;
   static void gate(void* arg);
   void run_gate(GateArgs& g);
@@ -108,6 +127,11 @@ class Communicator {
   tuner::Selector selector_;                       // guarded by mu_
   std::vector<std::atomic<std::uint64_t>> completed_;  // per rank: ops done
   engine::ProgressSignal completion_signal_;
+  // Point-to-point state, guarded by mu_: messages by (src, dst, n), and
+  // how many sends/receives each ordered pair has posted.
+  std::map<std::tuple<int, int, std::uint64_t>, std::shared_ptr<Message>> messages_;
+  std::map<std::pair<int, int>, std::uint64_t> sends_posted_, recvs_posted_;
+  engine::ProgressSignal p2p_signal_;
   std::atomic<int> in_flight_{0};
 
   // Per-rank scratch, grown on demand, reused across operations (a rank's

@@ -484,3 +484,48 @@ TEST_CASE("collectives are ordered after earlier stream work and before later wo
   }
   for (int r = 0; r < 2; ++r) wia_free(b[r]), wia_free(after[r]);
 }
+
+TEST_CASE("point-to-point: ordered matching, mismatches and timeouts name both ranks") {
+  Library lib;
+  Ranks R(3);
+  std::vector<std::int32_t*> b(3);
+  for (int r = 0; r < 3; ++r) REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&b[r]), 4096) == WIA_SUCCESS);
+  for (int i = 0; i < 100; ++i) b[0][i] = i, b[2][i] = 1000 + i;
+  // Two messages 0 -> 1 and one 2 -> 1, received in posting order per pair.
+  REQUIRE(wia_comm_recv(R.comm, b[1] + 200, 10, WIA_INT32, 2, R.streams[1]) == WIA_SUCCESS);
+  REQUIRE(wia_comm_recv(R.comm, b[1], 50, WIA_INT32, 0, R.streams[1]) == WIA_SUCCESS);
+  REQUIRE(wia_comm_recv(R.comm, b[1] + 100, 50, WIA_INT32, 0, R.streams[1]) == WIA_SUCCESS);
+  REQUIRE(wia_comm_send(R.comm, b[0], 50, WIA_INT32, 1, R.streams[0]) == WIA_SUCCESS);
+  REQUIRE(wia_comm_send(R.comm, b[0] + 50, 50, WIA_INT32, 1, R.streams[0]) == WIA_SUCCESS);
+  REQUIRE(wia_comm_send(R.comm, b[2], 10, WIA_INT32, 1, R.streams[2]) == WIA_SUCCESS);
+  for (int r = 0; r < 3; ++r) REQUIRE(wia_stream_synchronize(R.streams[r]) == WIA_SUCCESS);
+  for (int i = 0; i < 50; ++i) {
+    CHECK(b[1][i] == i);
+    CHECK(b[1][100 + i] == 50 + i);
+  }
+  for (int i = 0; i < 10; ++i) CHECK(b[1][200 + i] == 1000 + i);
+
+  // A count disagreement fails both sides.
+  REQUIRE(wia_comm_send(R.comm, b[0], 5, WIA_INT32, 2, R.streams[0]) == WIA_SUCCESS);
+  REQUIRE(wia_comm_recv(R.comm, b[2], 6, WIA_INT32, 0, R.streams[2]) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(R.streams[2]) == WIA_ERROR_MISMATCH);
+  CHECK(std::string(wia_get_last_error()).find("sent 5 x int32, receive posted for 6") !=
+        std::string::npos);
+  CHECK(wia_stream_synchronize(R.streams[0]) == WIA_ERROR_MISMATCH);
+
+  CHECK(wia_comm_send(R.comm, b[0], 1, WIA_INT32, 0, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_comm_send(R.comm, b[0], 1, WIA_INT32, 7, R.streams[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  for (int r = 0; r < 3; ++r) wia_free(b[r]);
+}
+
+TEST_CASE("point-to-point: a receive with no sender times out naming the sender") {
+  Library lib("host:\n  devices: 2\ncollectives:\n  timeout_ms: 200\n");
+  Ranks R(2);
+  int* b = nullptr;
+  REQUIRE(wia_malloc_on(1, reinterpret_cast<void**>(&b), 64) == WIA_SUCCESS);
+  REQUIRE(wia_comm_recv(R.comm, b, 4, WIA_INT32, 0, R.streams[1]) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(R.streams[1]) == WIA_ERROR_TIMEOUT);
+  CHECK(std::string(wia_get_last_error()).find("rank 0 posted 0 send(s) to rank 1") !=
+        std::string::npos);
+  wia_free(b);
+}
