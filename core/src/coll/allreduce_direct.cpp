@@ -11,8 +11,9 @@
 // chain of receive-reduces of a block into one n-ary reduction, which
 // reads each input block once and writes the result once.
 //
-// Rank r's reduce-scatter receives go round the peers starting at r+1, so
-// at any moment the ranks read different peers' blocks.
+// Rank r's reduce-scatter receives go round the peers starting at r-1, so
+// at any moment the ranks read different peers' blocks. Blocks are split
+// into num_chunks chunks, each reduced and then sent on while in cache.
 #include "coll/algorithms.hpp"
 
 namespace wia::coll {
@@ -21,10 +22,11 @@ Schedule build_allreduce_direct(const CollArgs& args, std::int32_t only_rank) {
   ScheduleBuilder sb(args, Algorithm::kDirect, only_rank);
   const std::int32_t p = args.nranks;
   const std::uint64_t n = args.count;
-  sb.set_num_chunks(1);
+  // Each block is split into k chunks that go through both rounds one
+  // after the other, so a chunk is still in cache when it is sent on.
+  const std::uint32_t k = effective_chunks(args.options.num_chunks, block_size(n, p, 0));
+  sb.set_num_chunks(k);
   const std::uint32_t div = sb.final_divisor();
-  constexpr std::uint32_t kScatterTag = 0;
-  constexpr std::uint32_t kGatherTag = 1;
 
   for (std::int32_t r = 0; r < p; ++r) {
     if (!sb.wants(r)) continue;
@@ -34,25 +36,36 @@ Schedule build_allreduce_direct(const CollArgs& args, std::int32_t only_rank) {
       if (!sb.in_place()) rb.copy(in, recv_buf(0), n);
       continue;
     }
-    const std::uint64_t mine_off = block_offset(n, p, r);
-    const std::uint64_t mine_len = block_size(n, p, r);
-    // Reduce-scatter: offer block q of the input to its owner q ...
-    for (std::int32_t s = 1; s < p; ++s) {
-      const std::int32_t q = mod(r + s, p);
-      rb.send(q, kScatterTag, offset_by(in, block_offset(n, p, q)), block_size(n, p, q));
-    }
-    // ... and reduce block r of every peer's input into recv block r.
-    for (std::int32_t s = 1; s < p; ++s) {
-      const std::int32_t q = mod(r - s, p);
-      const Region local = s == 1 ? offset_by(in, mine_off) : recv_buf(mine_off);
-      rb.recv_reduce(q, kScatterTag, local, recv_buf(mine_off), mine_len, s + 1 == p ? div : 0);
-    }
-    // All-gather: the reduced block r to everyone, everyone's block to us.
-    for (std::int32_t s = 1; s < p; ++s)
-      rb.send(mod(r + s, p), kGatherTag, recv_buf(mine_off), mine_len);
-    for (std::int32_t s = 1; s < p; ++s) {
-      const std::int32_t q = mod(r - s, p);
-      rb.recv(q, kGatherTag, recv_buf(block_offset(n, p, q)), block_size(n, p, q));
+    // Element range of chunk c of block b.
+    auto piece = [&](std::int32_t b, std::uint32_t c, std::uint64_t* off) {
+      const std::uint64_t bs = block_size(n, p, b);
+      *off = block_offset(n, p, b) + block_offset(bs, k, c);
+      return block_size(bs, k, c);
+    };
+    // Reduce-scatter sends: chunk c of block q of the input to its owner q.
+    std::uint64_t off = 0;
+    for (std::uint32_t c = 0; c < k; ++c)
+      for (std::int32_t s = 1; s < p; ++s) {
+        const std::int32_t q = mod(r + s, p);
+        const std::uint64_t len = piece(q, c, &off);
+        rb.send(q, 2 * c, offset_by(in, off), len);
+      }
+    for (std::uint32_t c = 0; c < k; ++c) {
+      // Reduce chunk c of block r of every peer's input into recv ...
+      const std::uint64_t len = piece(r, c, &off);
+      for (std::int32_t s = 1; s < p; ++s) {
+        const std::int32_t q = mod(r - s, p);
+        const Region local = s == 1 ? offset_by(in, off) : recv_buf(off);
+        rb.recv_reduce(q, 2 * c, local, recv_buf(off), len, s + 1 == p ? div : 0);
+      }
+      // ... send the reduced chunk to everyone, and take theirs.
+      for (std::int32_t s = 1; s < p; ++s) rb.send(mod(r + s, p), 2 * c + 1, recv_buf(off), len);
+      for (std::int32_t s = 1; s < p; ++s) {
+        const std::int32_t q = mod(r - s, p);
+        std::uint64_t qoff = 0;
+        const std::uint64_t qlen = piece(q, c, &qoff);
+        rb.recv(q, 2 * c + 1, recv_buf(qoff), qlen);
+      }
     }
   }
   return sb.finish();

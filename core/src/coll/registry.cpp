@@ -28,7 +28,7 @@ constexpr AlgorithmInfo kAlgorithms[] = {
      false, true},
     {C::kAllReduce, A::kDirect, "direct",
      "every rank reduces its own block from all peers, then sends it to all peers",
-     build_allreduce_direct, false, true},
+     build_allreduce_direct, true, true},
     {C::kBroadcast, A::kBinomial, "binomial", "binomial tree, chunk-pipelined",
      build_broadcast_binomial, true, true},
     {C::kBroadcast, A::kChain, "chain", "pipelined chain from the root", build_broadcast_chain,

@@ -24,9 +24,9 @@ std::shared_ptr<const ExecPlan> make_plan(coll::Schedule schedule, double estima
     for (std::uint32_t i = 0; i < steps.size(); ++i)
       if (steps[i].is_send()) sends[{r, steps[i].peer, steps[i].tag}] = i;
   }
+  for (int r = 0; r < p; ++r) plan->match[r].assign(schedule.programs[r].steps.size(), UINT32_MAX);
   for (int r = 0; r < p; ++r) {
     const auto& steps = schedule.programs[r].steps;
-    plan->match[r].assign(steps.size(), UINT32_MAX);
     for (std::uint32_t i = 0; i < steps.size(); ++i) {
       if (!steps[i].is_recv()) continue;
       auto it = sends.find({steps[i].peer, r, steps[i].tag});
@@ -36,6 +36,7 @@ std::shared_ptr<const ExecPlan> make_plan(coll::Schedule schedule, double estima
                                 "no such send exists",
                                 schedule.describe(), r, i, steps[i].peer, steps[i].tag));
       plan->match[r][i] = it->second;
+      plan->match[steps[i].peer][it->second] = i;
     }
   }
   plan->schedule = std::move(schedule);
@@ -73,10 +74,13 @@ void PlanCache::insert(const coll::CollArgs& args, coll::Algorithm algorithm,
 void OpSync::init(const coll::Schedule& s) {
   published.resize(s.nranks);
   consumed.resize(s.nranks);
+  claim.resize(s.nranks);
+  progress.reset(new std::atomic<std::uint32_t>[s.nranks]());
   for (int r = 0; r < s.nranks; ++r) {
     const std::size_t n = s.programs[r].steps.size();
     published[r].reset(new std::atomic<std::uint8_t>[n]());
     consumed[r].reset(new std::atomic<std::uint8_t>[n]());
+    claim[r].reset(new std::atomic<std::uint8_t>[n]());
   }
 }
 
@@ -211,6 +215,38 @@ void reduce_chain(const ExecPlan& plan, int rank, std::uint32_t i, std::uint32_t
   sync.signal.notify();
 }
 
+// After publishing send `i` of `rank`: if the matching receive is a plain
+// copy whose dependencies are met, copy into it now, while the data is in
+// this core's cache (the receiver would re-read it from memory later).
+void try_push(const ExecPlan& plan, int rank, std::uint32_t i,
+              const std::vector<RankBuffers>& all, OpSync& sync) {
+  const coll::Schedule& s = plan.schedule;
+  const coll::Step& send = s.programs[rank].steps[i];
+  const int peer = send.peer;
+  const std::uint32_t j = plan.match[rank][i];
+  const coll::RankProgram& their = s.programs[peer];
+  const coll::Step& recv = their.steps[j];
+  if (recv.kind != coll::StepKind::kRecv) return;
+  const std::uint32_t done = sync.progress[peer].load(std::memory_order_acquire);
+  const std::uint32_t* deps = their.deps_of(recv);
+  for (std::uint32_t d = 0; d < recv.dep_count; ++d) {
+    if (deps[d] >= done) return;
+    if (their.steps[deps[d]].is_send() &&
+        !sync.consumed[peer][deps[d]].load(std::memory_order_acquire))
+      return;
+  }
+  std::uint8_t expected = kFree;
+  if (!sync.claim[peer][j].compare_exchange_strong(expected, kPushing,
+                                                   std::memory_order_acq_rel))
+    return;
+  const std::size_t es = s.elem_size();
+  std::memcpy(region_ptr(all[peer], recv.dst, es), region_ptr(all[rank], send.src, es),
+              send.count * es);
+  sync.claim[peer][j].store(kPushed, std::memory_order_release);
+  sync.consumed[rank][i].store(1, std::memory_order_release);
+  sync.signal.notify();
+}
+
 // Where one rank's program stands.
 struct Cursor {
   int rank = 0;
@@ -251,6 +287,7 @@ Progress advance(const ExecPlan& plan, Cursor& c, const std::vector<RankBuffers>
       case coll::StepKind::kSend:
         published[i].store(1, std::memory_order_release);
         sync.signal.notify();
+        try_push(plan, c.rank, i, all, sync);
         break;
       case coll::StepKind::kRecv:
       case coll::StepKind::kRecvReduce: {
@@ -259,6 +296,19 @@ Progress advance(const ExecPlan& plan, Cursor& c, const std::vector<RankBuffers>
         if (!sync.published[peer][j].load(std::memory_order_acquire)) {
           *why = fmt::format("rank {} step {} waits for a message from rank {}", c.rank, i, peer);
           return moved ? Progress::kAdvanced : Progress::kBlocked;
+        }
+        if (step.kind == coll::StepKind::kRecv) {
+          // The sender may have pushed it (or be pushing it right now).
+          std::uint8_t expected = kFree;
+          if (!sync.claim[c.rank][i].compare_exchange_strong(expected, kPulling,
+                                                             std::memory_order_acq_rel)) {
+            if (expected != kPushed) {
+              *why = fmt::format("rank {} step {} waits for rank {} to finish pushing", c.rank,
+                                 i, peer);
+              return moved ? Progress::kAdvanced : Progress::kBlocked;
+            }
+            break;  // pushed: nothing left to do
+          }
         }
         const coll::Step& send = s.programs[peer].steps[j];
         const char* remote = region_ptr(all[peer], send.src, es);
@@ -293,6 +343,7 @@ Progress advance(const ExecPlan& plan, Cursor& c, const std::vector<RankBuffers>
       }
     }
     ++c.next;
+    sync.progress[c.rank].store(c.next, std::memory_order_release);
     moved = true;
   }
   // Finish only when peers have consumed everything this rank sent, so

@@ -39,7 +39,9 @@ struct RankBuffers {
 // step, the index of the matching send step on the peer.
 struct ExecPlan {
   coll::Schedule schedule;
-  std::vector<std::vector<std::uint32_t>> match;  // [rank][step] -> peer step
+  // [rank][step] -> the matching step on the peer: for a receive its send,
+  // for a send its receive.
+  std::vector<std::vector<std::uint32_t>> match;
   double estimated_ms = 0;
 };
 
@@ -61,6 +63,8 @@ class PlanCache {
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
 };
 
+enum RecvClaim : std::uint8_t { kFree = 0, kPulling = 1, kPushing = 2, kPushed = 3 };
+
 // Shared progress state of one operation across its ranks.
 struct OpSync {
   void init(const coll::Schedule& s);
@@ -72,6 +76,13 @@ struct OpSync {
 
   std::vector<std::unique_ptr<std::atomic<std::uint8_t>[]>> published;  // [rank][step]
   std::vector<std::unique_ptr<std::atomic<std::uint8_t>[]>> consumed;   // [rank][step]
+  // Who copies a plain receive: kFree, then the receiver (kPulling) or the
+  // sender pushing it while the data is hot in its cache (kPushing, then
+  // kPushed). [rank][step] of the receive.
+  std::vector<std::unique_ptr<std::atomic<std::uint8_t>[]>> claim;
+  // Steps of each rank that have run (the cursor), for pushers checking
+  // that a receive's dependencies are met.
+  std::unique_ptr<std::atomic<std::uint32_t>[]> progress;
   ProgressSignal signal;
 
  private:
