@@ -313,7 +313,6 @@ void Context::release_all() noexcept {
 }
 
 void Context::report(char verdict, const std::string& message) {
-  release_all();
   write_record(verdict, message);
 }
 

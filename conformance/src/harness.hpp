@@ -126,7 +126,8 @@ class Context {
   int timeout_ms() const { return timeout_ms_; }
   void set_timeout_ms(int ms) { timeout_ms_ = ms; }
 
-  // Writes the result record to the parent (child runner only).
+  // Writes the result record to the parent (child runner only); releases
+  // nothing (see run_child).
   void report(char verdict, const std::string& message);
 
  private:

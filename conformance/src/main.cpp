@@ -196,23 +196,25 @@ void parse_records(std::string* buf, std::string* last_step, char* verdict, std:
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, SIG_DFL);
   char verdict = 'F';
   std::string message;
-  {
-    Context ctx(opts, desc, fd);
-    ctx.set_timeout_ms(timeout_ms);
-    try {
-      t.body(ctx);
-      ctx.finish();
-      verdict = 'S';
-    } catch (const Skip& s) {
-      verdict = 'K';
-      message = s.what();
-    } catch (const Failure& f) {
-      message = f.what();
-    } catch (const std::exception& e) {
-      message = std::string("the test threw: ") + e.what();
-    }
-    ctx.report(verdict, message);
+  // Never destroyed: after a failure or skip the stack of the test body is
+  // gone while its streams may still hold work pointing into it, and a
+  // provider that just failed may crash or hang in cleanup, which would
+  // hide the real verdict. The process ends right after the report.
+  auto* ctx = new Context(opts, desc, fd);
+  ctx->set_timeout_ms(timeout_ms);
+  try {
+    t.body(*ctx);
+    ctx->finish();  // a passing test also releases cleanly
+    verdict = 'S';
+  } catch (const Skip& s) {
+    verdict = 'K';
+    message = s.what();
+  } catch (const Failure& f) {
+    message = f.what();
+  } catch (const std::exception& e) {
+    message = std::string("the test threw: ") + e.what();
   }
+  ctx->report(verdict, message);
   std::fflush(nullptr);
   _exit(0);
 }
@@ -480,6 +482,7 @@ int run_main(int argc, char** argv) {
   // The highest level L such that every level 0..L ran at least one test
   // and none failed. Skips (a capability not claimed) do not lower it.
   int highest = -1;
+  std::string stopped;  // why the next level does not count
   for (int level = 0; level <= std::min(opts.max_level, kMaxLevel); ++level) {
     int level_pass = 0, level_fail = 0;
     for (const auto& r : results) {
@@ -487,17 +490,25 @@ int run_main(int argc, char** argv) {
       level_pass += r.verdict == Verdict::kPass;
       level_fail += r.verdict == Verdict::kFail;
     }
-    if (level_fail > 0 || level_pass == 0) break;
+    if (level_pass + level_fail == 0 &&
+        std::none_of(results.begin(), results.end(),
+                     [level](const Result& r) { return r.test->level == level; }))
+      break;  // nothing of this level was selected or exists for this provider
+    if (level_fail > 0 || level_pass == 0) {
+      stopped = "L" + std::to_string(level) +
+                (level_fail > 0 ? ": " + std::to_string(level_fail) + " failed"
+                                : ": no test passed");
+      break;
+    }
     highest = level;
   }
   std::printf("\n%d passed, %d failed, %d skipped in %.2f s\n", passed, failed, skipped,
               (now_ms() - t0) / 1e3);
   const bool filtered = opts.filter != "*";
-  if (highest >= 0)
-    std::printf("highest level fully passed: L%d%s\n", highest,
-                filtered ? " (among the tests selected by --filter)" : "");
-  else
-    std::printf("highest level fully passed: none (L0 has failures)\n");
+  std::string verdict = highest >= 0 ? "L" + std::to_string(highest) : "none";
+  if (!stopped.empty()) verdict += " (" + stopped + ")";
+  if (filtered) verdict += " among the tests selected by --filter";
+  std::printf("highest level fully passed: %s\n", verdict.c_str());
 
   if (!junit.empty() && !write_junit(junit, results, desc)) {
     std::fprintf(stderr, "wia-conformance: %s: cannot write the JUnit report\n", junit.c_str());

@@ -119,7 +119,7 @@ void memset_pattern(Context& c) {
   const std::uint64_t size = kMiB + 5;
   auto* d = static_cast<std::uint8_t*>(c.alloc(size, dev));
   std::vector<std::uint8_t> h(size, 0);
-  c.step("memset(0x1A5) 1 MiB + 5");
+  c.step("memset(value 0x1A5)");
   c.ok(c.dev_ops().memset(c.ctx(), dev, d, 0x1A5, size), "memset(value 0x1A5)");
   c.to_host(h.data(), d, size, dev);
   // The value is used as an unsigned char (provider.h, memset).
@@ -132,6 +132,7 @@ void memset_pattern(Context& c) {
   bad = check_fill(h.data(), 3, 0xA5) + check_fill(h.data() + 3, 4093, 0x3C) +
         check_fill(h.data() + 4096, size - 4096, 0xA5);
   c.expect(bad.empty(), "only [3, 4096) changed by memset(offset 3, 4093 B)", bad);
+  c.step("memset(size 0)");
   c.ok(c.dev_ops().memset(c.ctx(), dev, d, 0x77, 0), "memset(size 0)");
 }
 
@@ -156,6 +157,7 @@ void memcpy_h2d(Context& c) {
   const int dev = c.device();
   const std::uint64_t size = 65537;
   auto* d = c.alloc(size, dev);
+  c.step("memset(0)");
   c.ok(c.dev_ops().memset(c.ctx(), dev, d, 0, size), "memset(0)");
   std::vector<std::uint8_t> src(size), back(size, 0);
   fill_pattern(src.data(), size, 21);
@@ -169,6 +171,7 @@ void memcpy_d2h_pattern(Context& c) {
   const int dev = c.device();
   const std::uint64_t size = 65537;
   auto* d = c.alloc(size, dev);
+  c.step("memset(0x5E)");
   c.ok(c.dev_ops().memset(c.ctx(), dev, d, 0x5E, size), "memset(0x5E)");
   std::vector<std::uint8_t> back(size);
   fill_pattern(back.data(), size, 3);
@@ -185,6 +188,7 @@ void memcpy_d2d(Context& c) {
   fill_pattern(src.data(), size, 31);
   void* a = c.alloc(size, dev);
   void* b = c.alloc(size, dev);
+  c.step("memset(0)");
   c.ok(c.dev_ops().memset(c.ctx(), dev, b, 0, size), "memset(0)");
   c.to_device(a, src.data(), size, dev);
   c.step("memcpy device -> device " + size_text(size));
@@ -208,9 +212,11 @@ void memcpy_unaligned(Context& c) {
       ++seed;
       const std::string what = size_text(size) + " at offset " + std::to_string(off);
       fill_pattern(host.data() + off, size, seed);
+      c.step("memset(0xEE)");
       c.ok(c.dev_ops().memset(c.ctx(), dev, a, 0xEE, cap), "memset(0xEE)");
       c.ok(c.dev_ops().memcpy(c.ctx(), dev, a + off, host.data() + off, size),
            "memcpy(host -> device, " + what + ")");
+      c.step("memset(0xDD)");
       c.ok(c.dev_ops().memset(c.ctx(), dev, b, 0xDD, cap), "memset(0xDD)");
       c.ok(c.dev_ops().memcpy(c.ctx(), dev, b + off + 1, a + off, size),
            "memcpy(device -> device, " + what + ")");

@@ -24,6 +24,9 @@ void sleep_ms(int ms) {
 
 // A host function that holds its stream until the test releases it, so the
 // test can observe "work pending". Bounded so a lost release cannot hang.
+// Gates (and everything else a host function touches) are function-local
+// statics: each test runs in its own process, and the data must outlive
+// the stream, which the harness destroys after the test body returns.
 struct Gate {
   std::atomic<bool> open{false};
   std::atomic<bool> ran{false};
@@ -43,7 +46,7 @@ void stream_query(Context& c) {
   wia_status_t st = o.stream_query(c.ctx(), s);
   c.expect(st == WIA_SUCCESS, "stream_query of an idle stream == WIA_SUCCESS", status_text(st));
   if (c.has_cap(WIA_DEVICE_CAP_HOST_FUNC)) {
-    Gate gate;
+    static Gate gate;
     c.ok(o.launch_host_func(c.ctx(), s, Gate::wait, &gate), "launch_host_func");
     c.step("stream_query with a blocked host function pending");
     st = o.stream_query(c.ctx(), s);
@@ -116,7 +119,7 @@ void event_query(Context& c) {
   c.expect(st == WIA_SUCCESS, "event_query of a never-recorded event == WIA_SUCCESS",
            status_text(st));
   auto s = c.stream();
-  Gate gate;
+  static Gate gate;
   const bool gated = c.has_cap(WIA_DEVICE_CAP_HOST_FUNC);
   if (gated) c.ok(o.launch_host_func(c.ctx(), s, Gate::wait, &gate), "launch_host_func");
   c.ok(o.event_record(c.ctx(), e, s), "event_record");
@@ -143,7 +146,9 @@ void event_wait(Context& c) {
   const std::uint64_t size = 1ull << 20;
   auto* buf = c.alloc(size, dev);
   auto* out = c.alloc(size, dev);
+  c.step("memset(0x11)");
   c.ok(o.memset(c.ctx(), dev, buf, 0x11, size), "memset(0x11)");
+  c.step("memset(0x22)");
   c.ok(o.memset(c.ctx(), dev, out, 0x22, size), "memset(0x22)");
   auto sa = c.stream(dev);
   auto sb = c.stream(dev);
@@ -206,8 +211,8 @@ void host_func_order(Context& c) {
   const int dev = c.device();
   auto s = c.stream(dev);
   void* d = c.alloc(4096, dev);
-  OrderLog log;
-  std::vector<OrderItem> items(200);
+  static OrderLog log;
+  static std::vector<OrderItem> items(200);
   for (int i = 0; i < 200; ++i) {
     items[i] = {&log, i};
     c.ok(o.launch_host_func(c.ctx(), s, order_fn, &items[i]), "launch_host_func");

@@ -14,6 +14,8 @@
 // Rank r's reduce-scatter receives go round the peers starting at r-1, so
 // at any moment the ranks read different peers' blocks. Blocks are split
 // into num_chunks chunks, each reduced and then sent on while in cache.
+#include <algorithm>
+
 #include "coll/algorithms.hpp"
 
 namespace wia::coll {
@@ -24,8 +26,16 @@ Schedule build_allreduce_direct(const CollArgs& args, std::int32_t only_rank) {
   const std::uint64_t n = args.count;
   // Each block is split into k chunks that go through both rounds one
   // after the other, so a chunk is still in cache when it is sent on.
-  const std::uint32_t k = effective_chunks(args.options.num_chunks, block_size(n, p, 0));
+  // Every chunk costs 3(p-1) steps per rank; more than ~2K steps per rank
+  // buys no more cache locality but makes costing and execution slower.
+  const std::uint32_t max_chunks =
+      std::max<std::uint32_t>(1, 2048 / (3 * static_cast<std::uint32_t>(std::max(p - 1, 1))));
+  const std::uint32_t k = effective_chunks(std::min(args.options.num_chunks, max_chunks),
+                                           block_size(n, p, 0));
   sb.set_num_chunks(k);
+  // Rotation-symmetric (rank r is rank 0 with peers shifted by r) as long
+  // as no chunk is empty, which lets the cost model simulate rank 0 only.
+  if (n / static_cast<std::uint64_t>(p) >= k) sb.set_symmetry(Symmetry::kRotation);
   const std::uint32_t div = sb.final_divisor();
 
   for (std::int32_t r = 0; r < p; ++r) {

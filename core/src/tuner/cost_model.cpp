@@ -63,8 +63,7 @@ void LinkModel::validate() const {
   if (port_gbps < 0 || reduce_gbps < 0 || copy_gbps < 0)
     bad("link model: port/reduce/copy bandwidths must be >= 0 (0 = unlimited)");
   if (!(message_overhead_us >= 0))
-    bad("link model: message overhead " + std::to_string(message_overhead_us) +
-        " us is negative");
+    bad("link model: message overhead " + std::to_string(message_overhead_us) + " us is negative");
 }
 
 namespace {
@@ -74,6 +73,8 @@ namespace {
 double us_per_byte(double gbps) { return gbps > 0 ? 1.0 / (gbps * 1e3) : 0.0; }
 
 constexpr std::uint32_t kNoPort = 0xffffffffu;
+// Heap items with this bit set are "bytes start flowing" events of a send.
+constexpr std::uint32_t kEjectEvent = 0x80000000u;
 
 // The discrete-event simulation over a flattened set of steps, shared by
 // the full and the symmetric modes; they differ only in how the arrays
@@ -147,6 +148,26 @@ struct Sim {
     }
   }
 
+  // A send's bytes start to flow at `tx`: with ports, the receiving rank's
+  // port drains its incoming messages one after the other (incast), a
+  // first-come-first-served stage of its own (coupling it to the send side
+  // would leave both idle in turns). Then the receive can complete.
+  void deliver(std::uint32_t id, double tx) {
+    const double bytes = static_cast<double>(steps[id]->count * elem_size);
+    double received = tx + bytes * std::max(link_us_per_byte[id], port_us_per_byte);
+    const std::uint32_t e = eject[id];
+    if (port_us_per_byte > 0 && e != kNoPort) {
+      eject_free[e] = std::max(tx, eject_free[e]) + bytes * port_us_per_byte;
+      received = std::max(received, eject_free[e]);
+    }
+    const std::uint32_t rv = match[id];
+    arrival[rv] = received + alpha[id];
+    if (deps_ok[rv]) {
+      deps_ok[rv] = 0;  // release() sets it again
+      release(rv);
+    }
+  }
+
   void drain_immediate() {
     while (!immediate.empty()) {
       const Item it = immediate.back();
@@ -156,46 +177,33 @@ struct Sim {
   }
 
   double run() {
+    if (steps.size() >= kEjectEvent)
+      throw Error(WIA_ERROR_INVALID_ARGUMENT, "cost model: schedule too large to simulate");
     for (std::uint32_t id = 0; id < steps.size(); ++id)
       if (pending[id] == 0) release(id);
     drain_immediate();
     while (!heap.empty()) {
       const Item it = heap.top();
       heap.pop();
+      if (it.id & kEjectEvent) {
+        deliver(it.id & ~kEjectEvent, it.time);
+        drain_immediate();
+        continue;
+      }
       const Step& st = *steps[it.id];
       const double bytes = static_cast<double>(st.count * elem_size);
       const std::uint32_t r = rank[it.id];
       if (st.is_send()) {
+        // The send side is claimed in the order sends become ready.
         const std::uint32_t l = link[it.id];
         const double start = std::max({it.time, link_free[l], port_free[r]});
-        if (start > it.time) {
-          // Busy: try again when the link and port free up, so that every
-          // resource (the receive port included) is claimed in the order
-          // messages actually start, not in the order they became ready.
-          heap.push({start, it.id});
-          continue;
-        }
         const double tx = start + overhead_us;  // the rank's per-message cost first
         const double occupy = bytes * std::max(link_us_per_byte[it.id], port_us_per_byte);
         link_free[l] = tx + occupy;
         port_free[r] = tx + (port_us_per_byte > 0 ? occupy : 0.0);
-        double received = tx + occupy;
-        if (port_us_per_byte > 0) {
-          // The receiving port drains its incoming messages one after the
-          // other (incast), as a separate first-come-first-served stage:
-          // coupling it to the send side would leave both idle in turns.
-          const std::uint32_t e = eject[it.id];
-          if (e != kNoPort) {
-            eject_free[e] = std::max(tx, eject_free[e]) + bytes * port_us_per_byte;
-            received = std::max(received, eject_free[e]);
-          }
-        }
-        const std::uint32_t rv = match[it.id];
-        arrival[rv] = received + alpha[it.id];
-        if (deps_ok[rv]) {
-          deps_ok[rv] = 0;  // release() sets it again
-          release(rv);
-        }
+        // The receive side is claimed when the bytes start to flow, so that
+        // it serves messages in the order they actually start.
+        heap.push({tx, it.id | kEjectEvent});
         finish(it.id, tx + occupy);
       } else {
         const double rate = st.kind == StepKind::kCopy ? copy_us_per_byte : reduce_us_per_byte;

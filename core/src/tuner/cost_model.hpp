@@ -5,14 +5,15 @@
 // discrete-event simulation of their steps:
 //   - a message from a to b of B bytes starts when its send's dependencies
 //     are done and the link (a, b) is free (and a's send port, when the
-//     model has one NIC per rank); it occupies them for B / bandwidth and
-//     arrives alpha later than that: t_arrive = t_start + alpha + B / bw.
-//     With ports, b's receive port also drains its incoming messages one
-//     after the other (incast), so the data is in only once that port has
-//     spent B / port bandwidth on it. Every resource serves first come
-//     first served. Links are full duplex; alpha is latency, so messages
-//     queued on one link overlap their latencies (as pipelining does on
-//     real networks);
+//     model has one NIC per rank), after the optional per-message
+//     overhead; it occupies them for B / bandwidth and arrives alpha later
+//     than that: t_arrive = t_start + alpha + B / bw. With ports, b's
+//     receive port also drains its incoming messages one after the other
+//     (incast), so the data is in only once that port has spent
+//     B / port bandwidth on it. Send sides serve messages in the order they
+//     become ready, receive ports in the order they start. Links are full
+//     duplex; alpha is latency, so messages queued on one link overlap
+//     their latencies (as pipelining does on real networks);
 //   - a send completes (its buffer is reusable) when its bytes have left:
 //     transports are modelled as eager, the usual case below the
 //     rendezvous threshold and an optimistic bound above it;
@@ -23,18 +24,24 @@
 //   - the estimate is the time the last step completes.
 // With one chunk, uniform links and free reductions this reproduces the
 // textbook costs exactly (ring all-reduce 2(p-1) alpha + 2(p-1)/p n beta,
-// Rabenseifner 2 log2(p) alpha + 2(p-1)/p n beta, ...), and it also sees
-// what the closed forms miss: pipelining, the non-power-of-two fold,
-// contention of several messages for one link or port, slow links.
+// Rabenseifner 2 log2(p) alpha + 2(p-1)/p n beta, binomial 2 log2(p)
+// (alpha + n beta)), and it also sees what the closed forms miss:
+// pipelining, the non-power-of-two fold, contention for a link or a NIC,
+// incast, slow links, local reduction cost.
 //
 // Scale: a schedule declared rotation- or XOR-symmetric (core/coll
 // Symmetry) is costed from rank 0's program alone: under uniform links
 // every rank follows the same timeline, so a receive from q arrives when
 // rank 0's mirror-image send does. That makes ring and all-to-all costing
-// O(p) instead of O(p^2). Non-uniform links use the full simulation up to
-// kFullSimulationMaxRanks ranks and beyond it the symmetric shortcut with,
-// for each peer offset, the worst link of that offset (a conservative
-// bulk-synchronous bound).
+// O(p) instead of O(p^2) (tested equal to the full simulation). Non-uniform
+// links use the full simulation up to kFullSimulationMaxRanks ranks and
+// beyond it the symmetric shortcut with, for each peer offset, the worst
+// link of that offset (a conservative bulk-synchronous bound). For
+// p > 64, a ring-like schedule whose count leaves some chunks empty (and
+// so breaks its symmetry) is costed at one element per chunk: same rounds,
+// bytes rounded up. Selection tries pipelined algorithms at chunk counts
+// 1, 4, 16, 64 (while chunks stay >= 16 KiB, p * chunks <= 4096, and the
+// cost keeps falling); a ring is only chunked when local work costs time.
 #pragma once
 
 #include <wia/status.h>
