@@ -43,10 +43,10 @@ struct Skip : std::runtime_error {
 class Context;
 
 struct TestCase {
-  std::string id;     // "L1.memcpy.d2h_pattern"
-  int level = 0;      // 0..5
-  int timeout_ms = 0; // before --timeout-scale
-  std::string what;   // one line for --list and docs/conformance.md
+  std::string id;      // "L1.memcpy.d2h_pattern"
+  int level = 0;       // 0..5
+  int timeout_ms = 0;  // before --timeout-scale
+  std::string what;    // one line for --list and docs/conformance.md
   std::function<void(Context&)> body;
   // Set for L4/L5 placeholders: never run, always reported as SKIP.
   std::string not_implemented;
@@ -77,7 +77,7 @@ class Context {
   bool has_cap(std::uint64_t device_cap) const;
   void require_cap(std::uint64_t device_cap, const char* name) const;
 
-  // The host-services table handed to init; get_param_enabled=false makes
+  // The host-services table handed to init; set_params_visible(false) makes
   // get_param answer NULL for everything (L0.unknown_param).
   const wia_host_services_v1_t* host() { return &host_; }
   void set_params_visible(bool visible) { params_visible_ = visible; }

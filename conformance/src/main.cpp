@@ -123,7 +123,8 @@ Options parse_args(int argc, char** argv, bool* list, std::string* junit) {
       int found = -1;
       for (int k = 0; k < 6; ++k)
         if (l == kNames[k]) found = k;
-      if (found < 0) usage_error("--log-level '" + l + "': expected trace|debug|info|warn|error|off");
+      if (found < 0)
+        usage_error("--log-level '" + l + "': expected trace|debug|info|warn|error|off");
       o.log_level = static_cast<wia_log_level_t>(found);
     } else if (a == "--help" || a == "-h") {
       print_help();
@@ -139,7 +140,8 @@ Options parse_args(int argc, char** argv, bool* list, std::string* junit) {
 // Loads the file and returns the descriptor, or exits 2 with one line.
 const wia_provider_v1_t* load(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) untestable(path, std::string("cannot open: ") + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0)
+    untestable(path, std::string("cannot open: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) untestable(path, "not a regular file");
   // dlopen searches the library path for names without a slash; the user
   // named a file, so make it one.
@@ -157,8 +159,7 @@ const wia_provider_v1_t* load(const std::string& path) {
   }
   // Never dlclose: children inherit the mapping, and a provider's
   // destructors must not run under a test that is still reading it.
-  const auto* desc =
-      static_cast<const wia_provider_v1_t*>(dlsym(handle, WIA_PROVIDER_SYMBOL_V1));
+  const auto* desc = static_cast<const wia_provider_v1_t*>(dlsym(handle, WIA_PROVIDER_SYMBOL_V1));
   if (desc == nullptr) untestable(path, "not a libwia provider: no wia_provider_v1 symbol");
   if (desc->abi_version > WIA_PROVIDER_ABI_VERSION)
     untestable(path, "provider built for a newer ABI: abi_version " +
@@ -321,14 +322,24 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (const char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
       default:
         // XML 1.0 forbids most control characters, even escaped.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += '?';
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
+          out += '?';
+        else
+          out += c;
     }
   }
   return out;
@@ -354,8 +365,8 @@ bool write_junit(const std::string& path, const std::vector<Result>& results,
     if (tests == 0) continue;
     char time[32];
     std::snprintf(time, sizeof(time), "%.3f", ms / 1e3);
-    f << "  <testsuite name=\"L" << level << "\" tests=\"" << tests << "\" failures=\""
-      << failures << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"" << time << "\">\n";
+    f << "  <testsuite name=\"L" << level << "\" tests=\"" << tests << "\" failures=\"" << failures
+      << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\"" << time << "\">\n";
     for (const auto& r : results) {
       if (r.test->level != level) continue;
       std::snprintf(time, sizeof(time), "%.3f", r.ms / 1e3);
@@ -401,11 +412,18 @@ void add_placeholders(const wia_provider_v1_t* desc) {
   // never faked as passes.
   if ((desc->caps & WIA_PROVIDER_CAP_TRANSPORT) == 0) return;
   const char* kWhy = "not implemented in this release";
-  registry().push_back({"L4.transport", 4, 0,
-                        "transport: listen/connect/accept, tagged isend/irecv, RMA", {}, kWhy});
-  registry().push_back(
-      {"L5.collectives", 5, 0, "collectives through the libwia core over this transport", {},
-       kWhy});
+  registry().push_back({"L4.transport",
+                        4,
+                        0,
+                        "transport: listen/connect/accept, tagged isend/irecv, RMA",
+                        {},
+                        kWhy});
+  registry().push_back({"L5.collectives",
+                        5,
+                        0,
+                        "collectives through the libwia core over this transport",
+                        {},
+                        kWhy});
 }
 
 int run_main(int argc, char** argv) {
@@ -440,8 +458,8 @@ int run_main(int argc, char** argv) {
     if (desc->params != nullptr && desc->num_params > 0 && desc->params[0].struct_size > 0) {
       const auto* base = reinterpret_cast<const unsigned char*>(desc->params);
       for (std::uint32_t i = 0; i < desc->num_params; ++i) {
-        const auto* d = reinterpret_cast<const wia_param_decl_v1_t*>(
-            base + i * desc->params[0].struct_size);
+        const auto* d =
+            reinterpret_cast<const wia_param_decl_v1_t*>(base + i * desc->params[0].struct_size);
         declared |= d->key != nullptr && key == d->key;
       }
     }
@@ -461,8 +479,9 @@ int run_main(int argc, char** argv) {
   int passed = 0, failed = 0, skipped = 0;
   for (const auto* t : selected) {
     Result r = run_test(*t, opts, desc);
-    const char* v = r.verdict == Verdict::kPass ? "PASS" : r.verdict == Verdict::kFail ? "FAIL"
-                                                                                          : "SKIP";
+    const char* v = r.verdict == Verdict::kPass   ? "PASS"
+                    : r.verdict == Verdict::kFail ? "FAIL"
+                                                  : "SKIP";
     std::printf("%s  %-34s L%d %9.1f ms", v, t->id.c_str(), t->level, r.ms);
     if (r.verdict == Verdict::kSkip) std::printf("  %s", r.message.c_str());
     std::printf("\n");
@@ -495,9 +514,9 @@ int run_main(int argc, char** argv) {
                      [level](const Result& r) { return r.test->level == level; }))
       break;  // nothing of this level was selected or exists for this provider
     if (level_fail > 0 || level_pass == 0) {
-      stopped = "L" + std::to_string(level) +
-                (level_fail > 0 ? ": " + std::to_string(level_fail) + " failed"
-                                : ": no test passed");
+      stopped =
+          "L" + std::to_string(level) +
+          (level_fail > 0 ? ": " + std::to_string(level_fail) + " failed" : ": no test passed");
       break;
     }
     highest = level;

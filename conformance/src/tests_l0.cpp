@@ -27,8 +27,7 @@ std::string basename_of(const std::string& path) {
 // Every error a provider returns should be explained (provider.h, Errors).
 void expect_error_with_text(Context& c, wia_status_t st, const std::string& call) {
   const std::string text = c.take_error();
-  c.expect(st < 0 && st >= -15, call + " to return a negative WIA_ERROR_* code",
-           status_text(st));
+  c.expect(st < 0 && st >= -15, call + " to return a negative WIA_ERROR_* code", status_text(st));
   c.expect(!text.empty(), call + " to explain its error through host->set_error",
            status_text(st) + " with no set_error message");
 }
@@ -114,19 +113,41 @@ void required_entries(Context& c) {
   };
   if (const auto* o = d.device) {
 #define WIA_NEED(e) need(reinterpret_cast<const void*>(o->e), #e)
-    WIA_NEED(device_count); WIA_NEED(device_props); WIA_NEED(mem_alloc); WIA_NEED(mem_free);
-    WIA_NEED(memset); WIA_NEED(memcpy); WIA_NEED(stream_create); WIA_NEED(stream_destroy);
-    WIA_NEED(stream_synchronize); WIA_NEED(stream_query); WIA_NEED(memset_async);
-    WIA_NEED(memcpy_async); WIA_NEED(event_create); WIA_NEED(event_destroy);
-    WIA_NEED(event_record); WIA_NEED(event_query); WIA_NEED(event_synchronize);
-    WIA_NEED(stream_wait_event); WIA_NEED(can_access_peer);
+    WIA_NEED(device_count);
+    WIA_NEED(device_props);
+    WIA_NEED(mem_alloc);
+    WIA_NEED(mem_free);
+    WIA_NEED(memset);
+    WIA_NEED(memcpy);
+    WIA_NEED(stream_create);
+    WIA_NEED(stream_destroy);
+    WIA_NEED(stream_synchronize);
+    WIA_NEED(stream_query);
+    WIA_NEED(memset_async);
+    WIA_NEED(memcpy_async);
+    WIA_NEED(event_create);
+    WIA_NEED(event_destroy);
+    WIA_NEED(event_record);
+    WIA_NEED(event_query);
+    WIA_NEED(event_synchronize);
+    WIA_NEED(stream_wait_event);
+    WIA_NEED(can_access_peer);
 #undef WIA_NEED
   }
   if (const auto* o = d.transport) {
 #define WIA_NEED(e) need(reinterpret_cast<const void*>(o->e), "transport." #e)
-    WIA_NEED(endpoint_count); WIA_NEED(endpoint_props); WIA_NEED(listen); WIA_NEED(connect);
-    WIA_NEED(accept); WIA_NEED(close_listener); WIA_NEED(reg_mr); WIA_NEED(dereg_mr);
-    WIA_NEED(isend); WIA_NEED(irecv); WIA_NEED(test); WIA_NEED(close);
+    WIA_NEED(endpoint_count);
+    WIA_NEED(endpoint_props);
+    WIA_NEED(listen);
+    WIA_NEED(connect);
+    WIA_NEED(accept);
+    WIA_NEED(close_listener);
+    WIA_NEED(reg_mr);
+    WIA_NEED(dereg_mr);
+    WIA_NEED(isend);
+    WIA_NEED(irecv);
+    WIA_NEED(test);
+    WIA_NEED(close);
 #undef WIA_NEED
   }
   c.expect(missing.empty(), "every required entry point set", "NULL: " + missing);
@@ -193,8 +214,7 @@ void params(Context& c) {
     const std::string which = "params[" + std::to_string(i) + "]";
     c.expect(valid_name(p->key), which + ".key matching [a-z0-9_]+",
              p->key == nullptr ? "NULL" : "'" + std::string(p->key) + "'");
-    c.expect(p->default_value != nullptr, which + " (" + p->key + ") with a default value",
-             "NULL");
+    c.expect(p->default_value != nullptr, which + " (" + p->key + ") with a default value", "NULL");
     c.expect(p->type >= WIA_PARAM_INT && p->type <= WIA_PARAM_SIZE,
              which + " with a WIA_PARAM_* type", std::to_string(p->type));
     c.expect(p->description != nullptr && *p->description != '\0',
@@ -203,9 +223,9 @@ void params(Context& c) {
       c.expect(p->min_value <= p->max_value, which + " with min_value <= max_value",
                std::to_string(p->min_value) + " > " + std::to_string(p->max_value));
     if (p->type == WIA_PARAM_BOOL)
-      c.expect(std::strcmp(p->default_value, "true") == 0 ||
-                   std::strcmp(p->default_value, "false") == 0,
-               which + " (" + p->key + ") default 'true' or 'false'", p->default_value);
+      c.expect(
+          std::strcmp(p->default_value, "true") == 0 || std::strcmp(p->default_value, "false") == 0,
+          which + " (" + p->key + ") default 'true' or 'false'", p->default_value);
   }
 }
 
@@ -279,8 +299,7 @@ void device_props(Context& c) {
     const std::string which = "device_props(" + std::to_string(bad) + ") (out of range)";
     c.step(which);
     const wia_status_t st = o.device_props(c.ctx(), bad, &p);
-    c.expect(st < 0, which + " to fail, preferably with WIA_ERROR_INVALID_DEVICE",
-             status_text(st));
+    c.expect(st < 0, which + " to fail, preferably with WIA_ERROR_INVALID_DEVICE", status_text(st));
     expect_error_with_text(c, st, which);
   }
 }
@@ -300,8 +319,7 @@ void props_short_struct(Context& c) {
   c.ok(o.device_props(c.ctx(), dev, reinterpret_cast<wia_device_props_v1_t*>(buf)),
        "device_props(struct_size " + std::to_string(kShort) + ")");
   for (std::size_t i = kShort; i < sizeof(buf); ++i)
-    c.expect(buf[i] == 0xA5,
-             "no byte written past struct_size " + std::to_string(kShort),
+    c.expect(buf[i] == 0xA5, "no byte written past struct_size " + std::to_string(kShort),
              "byte " + std::to_string(i) + " written");
 }
 
@@ -335,8 +353,7 @@ void register_l0_tests() {
   add("L0.abi_version", "abi_version and host_services_version known to this ABI", abi_version);
   add("L0.struct_sizes", "descriptor, tables and params hold every v1 field", struct_sizes);
   add("L0.name", "name is [a-z0-9_]+ and matches the file name; version set", name);
-  add("L0.required_entries", "required entry points non-NULL; tables match caps",
-      required_entries);
+  add("L0.required_entries", "required entry points non-NULL; tables match caps", required_entries);
   add("L0.optional_entries", "optional entries non-NULL exactly when their cap is claimed",
       optional_entries);
   add("L0.must_understand", "no must-understand bit unknown to ABI v1", must_understand);

@@ -25,8 +25,8 @@ void alloc_sizes(Context& c) {
   const int dev = c.device();
   const std::uint32_t align = alignment_of(c, dev);
   void* zero[2] = {};
-  for (const std::uint64_t size : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{4095}, kMiB,
-                                   64 * kMiB}) {
+  for (const std::uint64_t size :
+       {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{4095}, kMiB, 64 * kMiB}) {
     void* p = c.alloc(size, dev);
     c.expect(reinterpret_cast<std::uintptr_t>(p) % align == 0,
              "mem_alloc(" + size_text(size) + ") aligned to " + std::to_string(align),
@@ -106,10 +106,10 @@ void free_reuse(Context& c) {
     void* p = nullptr;
     const wia_status_t st = c.dev_ops().mem_alloc(c.ctx(), dev, 64 * kMiB, WIA_MEM_DEVICE, &p);
     const std::string err = c.take_error();
-    c.expect(st == WIA_SUCCESS,
-             "100 rounds of mem_alloc(64 MiB) + mem_free to succeed (freed memory reusable)",
-             "round " + std::to_string(i) + ": " + status_text(st) + (err.empty() ? "" : ": ") +
-                 err);
+    c.expect(
+        st == WIA_SUCCESS,
+        "100 rounds of mem_alloc(64 MiB) + mem_free to succeed (freed memory reusable)",
+        "round " + std::to_string(i) + ": " + status_text(st) + (err.empty() ? "" : ": ") + err);
     c.ok(c.dev_ops().mem_free(c.ctx(), dev, p), "mem_free(64 MiB), round " + std::to_string(i));
   }
 }
@@ -147,8 +147,7 @@ void roundtrip(Context& c, std::uint64_t size, std::uint32_t seed) {
   c.to_device(d, src.data(), size, dev);
   c.to_host(back.data(), d, size, dev);
   const std::string bad = check_pattern(back.data(), size, seed);
-  c.expect(bad.empty(), "host -> device -> host round trip of " + size_text(size) + " intact",
-           bad);
+  c.expect(bad.empty(), "host -> device -> host round trip of " + size_text(size) + " intact", bad);
   c.free(d, dev);
 }
 
@@ -249,8 +248,8 @@ void register_l1_tests() {
   add("L1.alloc.sizes", 20000, "mem_alloc/mem_free of 0, 1, 4095 B, 1 MiB, 64 MiB", alloc_sizes);
   add("L1.alloc.alignment", 10000, "allocations aligned to device_props.alignment",
       alloc_alignment);
-  add("L1.alloc.pinned_host", 10000, "pinned host memory usable by host and device (CAP_PINNED_HOST)",
-      alloc_pinned);
+  add("L1.alloc.pinned_host", 10000,
+      "pinned host memory usable by host and device (CAP_PINNED_HOST)", alloc_pinned);
   add("L1.alloc.double_free", 10000, "a second mem_free of a pointer is an error, not a crash",
       double_free);
   add("L1.alloc.absurd_size", 10000, "mem_alloc(1 << 62) is OUT_OF_MEMORY or INVALID_ARGUMENT",

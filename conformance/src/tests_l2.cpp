@@ -299,11 +299,11 @@ struct Dtype {
   bool is_signed;
 };
 const Dtype kDtypes[] = {
-    {WIA_INT8, "int8", 1, false, true},       {WIA_UINT8, "uint8", 1, false, false},
-    {WIA_INT32, "int32", 4, false, true},     {WIA_UINT32, "uint32", 4, false, false},
-    {WIA_INT64, "int64", 8, false, true},     {WIA_UINT64, "uint64", 8, false, false},
-    {WIA_FLOAT16, "float16", 2, true, true},  {WIA_BFLOAT16, "bfloat16", 2, true, true},
-    {WIA_FLOAT32, "float32", 4, true, true},  {WIA_FLOAT64, "float64", 8, true, true},
+    {WIA_INT8, "int8", 1, false, true},      {WIA_UINT8, "uint8", 1, false, false},
+    {WIA_INT32, "int32", 4, false, true},    {WIA_UINT32, "uint32", 4, false, false},
+    {WIA_INT64, "int64", 8, false, true},    {WIA_UINT64, "uint64", 8, false, false},
+    {WIA_FLOAT16, "float16", 2, true, true}, {WIA_BFLOAT16, "bfloat16", 2, true, true},
+    {WIA_FLOAT32, "float32", 4, true, true}, {WIA_FLOAT64, "float64", 8, true, true},
 };
 const char* const kOpNames[] = {"sum", "prod", "min", "max", "avg"};
 
@@ -316,18 +316,39 @@ void store_raw(const Dtype& t, std::uint8_t* p, std::uint64_t v) { std::memcpy(p
 
 long double load_float(const Dtype& t, const std::uint8_t* p) {
   switch (t.dt) {
-    case WIA_FLOAT16: return half_to_float(static_cast<std::uint16_t>(load_raw(t, p)));
-    case WIA_BFLOAT16: return bf16_to_float(static_cast<std::uint16_t>(load_raw(t, p)));
-    case WIA_FLOAT32: { float f; std::memcpy(&f, p, 4); return f; }
-    default: { double d; std::memcpy(&d, p, 8); return d; }
+    case WIA_FLOAT16:
+      return half_to_float(static_cast<std::uint16_t>(load_raw(t, p)));
+    case WIA_BFLOAT16:
+      return bf16_to_float(static_cast<std::uint16_t>(load_raw(t, p)));
+    case WIA_FLOAT32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    default: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
   }
 }
 void store_float(const Dtype& t, std::uint8_t* p, long double v) {
   switch (t.dt) {
-    case WIA_FLOAT16: store_raw(t, p, float_to_half(static_cast<float>(v))); break;
-    case WIA_BFLOAT16: store_raw(t, p, float_to_bf16(static_cast<float>(v))); break;
-    case WIA_FLOAT32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-    default: { const double d = static_cast<double>(v); std::memcpy(p, &d, 8); }
+    case WIA_FLOAT16:
+      store_raw(t, p, float_to_half(static_cast<float>(v)));
+      break;
+    case WIA_BFLOAT16:
+      store_raw(t, p, float_to_bf16(static_cast<float>(v)));
+      break;
+    case WIA_FLOAT32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
+    default: {
+      const double d = static_cast<double>(v);
+      std::memcpy(p, &d, 8);
+    }
   }
 }
 
@@ -340,8 +361,9 @@ std::int64_t sign_extend(std::uint64_t v, int bits) {
 // Reference for element i: ints exactly (wrapping modulo 2^bits); floats in
 // the precision the ABI promises or better (float16/bfloat16 accumulate in
 // float32; float32 in double; float64 in long double).
-long double ref_float(const Dtype& t, wia_reduce_op_t op, const std::vector<const std::uint8_t*>& srcs,
-                      std::size_t i, std::uint64_t divisor) {
+long double ref_float(const Dtype& t, wia_reduce_op_t op,
+                      const std::vector<const std::uint8_t*>& srcs, std::size_t i,
+                      std::uint64_t divisor) {
   const bool narrow = t.dt == WIA_FLOAT16 || t.dt == WIA_BFLOAT16;
   auto round = [&](long double v) {
     if (narrow) return static_cast<long double>(static_cast<float>(v));
@@ -352,18 +374,28 @@ long double ref_float(const Dtype& t, wia_reduce_op_t op, const std::vector<cons
   for (std::size_t s = 1; s < srcs.size(); ++s) {
     const long double v = load_float(t, srcs[s] + i * t.size);
     switch (op) {
-      case WIA_REDUCE_SUM: case WIA_REDUCE_AVG: acc = round(acc + v); break;
-      case WIA_REDUCE_PROD: acc = round(acc * v); break;
-      case WIA_REDUCE_MIN: acc = std::isnan(acc) || std::isnan(v) ? NAN : std::min(acc, v); break;
-      default: acc = std::isnan(acc) || std::isnan(v) ? NAN : std::max(acc, v); break;
+      case WIA_REDUCE_SUM:
+      case WIA_REDUCE_AVG:
+        acc = round(acc + v);
+        break;
+      case WIA_REDUCE_PROD:
+        acc = round(acc * v);
+        break;
+      case WIA_REDUCE_MIN:
+        acc = std::isnan(acc) || std::isnan(v) ? NAN : std::min(acc, v);
+        break;
+      default:
+        acc = std::isnan(acc) || std::isnan(v) ? NAN : std::max(acc, v);
+        break;
     }
   }
   if (divisor > 1) acc = round(acc / static_cast<long double>(divisor));
   return acc;
 }
 
-std::uint64_t ref_int(const Dtype& t, wia_reduce_op_t op, const std::vector<const std::uint8_t*>& srcs,
-                      std::size_t i, std::uint64_t divisor) {
+std::uint64_t ref_int(const Dtype& t, wia_reduce_op_t op,
+                      const std::vector<const std::uint8_t*>& srcs, std::size_t i,
+                      std::uint64_t divisor) {
   const int bits = static_cast<int>(t.size * 8);
   const std::uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
   std::uint64_t acc = load_raw(t, srcs[0] + i * t.size);
@@ -373,16 +405,26 @@ std::uint64_t ref_int(const Dtype& t, wia_reduce_op_t op, const std::vector<cons
   for (std::size_t s = 1; s < srcs.size(); ++s) {
     const std::uint64_t v = load_raw(t, srcs[s] + i * t.size);
     switch (op) {
-      case WIA_REDUCE_SUM: case WIA_REDUCE_AVG: acc = (acc + v) & mask; break;
-      case WIA_REDUCE_PROD: acc = (acc * v) & mask; break;
-      case WIA_REDUCE_MIN: acc = less(v, acc) ? v : acc; break;
-      default: acc = less(acc, v) ? v : acc; break;
+      case WIA_REDUCE_SUM:
+      case WIA_REDUCE_AVG:
+        acc = (acc + v) & mask;
+        break;
+      case WIA_REDUCE_PROD:
+        acc = (acc * v) & mask;
+        break;
+      case WIA_REDUCE_MIN:
+        acc = less(v, acc) ? v : acc;
+        break;
+      default:
+        acc = less(acc, v) ? v : acc;
+        break;
     }
   }
   if (divisor > 1) {
     if (t.is_signed)
-      acc = static_cast<std::uint64_t>(sign_extend(acc, bits) / static_cast<std::int64_t>(divisor)) &
-            mask;
+      acc =
+          static_cast<std::uint64_t>(sign_extend(acc, bits) / static_cast<std::int64_t>(divisor)) &
+          mask;
     else
       acc /= divisor;
   }
@@ -405,8 +447,9 @@ void reduce_dtype(Context& c, const Dtype& t) {
       if (t.is_float)
         store_float(t, p, i == 5 && s == 1 ? NAN : (static_cast<int>(r % 33) - 16) / 4.0L);
       else
-        store_raw(t, p, t.is_signed ? static_cast<std::uint64_t>(static_cast<std::int64_t>(r) - 100)
-                                    : r + (t.size > 1 ? (static_cast<std::uint64_t>(r) << 9) : 0));
+        store_raw(t, p,
+                  t.is_signed ? static_cast<std::uint64_t>(static_cast<std::int64_t>(r) - 100)
+                              : r + (t.size > 1 ? (static_cast<std::uint64_t>(r) << 9) : 0));
     }
   }
   std::vector<void*> dsrc(kSrcs);
@@ -423,7 +466,10 @@ void reduce_dtype(Context& c, const Dtype& t) {
   for (int op = 0; op < WIA_REDUCE_OP_COUNT; ++op) {
     // AVG with divisor 0 means "divide by nsrcs"; SUM also with an explicit
     // divisor; the in-place form (dst == srcs[0]) for PROD.
-    struct Variant { std::uint64_t divisor; bool in_place; };
+    struct Variant {
+      std::uint64_t divisor;
+      bool in_place;
+    };
     std::vector<Variant> variants = {{0, false}};
     if (op == WIA_REDUCE_SUM) variants.push_back({2, false});
     if (op == WIA_REDUCE_PROD) variants.push_back({0, true});
@@ -462,13 +508,15 @@ void reduce_dtype(Context& c, const Dtype& t) {
         if (t.is_float) {
           const long double want = ref_float(t, static_cast<wia_reduce_op_t>(op), hsrc, i, divisor);
           const long double have = load_float(t, g);
-          const long double tol =
-              (t.dt == WIA_FLOAT16 ? 1e-3L : t.dt == WIA_BFLOAT16 ? 8e-3L
-                                         : t.dt == WIA_FLOAT32 ? 1e-6L : 1e-14L) *
-              std::max(1.0L, std::fabs(want));
+          const long double tol = (t.dt == WIA_FLOAT16    ? 1e-3L
+                                   : t.dt == WIA_BFLOAT16 ? 8e-3L
+                                   : t.dt == WIA_FLOAT32  ? 1e-6L
+                                                          : 1e-14L) *
+                                  std::max(1.0L, std::fabs(want));
           const bool good = std::isnan(want) ? std::isnan(have) : std::fabs(have - want) <= tol;
-          c.expect(good, what + " element " + std::to_string(i) + " = " +
-                             std::to_string(static_cast<double>(want)),
+          c.expect(good,
+                   what + " element " + std::to_string(i) + " = " +
+                       std::to_string(static_cast<double>(want)),
                    std::to_string(static_cast<double>(have)));
         } else {
           const std::uint64_t want = ref_int(t, static_cast<wia_reduce_op_t>(op), hsrc, i, divisor);

@@ -33,8 +33,8 @@ void peer_query(Context& c) {
       c.expect(v == 0 || v == 1, call + " answers 0 or 1", std::to_string(v));
       c.expect(v == again, call + " gives the same answer twice",
                std::to_string(v) + " then " + std::to_string(again));
-      c.expect(v == 0 || c.has_cap(WIA_DEVICE_CAP_PEER),
-               call + " == 0 without WIA_DEVICE_CAP_PEER", "1");
+      c.expect(v == 0 || c.has_cap(WIA_DEVICE_CAP_PEER), call + " == 0 without WIA_DEVICE_CAP_PEER",
+               "1");
       can[a][b] = v;
     }
   }
@@ -68,8 +68,8 @@ void peer_copy(Context& c, int from, int to, int stream_dev, std::uint32_t seed)
   c.ok(o.memset(c.ctx(), to, dst, 0, size + 8), "memset(0)");
   auto s = c.stream(stream_dev);
   const std::string what = "memcpy_peer_async(device " + std::to_string(from) + " -> device " +
-                           std::to_string(to) + ", stream of device " +
-                           std::to_string(stream_dev) + ")";
+                           std::to_string(to) + ", stream of device " + std::to_string(stream_dev) +
+                           ")";
   c.step(what);
   c.ok(o.memcpy_peer_async(c.ctx(), s, dst + 5, to, src + 3, from, size), what);
   c.sync(s);
@@ -207,8 +207,8 @@ void ipc_roundtrip(Context& c) {
     err = "the importing child crashed: signal " + std::to_string(WTERMSIG(wstatus));
   c.expect(err.empty(), "a forked child opens the IPC handle and sees the exporter's bytes", err);
   c.to_host(h.data(), d, kIpcSize, dev);
-  const std::string bad = check_pattern(h.data() + kIpcSize / 2, kIpcSize - kIpcSize / 2,
-                                        kReplySeed);
+  const std::string bad =
+      check_pattern(h.data() + kIpcSize / 2, kIpcSize - kIpcSize / 2, kReplySeed);
   c.expect(bad.empty(), "the child's reply written through the handle visible to the exporter",
            bad);
 }

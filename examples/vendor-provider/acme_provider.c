@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <wia/provider.h>
 
 #define ACME_ALIGNMENT 256u
@@ -170,9 +169,8 @@ static wia_status_t mem_alloc(void* ctx, int32_t dev, uint64_t size, uint32_t ki
   if (size > c->memory_limit - c->used[dev]) {
     uint64_t left = c->memory_limit - c->used[dev];
     pthread_mutex_unlock(&c->mu);
-    return fail(c, WIA_ERROR_OUT_OF_MEMORY,
-                "mem_alloc(%llu B) on acme device %d: %llu B left", (unsigned long long)size, dev,
-                (unsigned long long)left);
+    return fail(c, WIA_ERROR_OUT_OF_MEMORY, "mem_alloc(%llu B) on acme device %d: %llu B left",
+                (unsigned long long)size, dev, (unsigned long long)left);
   }
   if (c->nallocs == c->cap) {
     size_t cap = c->cap ? c->cap * 2 : 64;
@@ -217,8 +215,8 @@ static wia_status_t mem_free(void* ctx, int32_t dev, void* ptr) {
   }
   pthread_mutex_unlock(&c->mu);
   /* A double free is the caller's bug; report it rather than crash. */
-  return fail(c, WIA_ERROR_INVALID_ARGUMENT, "mem_free on acme device %d: %p is not allocated",
-              dev, ptr);
+  return fail(c, WIA_ERROR_INVALID_ARGUMENT, "mem_free on acme device %d: %p is not allocated", dev,
+              ptr);
 }
 
 static wia_status_t memset_sync(void* ctx, int32_t dev, void* ptr, int32_t value, uint64_t size) {
@@ -228,8 +226,7 @@ static wia_status_t memset_sync(void* ctx, int32_t dev, void* ptr, int32_t value
   return WIA_SUCCESS;
 }
 
-static wia_status_t memcpy_sync(void* ctx, int32_t dev, void* dst, const void* src,
-                                uint64_t size) {
+static wia_status_t memcpy_sync(void* ctx, int32_t dev, void* dst, const void* src, uint64_t size) {
   wia_status_t st = check_dev(ctx, "memcpy", dev);
   if (st != WIA_SUCCESS) return st;
   if (size > 0) memmove(dst, src, size);

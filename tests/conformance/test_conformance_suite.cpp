@@ -46,8 +46,9 @@ Run run(const std::string& args) {
   std::string line, last_id;
   while (std::getline(in, line)) {
     r.lines.push_back(line);
-    if (line.size() > 6 && (line.compare(0, 6, "PASS  ") == 0 || line.compare(0, 6, "FAIL  ") == 0 ||
-                            line.compare(0, 6, "SKIP  ") == 0)) {
+    if (line.size() > 6 &&
+        (line.compare(0, 6, "PASS  ") == 0 || line.compare(0, 6, "FAIL  ") == 0 ||
+         line.compare(0, 6, "SKIP  ") == 0)) {
       std::istringstream words(line.substr(6));
       words >> last_id;
       r.verdict[last_id] = line.substr(0, 4);
@@ -150,7 +151,8 @@ TEST_CASE("mem_free that leaks fails L1.alloc.free_reuse against the memory cap"
 
 TEST_CASE("a hanging event_query times out and the suite goes on") {
   // Timeouts scaled down to keep the self-test short: 10 s -> 2 s.
-  const Run r = run("--provider " + faulty("testdev_hang") + " --level 2 --filter 'L2.*' "
+  const Run r = run("--provider " + faulty("testdev_hang") +
+                    " --level 2 --filter 'L2.*' "
                     "--timeout-scale 0.2");
   CHECK(r.rc == 1);
   CHECK(finished(r));
@@ -173,11 +175,11 @@ TEST_CASE("files that cannot be tested give exit status 2 and one line") {
   struct Case {
     std::string file, says;
   };
-  for (const Case& c : {Case{text, "not a shared object"},
-                        Case{test_provider("broken_nosym"),
-                             "not a libwia provider: no wia_provider_v1 symbol"},
-                        Case{test_provider("broken_abi"), "provider built for a newer ABI"},
-                        Case{std::string(WIA_TEST_BINARY_DIR) + "/nonexistent.so", "cannot open"}}) {
+  for (const Case& c :
+       {Case{text, "not a shared object"},
+        Case{test_provider("broken_nosym"), "not a libwia provider: no wia_provider_v1 symbol"},
+        Case{test_provider("broken_abi"), "provider built for a newer ABI"},
+        Case{std::string(WIA_TEST_BINARY_DIR) + "/nonexistent.so", "cannot open"}}) {
     const Run r = run("--provider " + c.file);
     INFO(r.output);
     CHECK(r.rc == 2);
@@ -199,4 +201,18 @@ TEST_CASE("--list and --filter select tests by id") {
   CHECK(r.rc == 0);
   CHECK(r.verdict.size() == 5);
   for (const auto& [id, v] : r.verdict) CHECK(id.rfind("L1.memcpy.", 0) == 0);
+}
+
+TEST_CASE("a transport provider gets L4 and L5 listed as not implemented, never passed") {
+  Run r = run("--provider " + faulty("testdev_transport") + " --list");
+  CHECK(r.rc == 0);
+  CHECK(r.output.find("L4.transport") != std::string::npos);
+  CHECK(r.output.find("L5.collectives") != std::string::npos);
+  CHECK(r.output.find("SKIP: not implemented in this release") != std::string::npos);
+  r = run("--provider " + faulty("testdev_transport") + " --filter 'L[045]*'");
+  CHECK(r.rc == 0);
+  expect_verdict(r, "L0.required_entries", "PASS");
+  expect_verdict(r, "L4.transport", "SKIP");
+  expect_verdict(r, "L5.collectives", "SKIP");
+  CHECK(r.output.find("highest level fully passed: L0") != std::string::npos);
 }

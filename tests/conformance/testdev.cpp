@@ -4,9 +4,11 @@
 // macro injects exactly one defect. tests.cmake builds it once per defect
 // so the conformance self-tests can check that wia-conformance flags each
 // defect with the right test ids. Without a defect it must pass L0-L2.
+// WIA_TESTDEV_TRANSPORT adds an empty transport table.
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <wia/provider.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,8 +25,6 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <wia/provider.h>
 
 #ifndef WIA_TESTDEV_NAME
 #error "WIA_TESTDEV_NAME must name the provider"
@@ -179,8 +179,8 @@ wia_status_t td_init(const wia_host_services_v1_t* host, void** ctx) {
     std::uint64_t devices = 1, limit = 512ull << 20;
     const char* text = host->get_param(host->host_ctx, "devices");
     if (text != nullptr && (!parse_u64(text, &devices) || devices > 16))
-      return p->fail(WIA_ERROR_CONFIG, std::string("testdev.devices = '") + text +
-                                           "': expected 0..16");
+      return p->fail(WIA_ERROR_CONFIG,
+                     std::string("testdev.devices = '") + text + "': expected 0..16");
     text = host->get_param(host->host_ctx, "memory_limit");
     if (text != nullptr && !parse_u64(text, &limit))
       return p->fail(WIA_ERROR_CONFIG,
@@ -240,8 +240,8 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
     return p->fail(WIA_ERROR_OUT_OF_MEMORY,
                    "mem_alloc(" + std::to_string(size) + " B) on testdev " + std::to_string(dev) +
                        ": " + std::to_string(p->limit - p->used) + " B left of memory_limit");
-  const std::uint64_t rounded = (std::max<std::uint64_t>(size, 1) + kAlignment - 1) /
-                                kAlignment * kAlignment;
+  const std::uint64_t rounded =
+      (std::max<std::uint64_t>(size, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* mem = std::aligned_alloc(kAlignment, rounded);
   if (mem == nullptr)
     return p->fail(WIA_ERROR_OUT_OF_MEMORY, "mem_alloc(" + std::to_string(size) + " B): malloc");
@@ -455,6 +455,72 @@ const wia_device_ops_v1_t kOps = {
     .reduce_async = nullptr,
 };
 
+#if defined(WIA_TESTDEV_TRANSPORT)
+// A transport table of the right shape with no endpoints, so that the
+// suite's handling of transport providers (L0 shape checks, L4/L5 listed as
+// not implemented) is exercised. Every operation is NOT_SUPPORTED.
+wia_status_t tp_endpoint_count(void*, std::int32_t* count) {
+  *count = 0;
+  return WIA_SUCCESS;
+}
+wia_status_t tp_endpoint_props(void*, std::int32_t, wia_transport_props_v1_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_listen(void*, std::int32_t, void*, wia_listener_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_connect(void*, std::int32_t, const void*, std::uint64_t, wia_conn_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_accept(void*, wia_listener_t, std::uint64_t*, wia_conn_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_close_listener(void*, wia_listener_t) { return WIA_ERROR_NOT_SUPPORTED; }
+wia_status_t tp_reg_mr(void*, std::int32_t, const wia_mr_desc_v1_t*, wia_mr_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_dereg_mr(void*, wia_mr_t) { return WIA_ERROR_NOT_SUPPORTED; }
+wia_status_t tp_isend(void*, wia_conn_t, const void*, std::uint64_t, std::uint64_t, wia_mr_t,
+                      wia_request_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_irecv(void*, wia_conn_t, void*, std::uint64_t, std::uint64_t, wia_mr_t,
+                      wia_request_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_test(void*, wia_request_t, std::int32_t*, std::uint64_t*) {
+  return WIA_ERROR_NOT_SUPPORTED;
+}
+wia_status_t tp_close(void*, wia_conn_t) { return WIA_ERROR_NOT_SUPPORTED; }
+
+const wia_transport_ops_v1_t kTransportOps = {
+    .struct_size = sizeof(wia_transport_ops_v1_t),
+    .abi_version = WIA_PROVIDER_ABI_VERSION,
+    .caps = 0,
+    .must_understand = 0,
+    .endpoint_count = tp_endpoint_count,
+    .endpoint_props = tp_endpoint_props,
+    .listen = tp_listen,
+    .connect = tp_connect,
+    .accept = tp_accept,
+    .close_listener = tp_close_listener,
+    .reg_mr = tp_reg_mr,
+    .dereg_mr = tp_dereg_mr,
+    .isend = tp_isend,
+    .irecv = tp_irecv,
+    .test = tp_test,
+    .close = tp_close,
+    .mr_rkey = nullptr,
+    .put = nullptr,
+    .get = nullptr,
+};
+constexpr std::uint64_t kProviderCaps = WIA_PROVIDER_CAP_DEVICE | WIA_PROVIDER_CAP_TRANSPORT;
+constexpr const wia_transport_ops_v1_t* kTransport = &kTransportOps;
+#else
+constexpr std::uint64_t kProviderCaps = WIA_PROVIDER_CAP_DEVICE;
+constexpr const wia_transport_ops_v1_t* kTransport = nullptr;
+#endif
+
 }  // namespace
 
 extern "C" {
@@ -464,13 +530,13 @@ const wia_provider_v1_t wia_provider_v1 = {
     .abi_version = WIA_PROVIDER_ABI_VERSION,
     .name = WIA_TESTDEV_NAME,
     .version = "1.0-test",
-    .caps = WIA_PROVIDER_CAP_DEVICE,
+    .caps = kProviderCaps,
     .host_services_version = WIA_HOST_SERVICES_VERSION,
     .num_params = sizeof(kParams) / sizeof(kParams[0]),
     .params = kParams,
     .init = td_init,
     .fini = td_fini,
     .device = &kOps,
-    .transport = nullptr,
+    .transport = kTransport,
 };
 }

@@ -23,6 +23,13 @@ foreach(defect ok nocopy lifo tail leak hang crash)
   add_dependencies(wia_faulty_providers wia-provider-testdev_${defect})
 endforeach()
 
+# Also offers a (stub) transport: L4/L5 must be listed as not implemented.
+wia_add_provider(testdev_transport SOURCES ${CMAKE_CURRENT_LIST_DIR}/testdev.cpp
+  OUTPUT_DIR ${WIA_FAULTY_PROVIDER_DIR} NO_INSTALL DEPS Threads::Threads)
+target_compile_definitions(wia-provider-testdev_transport PRIVATE
+  WIA_TESTDEV_NAME="testdev_transport" WIA_TESTDEV_TRANSPORT=1)
+add_dependencies(wia_faulty_providers wia-provider-testdev_transport)
+
 # The vendor example, built in-tree too so that every CI run checks it, not
 # only the install check.
 wia_add_provider(acme SOURCES ${PROJECT_SOURCE_DIR}/examples/vendor-provider/acme_provider.c
