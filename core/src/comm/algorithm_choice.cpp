@@ -2,7 +2,9 @@
 #include "comm/algorithm_choice.hpp"
 
 #include <cstdlib>
+#include <algorithm>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -144,6 +146,12 @@ tuner::LinkModel in_process_link_model(std::int32_t nranks) {
   m.port_gbps = 0;  // every pair copies independently
   m.copy_gbps = 10.0;
   m.reduce_gbps = 8.0;
+  // Every message is a cross-thread hand-off (publish, notice, consume):
+  // a few microseconds with a core per rank, tens when ranks share cores
+  // (a yield or a wake-up per hand-off; docs/performance.md). Charging it
+  // keeps the tuner from splitting vectors into more chunks than pay off.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.message_overhead_us = nranks > cores ? 20.0 : 2.0;
   return m;
 }
 

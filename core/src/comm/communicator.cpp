@@ -53,6 +53,7 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   oversubscribed_ = static_cast<int>(devices_.size()) > cores;
   workers_ = std::min(static_cast<int>(devices_.size()), cores);
+
   default_timeout_ms_ = static_cast<std::uint32_t>(rt.config().get_int("collectives.timeout_ms"));
 }
 

@@ -117,7 +117,8 @@ class Communicator {
 
   std::vector<wia_device_t> devices_;
   bool oversubscribed_ = false;
-  int workers_ = 1;  // threads that execute an operation: min(ranks, cores)
+  int workers_ = 1;
+  bool tmp_patient_ = false;  // threads that execute an operation: min(ranks, cores)
   std::uint32_t default_timeout_ms_ = 0;
 
   mutable std::mutex mu_;
