@@ -198,6 +198,19 @@ wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
   return comm.post(rank, std::move(call), s);
 }
 
+void post_point_to_point(wia_communicator_t comm, bool is_send, void* buf, std::uint64_t count,
+                         const wia_datatype_t& datatype, int peer, wia_stream_t stream) {
+  comm::Communicator& c = live(comm);
+  const wia_datatype_t t = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
+  wia_stream_s* s = resolve_stream(stream);
+  const int rank = rank_of_stream(c, s);
+  check_buffer(buf, count * kernels::dtype_size(t), "buf", rank);
+  if (is_send)
+    c.post_send(rank, peer, buf, count, t, 0, s);
+  else
+    c.post_recv(rank, peer, buf, count, t, 0, s);
+}
+
 // Runs a posting body; inside a group the first error is remembered for
 // wia_group_end as well as returned.
 template <typename Body>
@@ -381,25 +394,14 @@ WIA_API wia_status_t wia_all_to_all_contiguous(wia_communicator_t comm, const vo
 WIA_API wia_status_t wia_comm_send(wia_communicator_t comm, const void* buf, size_t count,
                                    wia_datatype_t datatype, int peer, wia_stream_t stream) {
   return coll_guard(__func__, [&] {
-    comm::Communicator& c = live(comm);
-    const wia_datatype_t t = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
-    wia_stream_s* s = resolve_stream(stream);
-    const int rank = rank_of_stream(c, s);
-    check_buffer(buf, count * kernels::dtype_size(t), "buf", rank);
-    c.post_send(rank, peer, buf, count, t, 0, s);
+    post_point_to_point(comm, true, const_cast<void*>(buf), count, datatype, peer, stream);
   });
 }
 
 WIA_API wia_status_t wia_comm_recv(wia_communicator_t comm, void* buf, size_t count,
                                    wia_datatype_t datatype, int peer, wia_stream_t stream) {
-  return coll_guard(__func__, [&] {
-    comm::Communicator& c = live(comm);
-    const wia_datatype_t t = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
-    wia_stream_s* s = resolve_stream(stream);
-    const int rank = rank_of_stream(c, s);
-    check_buffer(buf, count * kernels::dtype_size(t), "buf", rank);
-    c.post_recv(rank, peer, buf, count, t, 0, s);
-  });
+  return coll_guard(__func__,
+                    [&] { post_point_to_point(comm, false, buf, count, datatype, peer, stream); });
 }
 
 WIA_API wia_status_t wia_group_start(void) {

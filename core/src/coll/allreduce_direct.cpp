@@ -48,9 +48,8 @@ Schedule build_allreduce_direct(const CollArgs& args, std::int32_t only_rank) {
     }
     // Element range of chunk c of block b.
     auto piece = [&](std::int32_t b, std::uint32_t c, std::uint64_t* off) {
-      const std::uint64_t bs = block_size(n, p, b);
-      *off = block_offset(n, p, b) + block_offset(bs, k, c);
-      return block_size(bs, k, c);
+      return block_chunk(n, static_cast<std::uint64_t>(p), static_cast<std::uint64_t>(b), k, c,
+                         off);
     };
     // Reduce-scatter sends: chunk c of block q of the input to its owner q.
     std::uint64_t off = 0;

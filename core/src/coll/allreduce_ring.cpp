@@ -37,9 +37,8 @@ Schedule build_allreduce_ring(const CollArgs& args, std::int32_t only_rank) {
     const std::int32_t prev = mod(r - 1, p);
     // Element range of chunk c of block b.
     auto piece = [&](std::int32_t b, std::uint32_t c, std::uint64_t* off) {
-      const std::uint64_t bs = block_size(n, p, b);
-      *off = block_offset(n, p, b) + block_offset(bs, k, c);
-      return block_size(bs, k, c);
+      return block_chunk(n, static_cast<std::uint64_t>(p), static_cast<std::uint64_t>(b), k, c,
+                         off);
     };
     std::uint64_t off = 0;
     for (std::int32_t s = 0; s + 1 < p; ++s) {

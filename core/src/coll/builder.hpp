@@ -141,6 +141,15 @@ class ScheduleBuilder {
   std::vector<std::unique_ptr<RankBuilder>> ranks_;
 };
 
+// Chunk c of block b when `count` elements are split into `parts` blocks
+// and every block into `chunks` chunks: sets *offset, returns the length.
+inline std::uint64_t block_chunk(std::uint64_t count, std::uint64_t parts, std::uint64_t b,
+                                 std::uint64_t chunks, std::uint64_t c, std::uint64_t* offset) {
+  const std::uint64_t bs = block_size(count, parts, b);
+  *offset = block_offset(count, parts, b) + block_offset(bs, chunks, c);
+  return block_size(bs, chunks, c);
+}
+
 // Effective number of pipeline chunks for splitting `elems` elements:
 // `requested` (>= 1) capped at elems (but at least 1).
 inline std::uint32_t effective_chunks(std::uint32_t requested, std::uint64_t elems) {

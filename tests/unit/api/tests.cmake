@@ -5,20 +5,16 @@ if(TARGET wia-provider-host)
   add_dependencies(test_c_api wia-provider-host)
 endif()
 
-# The spec's own snippets, compiled as C11 against wia.h.
-add_executable(test_spec_snippets_c ${CMAKE_CURRENT_LIST_DIR}/spec_snippets.c)
-target_link_libraries(test_spec_snippets_c PRIVATE wia::core wia_warnings)
-if(TARGET wia-provider-host)
-  add_dependencies(test_spec_snippets_c wia-provider-host)
-endif()
-add_test(NAME spec_snippets_c COMMAND test_spec_snippets_c)
-set_tests_properties(spec_snippets_c PROPERTIES TIMEOUT 60 ENVIRONMENT "WIA_HOST_DEVICES=2")
-
-# Spec 6.4 - 6.6 (collectives, selection, communicators) as C11.
-add_executable(test_spec_collectives_c ${CMAKE_CURRENT_LIST_DIR}/spec_collectives.c)
-target_link_libraries(test_spec_collectives_c PRIVATE wia::core wia_warnings)
-if(TARGET wia-provider-host)
-  add_dependencies(test_spec_collectives_c wia-provider-host)
-endif()
-add_test(NAME spec_collectives_c COMMAND test_spec_collectives_c)
-set_tests_properties(spec_collectives_c PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_HOST_DEVICES=8")
+# The spec's own snippets, compiled as C11 against wia.h: 6.3 (peer to
+# peer) on 2 devices, 6.4 - 6.6 (collectives, communicators) on 8.
+function(wia_add_spec_snippet name source devices)
+  add_executable(test_${name} ${CMAKE_CURRENT_LIST_DIR}/${source})
+  target_link_libraries(test_${name} PRIVATE wia::core wia_warnings)
+  if(TARGET wia-provider-host)
+    add_dependencies(test_${name} wia-provider-host)
+  endif()
+  add_test(NAME ${name} COMMAND test_${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_HOST_DEVICES=${devices}")
+endfunction()
+wia_add_spec_snippet(spec_snippets_c spec_snippets.c 2)
+wia_add_spec_snippet(spec_collectives_c spec_collectives.c 8)
