@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "api/guard.hpp"
+#include "common/log.hpp"
 #include "coll/schedule.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -222,6 +223,35 @@ wia_status_t coll_guard(const char* fn, Body&& body) {
 
 }  // namespace
 
+namespace wia::api {
+
+void destroy_communicator(wia_communicator_t c) {
+  comm::Communicator& comm = live(c);
+  communicators().remove(c);
+  if (!comm.drain()) {
+    // Gates still queued on streams would run on freed memory: keep the
+    // communicator alive (a bounded leak) and say why.
+    const int pending = comm.in_flight();
+    throw Error(WIA_ERROR_TIMEOUT,
+                fmt::format("{} collective(s) are still queued on streams that never reached "
+                            "them; the communicator is abandoned, not freed",
+                            pending));
+  }
+  delete c;
+}
+
+void destroy_all_communicators() noexcept {
+  for (wia_communicator_s* c : communicators().all()) {
+    try {
+      destroy_communicator(c);
+    } catch (const std::exception& e) {
+      log::error("comm", "wia_finalize: {}", e.what());
+    }
+  }
+}
+
+}  // namespace wia::api
+
 extern "C" {
 
 WIA_API wia_status_t wia_create_communicator(const wia_device_t* devices, int ndevices,
@@ -241,11 +271,7 @@ WIA_API wia_status_t wia_create_communicator(const wia_device_t* devices, int nd
 }
 
 WIA_API wia_status_t wia_destroy_communicator(wia_communicator_t comm) {
-  return api::guard(__func__, [&] {
-    live(comm);
-    communicators().remove(comm);
-    delete comm;  // drains posted collectives first
-  });
+  return api::guard(__func__, [&] { api::destroy_communicator(comm); });
 }
 
 WIA_API int wia_comm_size(wia_communicator_t comm) {

@@ -63,7 +63,11 @@ WIA_API wia_status_t wia_init_with_config(const char* yaml_path) {
 }
 
 WIA_API wia_status_t wia_finalize(void) {
-  return api::guard(__func__, [] { Runtime::finalize(); });
+  return api::guard(__func__, [] {
+    if (!Runtime::initialized()) return;
+    api::destroy_all_communicators();  // they hold device memory and gates on streams
+    Runtime::finalize();
+  });
 }
 
 WIA_API const char* wia_status_string(wia_status_t status) {

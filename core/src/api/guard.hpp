@@ -59,6 +59,11 @@ E checked_enum(const E& e, std::int32_t count, const char* what) {
   return static_cast<E>(v);
 }
 
+// Communicators (api_coll.cpp): destroy one after draining it, and destroy
+// every live one (wia_finalize, before devices go away).
+void destroy_communicator(struct wia_communicator_s* comm);
+void destroy_all_communicators() noexcept;
+
 // Throws INVALID_ARGUMENT "<what> is NULL" when p is null.
 inline void require_non_null(const void* p, const char* what) {
   if (p == nullptr) throw Error(WIA_ERROR_INVALID_ARGUMENT, std::string(what) + " is NULL");

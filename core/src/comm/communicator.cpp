@@ -58,7 +58,8 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
 }
 
 Communicator::~Communicator() {
-  drain();
+  // Callers drain() first and never destroy a communicator with gates
+  // still queued (they would run on freed memory); see wia_destroy_communicator.
   Runtime& rt = Runtime::get();
   for (std::size_t r = 0; r < scratch_.size(); ++r) {
     if (!scratch_[r]) continue;
@@ -387,10 +388,14 @@ void Communicator::stage_input(const coll::Schedule& s, int rank, engine::RankBu
   }
 }
 
-void Communicator::drain() {
-  completion_signal_.wait_until([&] { return in_flight_.load() == 0; },
-                                std::chrono::steady_clock::now() + std::chrono::hours(24 * 365),
-                                false);
+bool Communicator::drain() {
+  // Every gate gives up after its collective's timeout once its stream
+  // reaches it; a margin on top covers gates still queued behind other work.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(2 * std::uint64_t(default_timeout_ms_) + 1000);
+  return completion_signal_.wait_until([&] { return in_flight_.load() == 0; }, deadline, false);
 }
+
+int Communicator::in_flight() const { return in_flight_.load(); }
 
 }  // namespace wia::comm

@@ -88,8 +88,11 @@ class Communicator {
   void post_recv(int rank, int peer, void* buf, std::uint64_t count, wia_datatype_t dtype,
                  std::uint32_t timeout_ms, wia_stream_s* stream);
 
-  // Blocks until every posted operation has finished (destroy).
-  void drain();
+  // Waits until every posted operation has finished, at most twice the
+  // collective timeout; false if some are still queued then (their streams
+  // never reached them).
+  bool drain();
+  int in_flight() const;
 
   wia_status_t async_error() const;
   void record_async_error(wia_status_t status, const std::string& message);

@@ -529,3 +529,24 @@ TEST_CASE("point-to-point: a receive with no sender times out naming the sender"
         std::string::npos);
   wia_free(b);
 }
+
+TEST_CASE("wia_finalize releases live communicators; their handles are invalid afterwards") {
+  Library lib("host:\n  devices: 2\n");
+  wia_device_t devs[2] = {0, 1};
+  wia_communicator_t comm = nullptr;
+  REQUIRE(wia_create_communicator(devs, 2, &comm) == WIA_SUCCESS);
+  float* b[2];
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&b[r]), 64) == WIA_SUCCESS);
+    b[r][0] = 1.0f;
+    REQUIRE(wia_set_device(r) == WIA_SUCCESS);
+    REQUIRE(wia_all_reduce(comm, b[r], b[r], 1, &cfg, nullptr) == WIA_SUCCESS);
+  }
+  CHECK(wia_finalize() == WIA_SUCCESS);  // drains the posted all-reduce first
+  REQUIRE(wia_init_with_config(lib.path.c_str()) == WIA_SUCCESS);
+  CHECK(wia_comm_size(comm) == -1);
+  CHECK(std::string(wia_get_last_error()).find("not live") != std::string::npos);
+  CHECK(wia_destroy_communicator(comm) == WIA_ERROR_INVALID_HANDLE);
+}
