@@ -292,7 +292,6 @@ void Communicator::run_gate(GateArgs& g) {
   }
 
   std::vector<char> staged_input;  // in-place rank inside an out-of-place schedule
-  int status = WIA_SUCCESS;
   int order = -1;  // arrival order, decides which gates execute
   if (!op.sync.failed()) {
     try {
@@ -353,12 +352,11 @@ void Communicator::run_gate(GateArgs& g) {
     }
   }
   if (op.sync.failed()) {
-    status = op.sync.status();
+    const int status = op.sync.status();
     const std::string message = op.sync.message();
     g.stream->set_async_error(status, message);
     record_async_error(status, message);
   }
-  (void)status;
   completed_[rank].store(op.seq + 1, std::memory_order_release);
   if (op.finished.fetch_add(1) + 1 == size()) {
     std::lock_guard<std::mutex> lock(mu_);
