@@ -333,6 +333,9 @@ WIA_API wia_status_t wia_group_end(void);
 
 WIA_API wia_algorithm_t wia_get_selected_algorithm(wia_communicator_t comm);
 
+/* Topology discovery and analysis (spec 6.2, 6.2.1). */
+#include <wia/topology.h>
+
 #ifdef __cplusplus
 }
 #endif

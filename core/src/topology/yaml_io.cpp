@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: Apache-2.0
+// Topology files (schema: docs/topology.md). Loading expands class rules
+// (intra_node, inter_node, all) to every pair; export writes every pair
+// explicitly, so export -> load gives back an equal topology.
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <optional>
+
+#include "common/error.hpp"
+#include "topology/topology.hpp"
+
+namespace wia::topo {
+
+namespace {
+
+// More than this many devices would make the n*n matrices unreasonably large.
+constexpr int kMaxDevices = 4096;
+
+class Loader {
+ public:
+  explicit Loader(std::string file) : file_(std::move(file)) {}
+
+  Topology load() {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(file_);
+    } catch (const YAML::BadFile&) {
+      throw Error(WIA_ERROR_CONFIG, fmt::format("{}: cannot open topology file", file_));
+    } catch (const YAML::ParserException& e) {
+      throw Error(WIA_ERROR_CONFIG, fmt::format("{}: YAML syntax error: {}", where(e.mark), e.msg));
+    }
+    if (!root.IsMap())
+      throw Error(WIA_ERROR_CONFIG,
+                  fmt::format("{}: a topology file is a map with keys name, interconnect, nodes, "
+                              "links",
+                              where(root.Mark())));
+    check_keys(root, "", {"name", "interconnect", "nodes", "links"});
+    if (!root["nodes"]) fail(root.Mark(), "nodes", "is required");
+    if (!root["links"]) fail(root.Mark(), "links", "is required");
+    read_nodes(root["nodes"]);
+    t_.resize(static_cast<int>(t_.device_names.size()));
+    read_links(root["links"]);
+    check_covered(root["links"]);
+    if (root["interconnect"]) t_.interconnect = scalar(root["interconnect"], "interconnect");
+    return std::move(t_);
+  }
+
+ private:
+  std::string where(const YAML::Mark& m) const {
+    if (m.is_null()) return file_;
+    return fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
+  }
+  [[noreturn]] void fail(const YAML::Mark& m, const std::string& key,
+                         const std::string& what) const {
+    throw Error(WIA_ERROR_CONFIG, fmt::format("{}: key '{}': {}", where(m), key, what));
+  }
+
+  void check_keys(const YAML::Node& map, const std::string& path,
+                  std::initializer_list<const char*> allowed) const {
+    for (const auto& kv : map) {
+      const std::string key = kv.first.Scalar();
+      bool ok = false;
+      for (const char* a : allowed) ok = ok || key == a;
+      if (!ok) {
+        std::string list;
+        for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+        fail(kv.first.Mark(), path + key, fmt::format("unknown key (expected one of: {})", list));
+      }
+    }
+  }
+
+  std::string scalar(const YAML::Node& n, const std::string& key) const {
+    if (!n.IsScalar()) fail(n.Mark(), key, "must be a single value");
+    return n.Scalar();
+  }
+  template <typename T>
+  T as(const YAML::Node& n, const std::string& key, const char* expected) const {
+    if (!n.IsScalar()) fail(n.Mark(), key, fmt::format("must be {}", expected));
+    try {
+      return n.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(n.Mark(), key, fmt::format("must be {}, got '{}'", expected, n.Scalar()));
+    }
+  }
+  double non_negative(const YAML::Node& n, const std::string& key) const {
+    const double v = as<double>(n, key, "a number");
+    if (!std::isfinite(v) || v < 0.0) fail(n.Mark(), key, fmt::format("must be >= 0, got {}", v));
+    return v;
+  }
+
+  void read_nodes(const YAML::Node& nodes) {
+    if (!nodes.IsSequence() || nodes.size() == 0)
+      fail(nodes.Mark(), "nodes", "must be a non-empty list of nodes");
+    std::map<std::string, YAML::Mark> node_seen;
+    for (std::size_t k = 0; k < nodes.size(); ++k) {
+      const YAML::Node nd = nodes[k];
+      const std::string path = fmt::format("nodes[{}]", k);
+      if (!nd.IsMap()) fail(nd.Mark(), path, "must be a map with name and devices");
+      check_keys(nd, path + ".", {"name", "count", "devices", "device_prefix"});
+      if (!nd["name"]) fail(nd.Mark(), path + ".name", "is required");
+      if (!nd["devices"]) fail(nd.Mark(), path + ".devices", "is required");
+      const std::string name = scalar(nd["name"], path + ".name");
+      int count = 1;
+      if (nd["count"]) {
+        count = as<int>(nd["count"], path + ".count", "a positive integer");
+        if (count < 1 || count > kMaxDevices)
+          fail(nd["count"].Mark(), path + ".count", fmt::format("must be in 1..{}", kMaxDevices));
+      }
+      const std::string prefix =
+          nd["device_prefix"] ? scalar(nd["device_prefix"], path + ".device_prefix") : "dev";
+      std::vector<std::string> devs;
+      const YAML::Node dv = nd["devices"];
+      if (dv.IsSequence()) {
+        for (std::size_t d = 0; d < dv.size(); ++d)
+          devs.push_back(scalar(dv[d], fmt::format("{}.devices[{}]", path, d)));
+      } else {
+        const int nd_count = as<int>(dv, path + ".devices", "a device count or a list of names");
+        if (nd_count < 1 || nd_count > kMaxDevices)
+          fail(dv.Mark(), path + ".devices", fmt::format("must be in 1..{}", kMaxDevices));
+        for (int d = 0; d < nd_count; ++d) devs.push_back(fmt::format("{}{}", prefix, d));
+      }
+      for (int c = 0; c < count; ++c) {
+        const std::string node_name = count > 1 ? fmt::format("{}{}", name, c) : name;
+        auto [prev, fresh] = node_seen.emplace(node_name, nd["name"].Mark());
+        if (!fresh)
+          fail(nd["name"].Mark(), path + ".name",
+               fmt::format("node '{}' is already defined at {}", node_name, where(prev->second)));
+        const int node = static_cast<int>(t_.node_names.size());
+        t_.node_names.push_back(node_name);
+        for (const auto& d : devs) {
+          const std::string full = node_name + "/" + d;
+          if (!index_.emplace(full, static_cast<int>(t_.device_names.size())).second)
+            fail(dv.Mark(), path + ".devices", fmt::format("device '{}' is listed twice", full));
+          t_.device_names.push_back(full);
+          t_.node_of.push_back(node);
+          if (static_cast<int>(t_.device_names.size()) > kMaxDevices)
+            fail(nd.Mark(), path, fmt::format("more than {} devices in all", kMaxDevices));
+        }
+      }
+    }
+  }
+
+  int device_ref(const YAML::Node& n, const std::string& key) const {
+    const std::string s = scalar(n, key);
+    auto it = index_.find(s);
+    if (it != index_.end()) return it->second;
+    try {
+      const int i = n.as<int>();
+      if (i >= 0 && i < t_.n) return i;
+    } catch (const YAML::Exception&) {
+    }
+    fail(n.Mark(), key,
+         fmt::format("'{}' is not a device (a name 'node/device' as listed under nodes, or an "
+                     "index 0..{})",
+                     s, t_.n - 1));
+  }
+
+  void read_links(const YAML::Node& links) {
+    if (!links.IsSequence()) fail(links.Mark(), "links", "must be a list of link entries");
+    for (std::size_t k = 0; k < links.size(); ++k) {
+      const YAML::Node ln = links[k];
+      const std::string path = fmt::format("links[{}]", k);
+      if (!ln.IsMap()) fail(ln.Mark(), path, "must be a map with between and type");
+      check_keys(ln, path + ".",
+                 {"between", "type", "bandwidth_gbps", "latency_us", "hops", "p2p", "directed"});
+      if (!ln["between"]) fail(ln.Mark(), path + ".between", "is required");
+      if (!ln["type"]) fail(ln.Mark(), path + ".type", "is required");
+      const std::string type = scalar(ln["type"], path + ".type");
+      if (type.empty() || type == kSelfLink)
+        fail(ln["type"].Mark(), path + ".type", fmt::format("cannot be '{}'", type));
+      const LinkDefaults* def = find_link_defaults(type);
+      auto figure = [&](const char* key, double LinkDefaults::*field) {
+        if (ln[key]) return non_negative(ln[key], path + "." + key);
+        if (def == nullptr)
+          fail(ln["type"].Mark(), path + "." + key,
+               fmt::format("is required: link type '{}' has no default figures", type));
+        return def->*field;
+      };
+      const double bw = figure("bandwidth_gbps", &LinkDefaults::bandwidth_gbps);
+      const double lat = figure("latency_us", &LinkDefaults::latency_us);
+      std::optional<int> hops;
+      if (ln["hops"]) {
+        hops = as<int>(ln["hops"], path + ".hops", "an integer >= 1");
+        if (*hops < 1) fail(ln["hops"].Mark(), path + ".hops", "must be >= 1");
+      }
+      std::optional<bool> p2p;
+      if (ln["p2p"]) p2p = as<bool>(ln["p2p"], path + ".p2p", "true or false");
+      const bool directed =
+          ln["directed"] && as<bool>(ln["directed"], path + ".directed", "true or false");
+      const int ti = t_.type_index(type);
+      auto set = [&](int i, int j) {
+        const auto at = t_.at(i, j);
+        const bool same =
+            t_.node_of[static_cast<std::size_t>(i)] == t_.node_of[static_cast<std::size_t>(j)];
+        t_.type[at] = ti;
+        t_.bandwidth[at] = bw;
+        t_.latency[at] = lat;
+        t_.hops[at] = hops ? *hops : (same ? 1 : 2);
+        t_.p2p[at] = (p2p ? *p2p : same) ? 1 : 0;
+      };
+      const YAML::Node between = ln["between"];
+      if (between.IsSequence()) {
+        if (between.size() != 2)
+          fail(between.Mark(), path + ".between", "must name exactly two devices: [A, B]");
+        const int a = device_ref(between[0], path + ".between[0]");
+        const int b = device_ref(between[1], path + ".between[1]");
+        if (a == b) fail(between.Mark(), path + ".between", "names the same device twice");
+        set(a, b);
+        if (!directed) set(b, a);
+        continue;
+      }
+      const std::string cls = scalar(between, path + ".between");
+      if (ln["directed"])
+        fail(ln["directed"].Mark(), path + ".directed", "applies only to a pair [A, B]");
+      int want;  // 0 all, 1 intra, 2 inter
+      if (cls == "all")
+        want = 0;
+      else if (cls == "intra_node")
+        want = 1;
+      else if (cls == "inter_node")
+        want = 2;
+      else
+        fail(between.Mark(), path + ".between",
+             fmt::format("'{}' is not a link class (intra_node, inter_node, all) or a pair [A, B]",
+                         cls));
+      for (int i = 0; i < t_.n; ++i)
+        for (int j = 0; j < t_.n; ++j) {
+          if (i == j) continue;
+          const bool same =
+              t_.node_of[static_cast<std::size_t>(i)] == t_.node_of[static_cast<std::size_t>(j)];
+          if (want == 0 || (want == 1) == same) set(i, j);
+        }
+    }
+  }
+
+  void check_covered(const YAML::Node& links) const {
+    for (int i = 0; i < t_.n; ++i)
+      for (int j = 0; j < t_.n; ++j)
+        if (i != j && t_.type[t_.at(i, j)] < 0)
+          fail(links.Mark(), "links",
+               fmt::format("no entry defines the link {} -> {}; add one whose 'between' "
+                           "covers it ({})",
+                           t_.device_names[static_cast<std::size_t>(i)],
+                           t_.device_names[static_cast<std::size_t>(j)],
+                           t_.node_of[static_cast<std::size_t>(i)] ==
+                                   t_.node_of[static_cast<std::size_t>(j)]
+                               ? "intra_node"
+                               : "inter_node"));
+  }
+
+  std::string file_;
+  Topology t_;
+  std::map<std::string, int> index_;
+};
+
+// A double-quoted YAML scalar.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + '"';
+}
+
+}  // namespace
+
+Topology load_yaml(const std::string& path) { return Loader(path).load(); }
+
+void export_yaml(const Topology& t, const std::string& path) {
+  std::string out;
+  out += "# libwia topology (schema: docs/topology.md). Every pair is listed;\n";
+  out += "# edit and load with wia_load_topology_yaml or WIA topology tools.\n";
+  out += fmt::format("interconnect: {}\n",
+                     quoted(t.interconnect.empty() ? t.fastest_link_type() : t.interconnect));
+  out += "nodes:\n";
+  const std::size_t device_count = static_cast<std::size_t>(t.n);
+  for (int node = 0; node < t.num_nodes(); ++node) {
+    const std::string& node_name = t.node_names[static_cast<std::size_t>(node)];
+    out += fmt::format("  - name: {}\n    devices: [", quoted(node_name));
+    bool first = true;
+    for (std::size_t i = 0; i < device_count; ++i) {
+      if (t.node_of[i] != node) continue;
+      // Names are "node/device" in the model; the file lists the device part.
+      std::string dev = t.device_names[i];
+      if (dev.rfind(node_name + "/", 0) == 0) dev = dev.substr(node_name.size() + 1);
+      out += (first ? "" : ", ") + quoted(dev);
+      first = false;
+    }
+    out += "]\n";
+  }
+  out += "links:\n";
+  auto entry = [&](int i, int j, bool directed) {
+    const auto k = t.at(i, j);
+    out += fmt::format(
+        "  - {{between: [{}, {}], type: {}, bandwidth_gbps: {}, latency_us: {}, hops: {}, p2p: "
+        "{}{}}}\n",
+        i, j, quoted(t.type_name(i, j)), t.bandwidth[k], t.latency[k], t.hops[k],
+        t.p2p[k] != 0 ? "true" : "false", directed ? ", directed: true" : "");
+  };
+  for (int i = 0; i < t.n; ++i)
+    for (int j = i + 1; j < t.n; ++j) {
+      const auto a = t.at(i, j), b = t.at(j, i);
+      const bool symmetric = t.type[a] == t.type[b] && t.bandwidth[a] == t.bandwidth[b] &&
+                             t.latency[a] == t.latency[b] && t.hops[a] == t.hops[b] &&
+                             t.p2p[a] == t.p2p[b];
+      if (symmetric) {
+        entry(i, j, false);
+      } else {
+        entry(i, j, true);
+        entry(j, i, true);
+      }
+    }
+  std::ofstream f(path, std::ios::out | std::ios::trunc);
+  if (!f) throw Error(WIA_ERROR_IO, fmt::format("{}: cannot open for writing", path));
+  f << out;
+  f.close();
+  if (!f) throw Error(WIA_ERROR_IO, fmt::format("{}: write failed", path));
+}
+
+}  // namespace wia::topo

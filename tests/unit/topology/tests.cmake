@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: Apache-2.0
+# Topology discovery, files and analysis (spec 6.2, 6.2.1).
+wia_add_unit_test(topology_api SOURCES ${CMAKE_CURRENT_LIST_DIR}/topology_api_test.cpp
+  LIBS wia::core)
+if(TARGET wia-provider-host)
+  add_dependencies(test_topology_api wia-provider-host)
+endif()
+
+# Analysis internals (exact vs heuristic bisection).
+wia_add_unit_test(topology_analysis SOURCES ${CMAKE_CURRENT_LIST_DIR}/analysis_test.cpp
+  LIBS wia_core_internal)
+
+# Spec 6.2's discovery loop and 6.2.1's analysis, as C11, on 2 host devices.
+add_executable(test_topology_spec_c ${CMAKE_CURRENT_LIST_DIR}/spec_topology.c)
+target_link_libraries(test_topology_spec_c PRIVATE wia::core wia_warnings)
+if(TARGET wia-provider-host)
+  add_dependencies(test_topology_spec_c wia-provider-host)
+endif()
+add_test(NAME topology_spec_c COMMAND test_topology_spec_c)
+set_tests_properties(topology_spec_c PROPERTIES TIMEOUT 120
+  ENVIRONMENT "WIA_HOST_DEVICES=2;WIA_LOG_LEVEL=warn")
