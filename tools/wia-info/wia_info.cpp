@@ -6,6 +6,7 @@
 #include <wia/wia.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -109,11 +110,79 @@ int print_overview(const wia::Runtime& rt) {
   return 0;
 }
 
+// Like `nvidia-smi topo -m`: link type per pair, then hop count and
+// bandwidth, for the discovered topology or one loaded from a file.
+int print_topology(const char* file, bool dot) {
+  wia_topology_t t;
+  const wia_status_t st = file ? wia_load_topology_yaml(file, &t) : wia_discover_topology(&t);
+  if (st != WIA_SUCCESS) {
+    std::fprintf(stderr, "wia-info: %s: %s\n", wia_status_string(st), wia_get_last_error());
+    return 1;
+  }
+  const int n = t.num_devices;
+  auto name = [&](int i) {
+    return t.device_names && t.device_names[i] ? std::string(t.device_names[i])
+                                               : fmt::format("dev{}", i);
+  };
+  if (dot) {
+    // Graphviz: one node per device, clustered by machine, one edge per pair.
+    fmt::print("graph wia_topology {{\n  node [shape=box];\n");
+    for (int node = 0; node < std::max(1, t.num_nodes); ++node) {
+      fmt::print("  subgraph cluster_{} {{\n    label=\"{}\";\n", node,
+                 t.node_names && t.node_names[node] ? t.node_names[node] : "node");
+      for (int i = 0; i < n; ++i)
+        if ((t.node_of_device ? t.node_of_device[i] : 0) == node)
+          fmt::print("    d{} [label=\"{}\"];\n", i, name(i));
+      fmt::print("  }}\n");
+    }
+    for (int i = 0; i < n; ++i)
+      for (int j = i + 1; j < n; ++j)
+        fmt::print("  d{} -- d{} [label=\"{} {:.0f} GB/s\"];\n", i, j, t.link_type[i][j],
+                   t.bandwidth_gbps[i][j]);
+    fmt::print("}}\n");
+    wia_free_topology(&t);
+    return 0;
+  }
+  fmt::print("Topology: {} device(s), {} node(s), interconnect {}\n\n", n,
+             std::max(1, t.num_nodes), t.interconnect_name ? t.interconnect_name : "none");
+  std::size_t w = 6;
+  for (int i = 0; i < n; ++i) w = std::max(w, name(i).size() + 1);
+  std::size_t cw = 4;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) cw = std::max(cw, std::strlen(t.link_type[i][j]) + 1);
+  auto matrix = [&](const char* title, auto cell) {
+    fmt::print("{}\n{:<{}}", title, "", w);
+    for (int j = 0; j < n; ++j) fmt::print("{:>{}}", fmt::format("d{}", j), cw + 1);
+    fmt::print("\n");
+    for (int i = 0; i < n; ++i) {
+      fmt::print("{:<{}}", name(i), w);
+      for (int j = 0; j < n; ++j) fmt::print("{:>{}}", cell(i, j), cw + 1);
+      fmt::print("\n");
+    }
+    fmt::print("\n");
+  };
+  matrix("Link type:", [&](int i, int j) { return std::string(t.link_type[i][j]); });
+  matrix("Hops:", [&](int i, int j) { return std::to_string(t.hop_count[i][j]); });
+  matrix("Bandwidth (GB/s):",
+         [&](int i, int j) { return fmt::format("{:.1f}", t.bandwidth_gbps[i][j]); });
+  matrix("Latency (us):", [&](int i, int j) { return fmt::format("{:.2f}", t.latency_us[i][j]); });
+  wia_topology_analysis_t a;
+  if (wia_analyze_topology(&t, &a) == WIA_SUCCESS)
+    fmt::print("Analysis: {}, diameter {}, bisection {:.1f} GB/s, strategy {} ({})\n",
+               a.topology_type, a.diameter, a.bisection_bandwidth, a.recommended_strategy,
+               a.reason);
+  wia_free_topology(&t);
+  return 0;
+}
+
 void usage(FILE* out) {
   std::fputs(
-      "usage: wia-info [--config] [--help]\n"
+      "usage: wia-info [--config | --topology [--topology-file F] | --dot] [--help]\n"
       "  (no option)  providers, their state and reasons, devices, peer-access matrix\n"
       "  --config     effective configuration with the source of every value\n"
+      "  --topology   link type, hops, bandwidth and latency between every pair of\n"
+      "               devices, and the analysis (discovered, or --topology-file F)\n"
+      "  --dot        the topology as a Graphviz graph (render: dot -Tpng)\n"
       "Environment: WIA_CONFIG=<file.yaml>, WIA_PROVIDER_PATH, WIA_LOG_LEVEL, WIA_* overrides\n",
       out);
 }
@@ -122,9 +191,19 @@ void usage(FILE* out) {
 
 int main(int argc, char** argv) {
   bool config = false;
+  bool topology = false;
+  bool dot = false;
+  const char* topology_file = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config")) {
       config = true;
+    } else if (!std::strcmp(argv[i], "--topology")) {
+      topology = true;
+    } else if (!std::strcmp(argv[i], "--dot")) {
+      dot = true;
+    } else if (!std::strcmp(argv[i], "--topology-file") && i + 1 < argc) {
+      topology_file = argv[++i];
+      topology = true;
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
@@ -134,6 +213,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (topology || dot) return print_topology(topology_file, dot);
   try {
     const wia::Runtime& rt = wia::Runtime::get();
     return config ? print_config(rt) : print_overview(rt);
