@@ -550,3 +550,58 @@ TEST_CASE("wia_finalize releases live communicators; their handles are invalid a
   CHECK(std::string(wia_get_last_error()).find("not live") != std::string::npos);
   CHECK(wia_destroy_communicator(comm) == WIA_ERROR_INVALID_HANDLE);
 }
+
+TEST_CASE("ranks may mix in-place and out-of-place calls in one collective") {
+  Library lib;
+  Ranks R(3);
+  const std::uint64_t n = 1031;
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  cfg.reduction_op = WIA_REDUCE_SUM;
+  for (auto coll : {WIA_COLLECTIVE_ALLREDUCE, WIA_COLLECTIVE_ALLGATHER,
+                    WIA_COLLECTIVE_REDUCE_SCATTER}) {
+    std::vector<float*> in(3), out(3);
+    for (int r = 0; r < 3; ++r) {
+      REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&in[r]), 3 * n * 4) == WIA_SUCCESS);
+      REQUIRE(wia_malloc_on(r, reinterpret_cast<void**>(&out[r]), 3 * n * 4) == WIA_SUCCESS);
+    }
+    // Rank 0 in place (input laid out inside its output as NCCL defines),
+    // ranks 1 and 2 out of place. Element i of rank r's input: r + i % 5.
+    for (int r = 0; r < 3; ++r) {
+      const std::uint64_t elems = coll == WIA_COLLECTIVE_REDUCE_SCATTER ? 3 * n : n;
+      // All-gather in place: rank 0's input is its output block 0.
+      float* input = r == 0 ? out[0] : in[r];
+      for (std::uint64_t i = 0; i < elems; ++i) input[i] = static_cast<float>(r + i % 5);
+    }
+    for (int r = 0; r < 3; ++r) {
+      const bool ip = r == 0;
+      wia_status_t st = WIA_SUCCESS;
+      cfg.operation = coll;
+      if (coll == WIA_COLLECTIVE_ALLREDUCE)
+        st = wia_all_reduce(R.comm, ip ? out[0] : in[r], out[r], n, &cfg, R.streams[r]);
+      else if (coll == WIA_COLLECTIVE_ALLGATHER)
+        st = wia_all_gather_ex(R.comm, ip ? out[0] : in[r], out[r], n, &cfg, R.streams[r]);
+      else
+        st = wia_reduce_scatter(R.comm, ip ? out[0] : in[r], ip ? out[0] : out[r], n, &cfg,
+                                R.streams[r]);
+      INFO(std::string(wia_get_last_error()));
+      REQUIRE(st == WIA_SUCCESS);
+    }
+    for (int r = 0; r < 3; ++r) REQUIRE(wia_stream_synchronize(R.streams[r]) == WIA_SUCCESS);
+    std::uint64_t wrong = 0;
+    for (int r = 0; r < 3; ++r)
+      for (std::uint64_t i = 0; i < n; ++i) {
+        if (coll == WIA_COLLECTIVE_ALLREDUCE) {
+          wrong += out[r][i] != static_cast<float>(3 + 3 * (i % 5));
+        } else if (coll == WIA_COLLECTIVE_ALLGATHER) {
+          for (int q = 0; q < 3; ++q) wrong += out[r][q * n + i] != static_cast<float>(q + i % 5);
+        } else {
+          const std::uint64_t g = r * n + i;  // reduced element of the full vector
+          const float got = r == 0 ? out[0][g] : out[r][i];
+          wrong += got != static_cast<float>(3 + 3 * (g % 5));
+        }
+      }
+    CHECK_MESSAGE(wrong == 0, "collective ", coll);
+    for (int r = 0; r < 3; ++r) wia_free(in[r]), wia_free(out[r]);
+  }
+}
