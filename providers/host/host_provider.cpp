@@ -474,7 +474,8 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
       full.free_memory = std::min(full.free_memory, left);
     }
     full.numa_node = d.numa_node;
-    full.flags = WIA_DEVICE_FLAG_HOST_ACCESSIBLE | WIA_DEVICE_FLAG_UNIFIED_ADDRESS;
+    full.flags = WIA_DEVICE_FLAG_UNIFIED_ADDRESS;
+    if (p.host_accessible) full.flags |= WIA_DEVICE_FLAG_HOST_ACCESSIBLE;
     full.alignment = kAlignment;
     // Fill only what the caller's (possibly older, shorter) struct holds.
     std::memcpy(props, &full, std::min<std::size_t>(caller_size, sizeof(full)));
@@ -804,6 +805,10 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
     text = param_text(host, "peer_access", "true");
     if (!parse_bool(text, &p->peer_access))
       return p->fail(WIA_ERROR_CONFIG, "host.peer_access = '%s': expected true or false", text);
+    text = param_text(host, "host_accessible", "true");
+    if (!parse_bool(text, &p->host_accessible))
+      return p->fail(WIA_ERROR_CONFIG, "host.host_accessible = '%s': expected true or false",
+                     text);
 
     const std::vector<int> nodes = numa_node_ids();
     p->numa_nodes = static_cast<int>(nodes.size());
@@ -880,6 +885,10 @@ const wia_param_decl_v1_t kParams[] = {
     {sizeof(wia_param_decl_v1_t), WIA_PARAM_BOOL, "peer_access", "true",
      "offer direct copies between host devices; false makes the core stage through host memory", 0,
      1},
+    {sizeof(wia_param_decl_v1_t), WIA_PARAM_BOOL, "host_accessible", "true",
+     "announce device memory as host-addressable; false makes the core treat it like accelerator "
+     "memory it must not touch (exercises the device paths on machines without accelerators)",
+     0, 1},
 };
 
 const wia_device_ops_v1_t kDeviceOps = {

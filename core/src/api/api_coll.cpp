@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "api/communicators.hpp"
 #include "api/guard.hpp"
 #include "common/log.hpp"
 #include "coll/schedule.hpp"
@@ -16,30 +17,15 @@
 #include "kernels/cpu_reduce.hpp"
 #include "runtime/objects.hpp"
 
-struct wia_communicator_s {
-  std::unique_ptr<wia::comm::Communicator> impl;
-};
 
 using namespace wia;
+using wia::api::communicators;
+using wia::api::live;
 
 namespace {
 
-HandleSet<wia_communicator_s>& communicators() {
-  static auto* set = new HandleSet<wia_communicator_s>();
-  return *set;
-}
-
 thread_local int t_group_depth = 0;
 thread_local wia_status_t t_group_error = WIA_SUCCESS;
-
-comm::Communicator& live(wia_communicator_t c) {
-  api::require_non_null(c, "comm");
-  if (!communicators().contains(c))
-    throw Error(WIA_ERROR_INVALID_HANDLE,
-                fmt::format("communicator {} is not live (destroyed, or never created)",
-                            static_cast<const void*>(c)));
-  return *c->impl;
-}
 
 // The public ids and coll::Algorithm are numbered alike (checked below).
 coll::Algorithm to_algorithm(const wia_algorithm_id_t& id) {
@@ -101,7 +87,7 @@ struct Request {
   bool op_from_config = false;
 };
 
-int rank_of_stream(const comm::Communicator& comm, const wia_stream_s* s) {
+int rank_of_stream(const comm::CommunicatorBase& comm, const wia_stream_s* s) {
   const int rank = comm.rank_of_device(s->device);
   if (rank < 0)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
@@ -112,7 +98,7 @@ int rank_of_stream(const comm::Communicator& comm, const wia_stream_s* s) {
 }
 
 wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
-  comm::Communicator& comm = live(c);
+  comm::CommunicatorBase& comm = live(c);
   wia_stream_s* s = resolve_stream(stream);
   const int rank = rank_of_stream(comm, s);
   comm::Call call;
@@ -201,7 +187,7 @@ wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
 
 void post_point_to_point(wia_communicator_t comm, bool is_send, void* buf, std::uint64_t count,
                          const wia_datatype_t& datatype, int peer, wia_stream_t stream) {
-  comm::Communicator& c = live(comm);
+  comm::CommunicatorBase& c = live(comm);
   const wia_datatype_t t = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
   wia_stream_s* s = resolve_stream(stream);
   const int rank = rank_of_stream(c, s);
@@ -226,7 +212,7 @@ wia_status_t coll_guard(const char* fn, Body&& body) {
 namespace wia::api {
 
 void destroy_communicator(wia_communicator_t c) {
-  comm::Communicator& comm = live(c);
+  comm::CommunicatorBase& comm = live(c);
   communicators().remove(c);
   if (!comm.drain()) {
     // Gates still queued on streams would run on freed memory: keep the
@@ -398,7 +384,7 @@ WIA_API wia_status_t wia_all_to_all_contiguous(wia_communicator_t comm, const vo
                                                const wia_collective_config_t* config,
                                                wia_stream_t stream) {
   return coll_guard(__func__, [&] {
-    comm::Communicator& c = live(comm);
+    comm::CommunicatorBase& c = live(comm);
     api::require_non_null(config, "config");
     const std::size_t es = kernels::dtype_size(
         api::checked_enum(config->datatype, WIA_DATATYPE_COUNT, "config->datatype"));

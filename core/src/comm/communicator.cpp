@@ -18,13 +18,6 @@
 
 namespace wia::comm {
 
-struct Communicator::GateArgs {
-  Communicator* comm;
-  std::shared_ptr<Operation> op;
-  int rank;
-  wia_stream_s* stream;
-};
-
 Communicator::Communicator(std::vector<wia_device_t> devices)
     : devices_(std::move(devices)),
       next_seq_(devices_.size(), 0),
@@ -33,16 +26,21 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
       scratch_(devices_.size(), nullptr),
       scratch_size_(devices_.size(), 0) {
   Runtime& rt = Runtime::get();
+  const std::string engine = rt.config().get_string("collectives.engine");
+  for (wia_device_t id : devices_)
+    all_host_accessible_ &= (rt.device(id).props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE) != 0;
+  engine_ = engine == "device" || (engine == "auto" && !all_host_accessible_) ? Engine::kDevice
+                                                                              : Engine::kInline;
   std::set<wia_device_t> seen;
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     const Device& d = rt.device(devices_[i]);
     if (!seen.insert(d.id).second)
       throw Error(WIA_ERROR_INVALID_ARGUMENT,
                   fmt::format("device {} appears twice (ranks must be distinct devices)", d.id));
-    if (!(d.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE))
+    if (engine_ == Engine::kInline && !(d.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE))
       throw Error(WIA_ERROR_NOT_SUPPORTED,
-                  fmt::format("device {} ({}): in-process collectives need host-addressable "
-                              "device memory in this release",
+                  fmt::format("device {} ({}): collectives.engine is 'inline', which needs "
+                              "host-addressable device memory; use 'device' or 'auto'",
                               d.id, d.provider->name()));
     if (!(ops_of(d).caps & WIA_DEVICE_CAP_HOST_FUNC))
       throw Error(WIA_ERROR_NOT_SUPPORTED,
@@ -55,11 +53,13 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
   workers_ = std::min(static_cast<int>(devices_.size()), cores);
 
   default_timeout_ms_ = static_cast<std::uint32_t>(rt.config().get_int("collectives.timeout_ms"));
+  if (engine_ == Engine::kDevice) init_device_engine();
 }
 
 Communicator::~Communicator() {
   // Callers drain() first and never destroy a communicator with gates
   // still queued (they would run on freed memory); see wia_destroy_communicator.
+  if (engine_ == Engine::kDevice) shutdown_device_engine();
   Runtime& rt = Runtime::get();
   for (std::size_t r = 0; r < scratch_.size(); ++r) {
     if (!scratch_[r]) continue;
@@ -67,6 +67,8 @@ Communicator::~Communicator() {
     ops_of(d).mem_free(d.provider->ctx(), d.local_index, scratch_[r]);
   }
 }
+
+const char* engine_name(Engine e) noexcept { return e == Engine::kDevice ? "device" : "inline"; }
 
 int Communicator::rank_of_device(wia_device_t device) const {
   auto it = std::find(devices_.begin(), devices_.end(), device);
@@ -146,8 +148,8 @@ std::shared_ptr<const engine::ExecPlan> Communicator::plan_for(const Operation& 
     std::lock_guard<std::mutex> lock(mu_);
     plans_.insert(args, choice.algorithm, plan);
   }
-  log::debug("coll", "collective #{}: {} chosen by {} (estimate {:.3f} ms)", op.seq,
-             plan->schedule.describe(), choice.reason, choice.estimated_ms);
+  log::debug("coll", "collective #{}: {} chosen by {} (estimate {:.3f} ms), {} engine", op.seq,
+             plan->schedule.describe(), choice.reason, choice.estimated_ms, engine_name(engine_));
   {
     std::lock_guard<std::mutex> lock(err_mu_);
     last_selected_.id = static_cast<wia_algorithm_id_t>(choice.algorithm);
@@ -159,64 +161,79 @@ std::shared_ptr<const engine::ExecPlan> Communicator::plan_for(const Operation& 
 }
 
 wia_status_t Communicator::post(int rank, Call call, wia_stream_s* stream) {
+  if (engine_ == Engine::kDevice) return post_device(rank, std::move(call), stream);
   std::shared_ptr<Operation> op;
   bool complete = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t seq = next_seq_[rank]++;
     auto& slot = ops_[seq];
-    if (!slot) {
-      slot = std::make_shared<Operation>();
-      slot->seq = seq;
-      slot->calls.resize(devices_.size());
-      slot->posted.assign(devices_.size(), false);
-      slot->gate_arrived.reset(new std::atomic<std::uint8_t>[devices_.size()]());
-      slot->rank_done.reset(new std::atomic<std::uint8_t>[devices_.size()]());
-    }
+    if (!slot) slot = new_operation(seq);
     op = slot;
     op->calls[rank] = std::move(call);
     op->posted[rank] = true;
     complete = ++op->posted_count == size();
   }
-  wia_status_t result = WIA_SUCCESS;
-  if (complete) {
-    // The last rank to post matches the set and builds the plan; gates of
-    // the other ranks wait for `ready`.
-    std::string mismatch = describe_mismatch(*op);
-    if (!mismatch.empty()) {
-      op->sync.fail(WIA_ERROR_MISMATCH, mismatch);
-      record_async_error(WIA_ERROR_MISMATCH, mismatch);
-      result = WIA_ERROR_MISMATCH;
-    } else {
-      try {
-        op->plan = plan_for(*op);
-        op->sync.init(op->plan->schedule);
-      } catch (const Error& e) {
-        op->sync.fail(e.status(), e.what());
-        record_async_error(e.status(), e.what());
-        result = e.status();
-      }
-    }
-    op->buffers.reserve(op->calls.size());
-    const bool in_place = op->plan && op->plan->schedule.in_place;
-    for (const Call& c : op->calls) {
-      engine::RankBuffers b = c.buffers;
-      // An in-place reduce-scatter schedule addresses the whole input as
-      // its "recv" buffer (schedule.hpp, "In place").
-      if (in_place && c.collective == coll::Collective::kReduceScatter) b.recv = b.send;
-      if (in_place) b.send = nullptr;
-      op->buffers.push_back(std::move(b));
-    }
-    op->ready.store(true, std::memory_order_release);
-    op->sync.signal.notify();
-  }
+  // The last rank to post matches the set and builds the plan; gates of
+  // the other ranks wait for `ready`.
+  const wia_status_t result = complete ? complete_set(*op) : WIA_SUCCESS;
+  launch_gate(&Communicator::gate, op, rank, stream);
+  // The call that completed a failed set reports it at once; the other
+  // ranks see it on their streams.
+  if (result != WIA_SUCCESS) throw Error(result, op->sync.message());
+  return result;
+}
 
+std::shared_ptr<Operation> Communicator::new_operation(std::uint64_t seq) const {
+  auto op = std::make_shared<Operation>();
+  op->seq = seq;
+  op->calls.resize(devices_.size());
+  op->posted.assign(devices_.size(), false);
+  op->gate_arrived.reset(new std::atomic<std::uint8_t>[devices_.size()]());
+  op->rank_done.reset(new std::atomic<std::uint8_t>[devices_.size()]());
+  return op;
+}
+
+wia_status_t Communicator::complete_set(Operation& op) {
+  wia_status_t result = WIA_SUCCESS;
+  std::string mismatch = describe_mismatch(op);
+  if (!mismatch.empty()) {
+    op.sync.fail(WIA_ERROR_MISMATCH, mismatch);
+    record_async_error(WIA_ERROR_MISMATCH, mismatch);
+    result = WIA_ERROR_MISMATCH;
+  } else {
+    try {
+      op.plan = plan_for(op);
+      op.sync.init(op.plan->schedule);
+    } catch (const Error& e) {
+      op.sync.fail(e.status(), e.what());
+      record_async_error(e.status(), e.what());
+      result = e.status();
+    }
+  }
+  op.buffers.reserve(op.calls.size());
+  const bool in_place = op.plan && op.plan->schedule.in_place;
+  for (const Call& c : op.calls) {
+    engine::RankBuffers b = c.buffers;
+    // An in-place reduce-scatter schedule addresses the whole input as
+    // its "recv" buffer (schedule.hpp, "In place").
+    if (in_place && c.collective == coll::Collective::kReduceScatter) b.recv = b.send;
+    if (in_place) b.send = nullptr;
+    op.buffers.push_back(std::move(b));
+  }
+  op.ready.store(true, std::memory_order_release);
+  op.sync.signal.notify();
+  return result;
+}
+
+void Communicator::launch_gate(wia_host_fn_t fn, const std::shared_ptr<Operation>& op, int rank,
+                               wia_stream_s* stream) {
   auto* g = new GateArgs{this, op, rank, stream};
   in_flight_.fetch_add(1);
   const Device& d = Runtime::get().device(stream->device);
   try {
     device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
-      return o.launch_host_func(ctx, stream->ps, &Communicator::gate, g);
+      return o.launch_host_func(ctx, stream->ps, fn, g);
     });
   } catch (const Error& e) {
     delete g;
@@ -226,10 +243,6 @@ wia_status_t Communicator::post(int rank, Call call, wia_stream_s* stream) {
                                           op->seq, e.what()));
     throw;
   }
-  // The call that completed a failed set reports it at once; the other
-  // ranks see it on their streams.
-  if (result != WIA_SUCCESS) throw Error(result, op->sync.message());
-  return result;
 }
 
 void Communicator::gate(void* arg) {

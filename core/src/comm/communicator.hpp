@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,7 +22,9 @@
 #include <vector>
 
 #include "coll/schedule.hpp"
+#include "comm/communicator_base.hpp"
 #include "tuner/cost_model.hpp"
+#include "engine/device_exec.hpp"
 #include "engine/exec_plan.hpp"
 #include "engine/progress_signal.hpp"
 #include "runtime/runtime.hpp"
@@ -30,19 +33,16 @@ struct wia_stream_s;
 
 namespace wia::comm {
 
-// What one rank passed to a collective call.
-struct Call {
-  coll::Collective collective = coll::Collective::kAllReduce;
-  coll::Algorithm algorithm = coll::Algorithm::kAuto;  // as requested
-  wia_reduce_op_t op = WIA_REDUCE_SUM;
-  wia_datatype_t dtype = WIA_FLOAT32;
-  std::uint64_t count = 0;
-  std::int32_t root = 0;
-  std::uint32_t num_chunks = 0;
-  std::uint32_t timeout_ms = 0;
-  bool in_place = false;
-  engine::RankBuffers buffers;
-};
+class Communicator;
+
+// Who moves the data of a collective (config collectives.engine):
+//   kInline  the core's threads, straight between host-addressable
+//            buffers (engine/exec_plan.hpp): the fast path on host devices.
+//   kDevice  provider operations on per-rank internal streams
+//            (engine/device_exec.hpp): required for device memory the core
+//            cannot address; selectable on host devices for testing.
+enum class Engine : std::uint8_t { kInline, kDevice };
+const char* engine_name(Engine e) noexcept;
 
 // One collective across all ranks, from the first post to the last rank's
 // completion.
@@ -62,42 +62,60 @@ struct Operation {
   std::unique_ptr<std::atomic<std::uint8_t>[]> rank_done;
   std::atomic<int> finished{0};
   std::chrono::steady_clock::time_point deadline;
+
+  // Device engine only.
+  std::vector<engine::DeviceRank> device_ranks;  // input_ready recorded at post
+  engine::DevicePools::Lease lease;              // guarded by Communicator::enqueue_mu_
+  std::atomic<bool> enqueued{false};
+  // Set once a rank's in-flight count was released (completion callback,
+  // or failure before the enqueue), so it is released exactly once.
+  std::unique_ptr<std::atomic<std::uint8_t>[]> accounted;
+  struct DoneArg {
+    Communicator* comm;
+    Operation* op;
+    int rank;
+  };
+  std::vector<DoneArg> done_args;
 };
 
-class Communicator {
+class Communicator final : public CommunicatorBase {
  public:
   Communicator(std::vector<wia_device_t> devices);
-  ~Communicator();
+  ~Communicator() override;
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int size() const { return static_cast<int>(devices_.size()); }
-  int rank_of_device(wia_device_t device) const;
+  int size() const override { return static_cast<int>(devices_.size()); }
+  int node_rank(int) const override { return 0; }
+  int local_rank(int rank) const override { return rank; }
+  int node_count() const override { return 1; }
+  Engine engine() const { return engine_; }
+  int rank_of_device(wia_device_t device) const override;
   wia_device_t device_of_rank(int rank) const { return devices_[rank]; }
 
   // Validates and posts rank `rank`'s call on `stream`. Returns
   // WIA_ERROR_MISMATCH when this call completes a set that does not match
   // (every rank's stream gets the same error). Throws for bad arguments.
-  wia_status_t post(int rank, Call call, wia_stream_s* stream);
+  wia_status_t post(int rank, Call call, wia_stream_s* stream) override;
 
   // Point-to-point (comm/point_to_point.cpp): the n-th send from rank a
   // to rank b matches the n-th receive on b from a. Counts and datatypes
   // must agree; a disagreement fails both sides. Non-blocking like post().
   void post_send(int rank, int peer, const void* buf, std::uint64_t count, wia_datatype_t dtype,
-                 std::uint32_t timeout_ms, wia_stream_s* stream);
+                 std::uint32_t timeout_ms, wia_stream_s* stream) override;
   void post_recv(int rank, int peer, void* buf, std::uint64_t count, wia_datatype_t dtype,
-                 std::uint32_t timeout_ms, wia_stream_s* stream);
+                 std::uint32_t timeout_ms, wia_stream_s* stream) override;
 
   // Waits until every posted operation has finished, at most twice the
   // collective timeout; false if some are still queued then (their streams
   // never reached them).
-  bool drain();
-  int in_flight() const;
+  bool drain() override;
+  int in_flight() const override;
 
-  wia_status_t async_error() const;
+  wia_status_t async_error() const override;
   void record_async_error(wia_status_t status, const std::string& message);
 
-  wia_algorithm_t last_selected() const;
+  wia_algorithm_t last_selected() const override;
 
  private:
   struct Message;
@@ -109,9 +127,33 @@ class Communicator {
   std::uint32_t timeout_or_default(std::uint32_t ms) const {
     return ms ? ms : default_timeout_ms_;
   }
-  struct GateArgs;
+  // What a gate (a host function on a user's stream) needs.
+  struct GateArgs {
+    Communicator* comm;
+    std::shared_ptr<Operation> op;
+    int rank;
+    wia_stream_s* stream;
+  };
   static void gate(void* arg);
   void run_gate(GateArgs& g);
+  // Matching of a completed set: mismatch check, plan, buffers. Returns
+  // the failure status (also recorded in op.sync) or WIA_SUCCESS.
+  wia_status_t complete_set(Operation& op);
+  std::shared_ptr<Operation> new_operation(std::uint64_t seq) const;
+  // Puts `fn` (gate or device_gate) for `rank` of `op` on the user's
+  // stream; on failure, fails the operation for its peers and throws.
+  void launch_gate(wia_host_fn_t fn, const std::shared_ptr<Operation>& op, int rank,
+                   wia_stream_s* stream);
+  // Device engine (comm/device_engine.cpp).
+  void init_device_engine();
+  void shutdown_device_engine() noexcept;
+  wia_status_t post_device(int rank, Call call, wia_stream_s* stream);
+  void enqueue_ready_ops();  // holds enqueue_mu_
+  void reclaim_finished_ops();  // holds enqueue_mu_
+  void release_rank(Operation& op, int rank);
+  static void device_rank_done(void* arg);
+  static void device_gate(void* arg);
+  void run_device_gate(GateArgs& g);
   std::shared_ptr<const engine::ExecPlan> plan_for(const Operation& op);
   std::string describe_mismatch(const Operation& op) const;
   void* scratch_for(int rank, std::uint64_t bytes);
@@ -119,6 +161,8 @@ class Communicator {
                           std::vector<char>& staged);
 
   std::vector<wia_device_t> devices_;
+  Engine engine_ = Engine::kInline;
+  bool all_host_accessible_ = true;
   bool oversubscribed_ = false;
   int workers_ = 1;
   bool tmp_patient_ = false;  // threads that execute an operation: min(ranks, cores)
@@ -143,6 +187,18 @@ class Communicator {
   // after its peers consumed everything it sent).
   std::vector<void*> scratch_;
   std::vector<std::uint64_t> scratch_size_;
+
+  // Device engine state: per-rank internal streams, which receiver reads
+  // which sender directly, pooled events and buffers, and the operations
+  // enqueued in sequence order (an operation is enqueued only after every
+  // earlier one, so each rank's stream sees them in posting order).
+  std::vector<wia_provider_stream_t> internal_streams_;
+  engine::PeerMatrix direct_;
+  std::unique_ptr<engine::DevicePools> pools_;
+  std::mutex enqueue_mu_;
+  std::uint64_t next_enqueue_seq_ = 0;                         // guarded by enqueue_mu_
+  std::map<std::uint64_t, std::shared_ptr<Operation>> complete_ops_;  // guarded by enqueue_mu_
+  std::deque<std::shared_ptr<Operation>> running_ops_;         // guarded by enqueue_mu_
 
   mutable std::mutex err_mu_;
   wia_status_t async_error_ = WIA_SUCCESS;

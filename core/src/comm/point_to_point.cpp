@@ -75,6 +75,12 @@ void Communicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::ui
   if (count > 0 && buf == nullptr)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {}: buffer is NULL but count is {}", rank, count));
+  // The core copies a message itself (one memcpy, no schedule), so both
+  // ends must be host-addressable; collectives have the device engine.
+  if (!all_host_accessible_)
+    throw Error(WIA_ERROR_NOT_SUPPORTED,
+                "point-to-point send/recv needs host-addressable device memory in this release "
+                "(collectives on such devices use the device engine)");
   const int src = is_send ? rank : peer;
   const int dst = is_send ? peer : rank;
   std::shared_ptr<Message> msg;

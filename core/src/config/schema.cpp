@@ -41,6 +41,13 @@ constexpr KeySpec kCoreSchema[] = {
      .description = "Longest a rank waits inside one collective before it fails with a timeout",
      .min_value = 1,
      .max_value = 86400000},
+    {.key = "collectives.engine",
+     .type = ValueType::kEnum,
+     .default_value = "auto",
+     .description = "Who moves collective data: 'inline' (core threads, host-addressable memory "
+                    "only), 'device' (provider copies and reductions on device streams), 'auto' "
+                    "(inline when every device's memory is host-addressable)",
+     .allowed = "auto|inline|device"},
     {.key = "collectives.algorithm",
      .type = ValueType::kList,
      .default_value = "",

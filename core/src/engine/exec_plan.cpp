@@ -107,19 +107,6 @@ std::string OpSync::message() const {
 
 namespace {
 
-char* region_ptr(const RankBuffers& b, const coll::Region& r, std::size_t es) {
-  char* base = nullptr;
-  switch (r.kind) {
-    case coll::BufferKind::kUserSend: base = b.send; break;
-    case coll::BufferKind::kUserRecv: base = b.recv; break;
-    case coll::BufferKind::kScratch: base = b.scratch; break;
-    case coll::BufferKind::kSendShard: base = b.send_shards[r.shard]; break;
-    case coll::BufferKind::kRecvShard: base = b.recv_shards[r.shard]; break;
-    case coll::BufferKind::kNone: break;
-  }
-  return base + r.offset * es;
-}
-
 // A kernel refusal here is an engine bug (the schedule was validated), but
 // it must surface as an error rather than a silently unreduced buffer.
 void check_reduce(wia_status_t st, const coll::Schedule& s, std::uint64_t count) {

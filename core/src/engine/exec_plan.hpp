@@ -35,6 +35,20 @@ struct RankBuffers {
   std::vector<char*> recv_shards;
 };
 
+// Address of a schedule region in one rank's buffers.
+inline char* region_ptr(const RankBuffers& b, const coll::Region& r, std::size_t elem_size) {
+  char* base = nullptr;
+  switch (r.kind) {
+    case coll::BufferKind::kUserSend: base = b.send; break;
+    case coll::BufferKind::kUserRecv: base = b.recv; break;
+    case coll::BufferKind::kScratch: base = b.scratch; break;
+    case coll::BufferKind::kSendShard: base = b.send_shards[r.shard]; break;
+    case coll::BufferKind::kRecvShard: base = b.recv_shards[r.shard]; break;
+    case coll::BufferKind::kNone: break;
+  }
+  return base + r.offset * elem_size;
+}
+
 // A schedule plus what execution needs precomputed: for every receive
 // step, the index of the matching send step on the peer.
 struct ExecPlan {

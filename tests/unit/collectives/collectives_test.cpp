@@ -605,3 +605,42 @@ TEST_CASE("ranks may mix in-place and out-of-place calls in one collective") {
     for (int r = 0; r < 3; ++r) wia_free(in[r]), wia_free(out[r]);
   }
 }
+
+// Device memory the core must not touch (host.host_accessible: false makes
+// the host provider announce its memory like a GPU's): the inline engine
+// refuses, and auto runs collectives through the provider's own copies and
+// reductions on device streams, directly between peers or staged through
+// host memory when peer access is off.
+TEST_CASE("device engine: memory the core cannot address") {
+  SUBCASE("inline is refused with a message naming the key") {
+    Library lib("host:\n  devices: 2\n  host_accessible: false\ncollectives:\n  engine: inline\n");
+    wia_device_t devs[2] = {0, 1};
+    wia_communicator_t comm = nullptr;
+    CHECK(wia_create_communicator(devs, 2, &comm) == WIA_ERROR_NOT_SUPPORTED);
+    CHECK(std::string(wia_get_last_error()).find("collectives.engine is 'inline'") !=
+          std::string::npos);
+  }
+  for (const char* peer : {"true", "false"}) {
+    SUBCASE((std::string("auto picks the device engine, peer_access=") + peer).c_str()) {
+      Library lib(std::string("host:\n  devices: 5\n  host_accessible: false\n  peer_access: ") +
+                  peer + "\n");
+      std::uint64_t wrong = 0;
+      for (int p : {2, 5}) {
+        Ranks R(p);
+        for (const auto& ca : all_algorithms())
+          for (auto algo : ca.algos)
+            for (std::uint64_t n : {std::uint64_t(1), std::uint64_t(4099)})
+              for (bool in_place : {false, true}) {
+                Case c{ca.coll, algo, p, n, WIA_FLOAT32, WIA_REDUCE_AVG, in_place, p - 1};
+                wrong += run_case(R, c);
+              }
+        // Point-to-point copies in the core, so it says it cannot.
+        float* b = nullptr;
+        REQUIRE(wia_malloc_on(0, reinterpret_cast<void**>(&b), 64) == WIA_SUCCESS);
+        CHECK(wia_comm_send(R.comm, b, 4, WIA_FLOAT32, 1, R.streams[0]) == WIA_ERROR_NOT_SUPPORTED);
+        wia_free(b);
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the C API sees of a communicator. Two kinds implement it:
+//   Communicator         (communicator.hpp) one process drives N devices;
+//   ProcessCommunicator  (process_communicator.hpp) one rank per process,
+//                        peers reached through transport providers.
+// Both post a collective on the caller's stream and return at once.
+#pragma once
+
+#include <wia/wia.h>
+
+#include <cstdint>
+
+#include "coll/schedule.hpp"
+#include "engine/exec_plan.hpp"
+
+struct wia_stream_s;
+
+namespace wia::comm {
+
+// What one rank passed to a collective call.
+struct Call {
+  coll::Collective collective = coll::Collective::kAllReduce;
+  coll::Algorithm algorithm = coll::Algorithm::kAuto;  // as requested
+  wia_reduce_op_t op = WIA_REDUCE_SUM;
+  wia_datatype_t dtype = WIA_FLOAT32;
+  std::uint64_t count = 0;
+  std::int32_t root = 0;
+  std::uint32_t num_chunks = 0;
+  std::uint32_t timeout_ms = 0;
+  bool in_place = false;
+  engine::RankBuffers buffers;
+};
+
+class CommunicatorBase {
+ public:
+  virtual ~CommunicatorBase() = default;
+
+  virtual int size() const = 0;
+  // The rank a call made on a stream of `device` acts for; -1 when the
+  // device is not a member (in this process).
+  virtual int rank_of_device(wia_device_t device) const = 0;
+  // Node of the calling process's rank and its rank inside the node, and
+  // the number of nodes (device-based communicators: one node).
+  virtual int node_rank(int rank) const = 0;
+  virtual int local_rank(int rank) const = 0;
+  virtual int node_count() const = 0;
+
+  // Validates and posts `rank`'s call on `stream`. Throws for bad
+  // arguments and for failures known at once.
+  virtual wia_status_t post(int rank, Call call, wia_stream_s* stream) = 0;
+  virtual void post_send(int rank, int peer, const void* buf, std::uint64_t count,
+                         wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream) = 0;
+  virtual void post_recv(int rank, int peer, void* buf, std::uint64_t count, wia_datatype_t dtype,
+                         std::uint32_t timeout_ms, wia_stream_s* stream) = 0;
+
+  // Waits (bounded) until every posted operation has finished; false if
+  // some are still queued then.
+  virtual bool drain() = 0;
+  virtual int in_flight() const = 0;
+  virtual wia_status_t async_error() const = 0;
+  virtual wia_algorithm_t last_selected() const = 0;
+};
+
+}  // namespace wia::comm

@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+// The communicator's side of the device engine (engine/device_exec.hpp):
+// per-rank internal streams, enqueueing completed operations in sequence
+// order, and signalling completion on the users' streams.
+//
+// Completion reaches a user's stream in one of two ways. When the posting
+// call is the one that completes the set (the last rank to post), the
+// operation is already on the internal streams, so the user's stream just
+// waits for the rank's done event: no host thread is involved, as with
+// NCCL kernels. Otherwise the operation cannot be enqueued yet (peers have
+// not posted), and an event that is not recorded cannot be waited for, so
+// a gate (a host function) holds the user's stream until the rank's
+// completion callback runs or the timeout expires.
+//
+// Completion is signalled by a host function at the end of each rank's
+// internal stream rather than by a thread polling events: on this class of
+// machine a polling thread costs a core (docs/performance.md), while the
+// callback wakes exactly the gate that waits.
+#include <fmt/format.h>
+
+#include "comm/communicator.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "runtime/device_call.hpp"
+#include "runtime/objects.hpp"
+
+namespace wia::comm {
+
+void Communicator::init_device_engine() {
+  Runtime& rt = Runtime::get();
+  std::vector<const Device*> devs;
+  for (wia_device_t id : devices_) {
+    const Device& d = rt.device(id);
+    if (d.provider != rt.device(devices_[0]).provider)
+      throw Error(WIA_ERROR_NOT_SUPPORTED,
+                  fmt::format("device engine: device {} ({}) and device {} ({}) belong to different "
+                              "providers; the devices of one communicator must share a provider",
+                              devices_[0], rt.device(devices_[0]).provider->name(), d.id,
+                              d.provider->name()));
+    if (!(ops_of(d).caps & WIA_DEVICE_CAP_REDUCE))
+      throw Error(WIA_ERROR_NOT_SUPPORTED,
+                  fmt::format("device engine: device {} ({}) offers no on-device reduction "
+                              "(WIA_DEVICE_CAP_REDUCE)",
+                              d.id, d.provider->name()));
+    devs.push_back(&d);
+  }
+  pools_ = std::make_unique<engine::DevicePools>(devs);
+  internal_streams_.assign(devs.size(), nullptr);
+  try {
+    for (std::size_t r = 0; r < devs.size(); ++r) {
+      const Device& d = *devs[r];
+      device_call(d, "stream_create(collectives)", [&](const wia_device_ops_v1_t& o, void* ctx) {
+        return o.stream_create(ctx, d.local_index, &internal_streams_[r]);
+      });
+    }
+  } catch (...) {
+    shutdown_device_engine();
+    throw;
+  }
+  // Direct reads need peer access from the receiver to the sender; pairs
+  // without it are staged through host memory.
+  direct_.assign(devs.size(), std::vector<std::uint8_t>(devs.size(), 0));
+  std::string staged;
+  for (std::size_t b = 0; b < devs.size(); ++b)
+    for (std::size_t a = 0; a < devs.size(); ++a) {
+      if (a == b) continue;
+      const Device& rx = *devs[b];
+      const Device& tx = *devs[a];
+      const wia_device_ops_v1_t& o = ops_of(rx);
+      std::int32_t can = 0;
+      if ((o.caps & WIA_DEVICE_CAP_PEER) &&
+          o.can_access_peer(rx.provider->ctx(), rx.local_index, tx.local_index, &can) ==
+              WIA_SUCCESS &&
+          can && o.enable_peer_access(rx.provider->ctx(), rx.local_index, tx.local_index) ==
+                     WIA_SUCCESS)
+        direct_[b][a] = 1;
+      else
+        staged += fmt::format("{}{}<-{}", staged.empty() ? "" : " ", b, a);
+    }
+  log::debug("coll", "device engine over {} ranks ({}); pairs staged through host memory: {}",
+             devs.size(), devs[0]->provider->name(), staged.empty() ? "none" : staged);
+}
+
+void Communicator::shutdown_device_engine() noexcept {
+  Runtime& rt = Runtime::get();
+  for (std::size_t r = 0; r < internal_streams_.size(); ++r) {
+    if (!internal_streams_[r]) continue;
+    const Device& d = rt.device(devices_[r]);
+    ops_of(d).stream_synchronize(d.provider->ctx(), internal_streams_[r]);
+    ops_of(d).stream_destroy(d.provider->ctx(), internal_streams_[r]);
+    internal_streams_[r] = nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lock(enqueue_mu_);
+    for (auto& op : running_ops_) pools_->give_back(op->lease);
+    running_ops_.clear();
+    for (auto& [seq, op] : complete_ops_) pools_->give_back(op->lease);
+    complete_ops_.clear();
+  }
+  {
+    // Sets some rank never completed (they timed out) still hold the
+    // input events of the ranks that posted.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [seq, op] : ops_) pools_->give_back(op->lease);
+  }
+  pools_.reset();
+}
+
+wia_status_t Communicator::post_device(int rank, Call call, wia_stream_s* stream) {
+  const Device& d = Runtime::get().device(stream->device);
+  // The rank's input is ready when its stream reaches this point. The event
+  // is recorded before the call is registered, so whoever completes the set
+  // finds every rank's event recorded.
+  engine::DevicePools::Lease ready_lease;
+  wia_provider_event_t ready = pools_->take_event(rank, ready_lease);
+  try {
+    device_call(d, "event_record", [&](const wia_device_ops_v1_t& o, void* ctx) {
+      return o.event_record(ctx, ready, stream->ps);
+    });
+  } catch (...) {
+    pools_->give_back(ready_lease);
+    throw;
+  }
+  std::shared_ptr<Operation> op;
+  bool complete = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::uint64_t seq = next_seq_[rank]++;
+    auto& slot = ops_[seq];
+    if (!slot) {
+      slot = new_operation(seq);
+      slot->device_ranks.resize(devices_.size());
+      slot->accounted.reset(new std::atomic<std::uint8_t>[devices_.size()]());
+    }
+    op = slot;
+    op->calls[rank] = std::move(call);
+    op->posted[rank] = true;
+    op->device_ranks[rank].input_ready = ready;
+    complete = ++op->posted_count == size();
+    // Nothing posts to a complete set again; the operation lives on in
+    // complete_ops_/running_ops_ until its resources are reclaimed.
+    if (complete) ops_.erase(seq);
+  }
+  in_flight_.fetch_add(1);  // released by release_rank
+  wia_status_t result = WIA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(enqueue_mu_);
+    op->lease.events.insert(op->lease.events.end(), ready_lease.events.begin(),
+                            ready_lease.events.end());
+  }
+  if (complete) {
+    result = complete_set(*op);
+    std::lock_guard<std::mutex> lock(enqueue_mu_);
+    complete_ops_[op->seq] = op;
+    enqueue_ready_ops();
+    reclaim_finished_ops();
+  }
+  if (op->enqueued.load(std::memory_order_acquire) && !op->sync.failed()) {
+    device_call(d, "stream_wait_event", [&](const wia_device_ops_v1_t& o, void* ctx) {
+      return o.stream_wait_event(ctx, stream->ps, op->device_ranks[rank].done);
+    });
+  } else {
+    // Also for a set that failed to match: the gate puts the error on
+    // this rank's stream, as on every other rank's.
+    launch_gate(&Communicator::device_gate, op, rank, stream);
+  }
+  if (result != WIA_SUCCESS) throw Error(result, op->sync.message());
+  return result;
+}
+
+void Communicator::enqueue_ready_ops() {
+  Runtime& rt = Runtime::get();
+  for (;;) {
+    auto it = complete_ops_.find(next_enqueue_seq_);
+    if (it == complete_ops_.end()) return;
+    std::shared_ptr<Operation> op = std::move(it->second);
+    complete_ops_.erase(it);
+    ++next_enqueue_seq_;
+    running_ops_.push_back(op);
+    if (op->sync.failed()) {
+      for (int r = 0; r < size(); ++r) release_rank(*op, r);
+      continue;
+    }
+    op->done_args.resize(devices_.size());
+    std::vector<void*> args(devices_.size());
+    for (int r = 0; r < size(); ++r) {
+      engine::DeviceRank& dr = op->device_ranks[r];
+      dr.device = &rt.device(devices_[r]);
+      dr.stream = internal_streams_[r];
+      dr.snapshot_input = op->calls[r].in_place && !op->plan->schedule.in_place;
+      op->done_args[r] = {this, op.get(), r};
+      args[r] = &op->done_args[r];
+    }
+    try {
+      engine::enqueue_on_device_streams(*op->plan, op->buffers, op->device_ranks, direct_,
+                                        *pools_, op->lease, &Communicator::device_rank_done,
+                                        args.data());
+      op->enqueued.store(true, std::memory_order_release);
+    } catch (const Error& e) {
+      const std::string message =
+          fmt::format("collective #{} could not be enqueued on the devices: {}", op->seq, e.what());
+      op->sync.fail(e.status(), message);
+      record_async_error(e.status(), message);
+      // Ranks whose completion callback is on a stream release themselves.
+      for (int r = 0; r < size(); ++r)
+        if (!op->device_ranks[r].done) release_rank(*op, r);
+    }
+  }
+}
+
+void Communicator::reclaim_finished_ops() {
+  while (!running_ops_.empty()) {
+    Operation& op = *running_ops_.front();
+    for (int r = 0; r < size(); ++r) {
+      if (!op.accounted[r].load(std::memory_order_acquire)) return;
+      // A failed operation may not have waited for the users' streams:
+      // its input events are reused only once they completed.
+      if (!op.enqueued.load(std::memory_order_acquire)) {
+        const Device& d = Runtime::get().device(devices_[r]);
+        if (ops_of(d).event_query(d.provider->ctx(), op.device_ranks[r].input_ready) !=
+            WIA_SUCCESS)
+          return;
+      }
+    }
+    pools_->give_back(op.lease);
+    running_ops_.pop_front();
+  }
+}
+
+void Communicator::release_rank(Operation& op, int rank) {
+  if (op.accounted[rank].exchange(1, std::memory_order_acq_rel)) return;
+  // `op` may be reclaimed from here on; only the communicator is touched.
+  in_flight_.fetch_sub(1);
+  completion_signal_.notify();
+}
+
+void Communicator::device_rank_done(void* arg) {
+  auto* a = static_cast<Operation::DoneArg*>(arg);
+  a->op->rank_done[a->rank].store(1, std::memory_order_release);
+  a->op->sync.signal.notify();
+  a->comm->release_rank(*a->op, a->rank);
+}
+
+void Communicator::device_gate(void* arg) {
+  std::unique_ptr<GateArgs> g(static_cast<GateArgs*>(arg));
+  g->comm->run_device_gate(*g);
+}
+
+void Communicator::run_device_gate(GateArgs& g) {
+  Operation& op = *g.op;
+  const int rank = g.rank;
+  const Call& call = op.calls[rank];
+  const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  // The gate does no work itself: it waits patiently, leaving the cores
+  // to the streams that do.
+  const bool done = op.sync.signal.wait_until(
+      [&] { return op.rank_done[rank].load(std::memory_order_acquire) || op.sync.failed(); },
+      deadline, oversubscribed_, /*patient=*/true);
+  if (!done) {
+    std::string reason;
+    if (!op.ready.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::string missing;
+      for (int r = 0; r < size(); ++r)
+        if (!op.posted[r])
+          missing += fmt::format("{}{} (posted {} collective(s) so far)",
+                                 missing.empty() ? "" : ", ", r, next_seq_[r]);
+      reason = fmt::format("rank(s) {} never posted it", missing);
+    } else if (!op.enqueued.load(std::memory_order_acquire)) {
+      reason = "an earlier collective of this communicator never completed its posting";
+    } else {
+      reason = fmt::format("the work of rank {} on device {} did not complete (its stream or a "
+                           "peer's is stuck)",
+                           rank, devices_[rank]);
+    }
+    op.sync.fail(WIA_ERROR_TIMEOUT, fmt::format("collective #{} timed out after {} ms on rank {}: "
+                                                "{}",
+                                                op.seq, timeout_ms, rank, reason));
+  }
+  if (op.sync.failed()) {
+    const int status = op.sync.status();
+    const std::string message = op.sync.message();
+    g.stream->set_async_error(status, message);
+    record_async_error(status, message);
+    std::lock_guard<std::mutex> lock(enqueue_mu_);
+    if (!op.enqueued.load(std::memory_order_acquire)) release_rank(op, rank);
+  }
+  in_flight_.fetch_sub(1);
+  completion_signal_.notify();
+}
+
+}  // namespace wia::comm
