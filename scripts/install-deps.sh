@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libyaml-cpp-dev libspdlog-dev libfmt-dev doctest-dev libhwloc-dev
-  iproute2
+  iproute2 iperf3 openmpi-bin
 )
 
 missing=()
