@@ -50,7 +50,7 @@ struct Options {
       "                 allgather|reducescatter|alltoall] [--dtype float32|...] [--redop\n"
       "                 sum|prod|min|max|avg] [--algo auto|ring|tree|binomial|rabenseifner|\n"
       "                 recursive_doubling|recursive_halving|bruck|chain|scatter_allgather|\n"
-      "                 direct|pairwise] [--ranks N] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
+      "                 direct|pairwise|hierarchical] [--ranks N] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests).\n");
   std::exit(2);
 }
@@ -115,7 +115,8 @@ Options parse(int argc, char** argv) {
            {"recursive_doubling", WIA_ALGORITHM_RECURSIVE_DOUBLING},
            {"recursive_halving", WIA_ALGORITHM_RECURSIVE_HALVING}, {"bruck", WIA_ALGORITHM_BRUCK},
            {"chain", WIA_ALGORITHM_CHAIN}, {"scatter_allgather", WIA_ALGORITHM_SCATTER_ALLGATHER},
-           {"direct", WIA_ALGORITHM_DIRECT}, {"pairwise", WIA_ALGORITHM_PAIRWISE}});
+           {"direct", WIA_ALGORITHM_DIRECT}, {"pairwise", WIA_ALGORITHM_PAIRWISE},
+           {"hierarchical", WIA_ALGORITHM_HIERARCHICAL}});
     else if (a == "-h" || a == "--help") usage(nullptr);
     else usage(("unknown option '" + a + "'").c_str());
   }

@@ -3,10 +3,12 @@
 //   wia-info            providers (loaded, absent, disabled, refused with the
 //                       reason), devices, peer-access matrix
 //   wia-info --config   effective configuration with the source of each value
+//   wia-info --topology / --explain / --lint / --topology-diff: see usage()
 #include <wia/wia.h>
 
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "config/config.hpp"
 #include "provider/registry.hpp"
 #include "runtime/runtime.hpp"
+#include "selection.hpp"
 
 namespace {
 
@@ -177,13 +180,29 @@ int print_topology(const char* file, bool dot) {
 
 void usage(FILE* out) {
   std::fputs(
-      "usage: wia-info [--config | --topology [--topology-file F] | --dot] [--help]\n"
+      "usage: wia-info [--config | --topology | --dot | --explain [--summary] | --lint |\n"
+      "                 --topology-diff FILE [--tolerance X] | --place MODEL.yaml]\n"
+      "                [--topology-file F]\n"
+      "                [--rules CONFIG.yaml] [--assume-all-transports] [--help]\n"
       "  (no option)  providers, their state and reasons, devices, peer-access matrix\n"
       "  --config     effective configuration with the source of every value\n"
       "  --topology   link type, hops, bandwidth and latency between every pair of\n"
       "               devices, and the analysis (discovered, or --topology-file F)\n"
       "  --dot        the topology as a Graphviz graph (render: dot -Tpng)\n"
-      "Environment: WIA_CONFIG=<file.yaml>, WIA_PROVIDER_PATH, WIA_LOG_LEVEL, WIA_* overrides\n",
+      "  --explain    for every link: the transport chosen, the rule, and why each\n"
+      "               earlier preference was passed over; --summary: counts per link\n"
+      "               class and transport instead (large topologies)\n"
+      "  --lint       shadowed rules, rules that match nothing, transport lists with\n"
+      "               nothing usable; exit 0 clean, 1 warnings, 2 errors\n"
+      "  --topology-diff FILE  how the declared topology FILE differs from the detected\n"
+      "               one (or from --topology-file); --tolerance 0.1 = 10% (default)\n"
+      "  --place MODEL.yaml  place a model's parts on the devices (docs/placement.md);\n"
+      "               --strategy bandwidth|latency|sequential, --allow-cross-node to not\n"
+      "               minimise cross-node bytes first\n"
+      "  --rules F    take selector rules from config file F instead of WIA_CONFIG\n"
+      "  --assume-all-transports  plan as if shm, tcp, ofi and verbs were all loaded\n"
+      "Environment: WIA_CONFIG=<file.yaml>, WIA_PROVIDER_PATH, WIA_LOG_LEVEL, WIA_TRANSPORT,\n"
+      "             WIA_* overrides\n",
       out);
 }
 
@@ -193,17 +212,51 @@ int main(int argc, char** argv) {
   bool config = false;
   bool topology = false;
   bool dot = false;
+  bool explain = false;
+  bool lint = false;
+  const char* diff_file = nullptr;
+  const char* place_file = nullptr;
+  const char* strategy = nullptr;
+  bool cross_node_first = true;
+  double tolerance = 0.1;
+  wia_info::SelectionOptions sel;
   const char* topology_file = nullptr;
   for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--config")) {
       config = true;
     } else if (!std::strcmp(argv[i], "--topology")) {
       topology = true;
     } else if (!std::strcmp(argv[i], "--dot")) {
       dot = true;
-    } else if (!std::strcmp(argv[i], "--topology-file") && i + 1 < argc) {
+    } else if (!std::strcmp(argv[i], "--topology-file") && has_value) {
       topology_file = argv[++i];
       topology = true;
+    } else if (!std::strcmp(argv[i], "--explain")) {
+      explain = true;
+    } else if (!std::strcmp(argv[i], "--summary")) {
+      sel.summary = true;
+    } else if (!std::strcmp(argv[i], "--lint")) {
+      lint = true;
+    } else if (!std::strcmp(argv[i], "--rules") && has_value) {
+      sel.rules_file = argv[++i];
+    } else if (!std::strcmp(argv[i], "--assume-all-transports")) {
+      sel.assume_all = true;
+    } else if (!std::strcmp(argv[i], "--place") && has_value) {
+      place_file = argv[++i];
+    } else if (!std::strcmp(argv[i], "--strategy") && has_value) {
+      strategy = argv[++i];
+    } else if (!std::strcmp(argv[i], "--allow-cross-node")) {
+      cross_node_first = false;
+    } else if (!std::strcmp(argv[i], "--topology-diff") && has_value) {
+      diff_file = argv[++i];
+    } else if (!std::strcmp(argv[i], "--tolerance") && has_value) {
+      char* end = nullptr;
+      tolerance = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0' || !(tolerance >= 0.0)) {
+        std::fprintf(stderr, "wia-info: --tolerance wants a number >= 0, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
@@ -212,6 +265,16 @@ int main(int argc, char** argv) {
       usage(stderr);
       return 2;
     }
+  }
+  sel.topology_file = topology_file;
+  if (place_file)
+    return wia_info::place(place_file, topology_file, strategy, cross_node_first);
+  if (diff_file) return wia_info::topology_diff(diff_file, topology_file, tolerance);
+  if (lint) return wia_info::lint(sel);
+  if (explain) return wia_info::explain(sel);
+  if (sel.summary) {
+    std::fprintf(stderr, "wia-info: --summary goes with --explain\n");
+    return 2;
   }
   if (topology || dot) return print_topology(topology_file, dot);
   try {

@@ -15,6 +15,7 @@
 #define WIA_TOPOLOGY_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <wia/status.h>
 
 #ifdef __cplusplus
@@ -99,6 +100,80 @@ typedef struct wia_topology_analysis {
  * node-aligned and greedy swap refinement (docs/topology.md). */
 WIA_API wia_status_t wia_analyze_topology(const wia_topology_t* topology,
                                           wia_topology_analysis_t* analysis);
+
+/* ---------------------------------------------------------------------- */
+/* Placement (6.2.1): parts of a model onto devices                        */
+/* ---------------------------------------------------------------------- */
+
+typedef enum wia_placement_strategy {
+  /* Minimise the time the model's traffic spends on links:
+   * sum over part pairs of traffic_bytes[a][b] / bandwidth(dev a, dev b);
+   * parts on one device exchange for free. */
+  WIA_PLACEMENT_BANDWIDTH_OPTIMAL = 0,
+  /* Minimise the sum, over part pairs that exchange anything, of the link
+   * latency between their devices (small-message, tightly coupled parts). */
+  WIA_PLACEMENT_LATENCY_OPTIMAL = 1,
+  /* Part k onto device k (packed in listing order): the baseline. */
+  WIA_PLACEMENT_SEQUENTIAL = 2
+} wia_placement_strategy_t;
+
+typedef struct wia_model_part {
+  const char* name;      /* optional, for messages                          */
+  uint64_t memory_bytes; /* checked against device_memory_bytes             */
+} wia_model_part_t;
+
+/* A model as placement sees it: parts and the traffic between them. */
+typedef struct wia_model {
+  int num_parts;
+  const wia_model_part_t* parts; /* [num_parts]; NULL = unnamed, 0 bytes      */
+  /* [num_parts * num_parts], row-major: bytes part a sends to part b per
+   * step (any consistent unit; only ratios matter). Diagonal ignored. */
+  const double* traffic_bytes;
+  /* [num_parts] output: the device index (into the topology) of each part. */
+  int* device_of_part;
+} wia_model_t;
+
+typedef struct wia_placement_config {
+  /* --- input --- */
+  wia_placement_strategy_t strategy;
+  const wia_topology_t* topology;
+  /* First minimise the bytes that cross nodes, then the strategy's cost. */
+  bool minimize_cross_node_traffic;
+  int max_parts_per_device;     /* 0 = ceil(num_parts / num_devices)         */
+  uint64_t device_memory_bytes; /* 0 = no memory limit                       */
+  /* --- output, filled by wia_place_model --- */
+  double cost;             /* the strategy's objective (seconds per step for
+                              BANDWIDTH, microseconds for LATENCY)          */
+  double cross_node_bytes; /* traffic between parts on different nodes      */
+  bool optimal;            /* proven optimal by exhaustive search           */
+  char method[128];        /* how it was found, with the objective          */
+} wia_placement_config_t;
+
+/* Places model's parts on the devices of placement->topology: fills
+ * model->device_of_part and the output fields of *placement. Capacity:
+ * at most max_parts_per_device parts and device_memory_bytes of part
+ * memory per device. Exhaustive (optimal) for small searches, otherwise
+ * greedy plus swap/move refinement (docs/placement.md).
+ * WIA_ERROR_INVALID_ARGUMENT when the parts cannot fit, naming why. */
+WIA_API wia_status_t wia_place_model(wia_model_t* model, wia_placement_config_t* placement);
+
+/* ---------------------------------------------------------------------- */
+/* Bandwidth benchmark (6.2.2)                                             */
+/* ---------------------------------------------------------------------- */
+
+typedef struct wia_bandwidth_benchmark {
+  double unidirectional_gbps; /* GB/s (1e9 B/s) copying dev_a -> dev_b, 64 MiB */
+  double bidirectional_gbps;  /* GB/s summed over both directions at once     */
+  double latency_small;       /* us for one 4 KiB copy a -> b (median)         */
+  double latency_large;       /* us for one 1 MiB copy a -> b (median)         */
+} wia_bandwidth_benchmark_t;
+
+/* Measures copies between two devices through the public peer-copy API
+ * (wia_memcpy_peer_async on streams of both devices): warm-up, then the
+ * median of repeats. Blocks for tens of milliseconds. dev_a == dev_b
+ * measures copies within one device. */
+WIA_API wia_status_t wia_benchmark_bandwidth(int32_t dev_a, int32_t dev_b,
+                                             wia_bandwidth_benchmark_t* bench);
 
 #ifdef __cplusplus
 }

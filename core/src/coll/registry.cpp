@@ -29,6 +29,9 @@ constexpr AlgorithmInfo kAlgorithms[] = {
     {C::kAllReduce, A::kDirect, "direct",
      "every rank reduces its own block from all peers, then sends it to all peers",
      build_allreduce_direct, true, true},
+    {C::kAllReduce, A::kHierarchical, "hierarchical",
+     "reduce inside each node, all-reduce among node leaders, broadcast inside each node",
+     build_allreduce_hierarchical, true, true},
     {C::kBroadcast, A::kBinomial, "binomial", "binomial tree, chunk-pipelined",
      build_broadcast_binomial, true, true},
     {C::kBroadcast, A::kChain, "chain", "pipelined chain from the root", build_broadcast_chain,
@@ -80,6 +83,11 @@ const AlgorithmInfo* find_algorithm(Collective c, std::string_view name) noexcep
   return nullptr;
 }
 
+bool tuner_candidate(const AlgorithmInfo& info, const CollArgs& args) noexcept {
+  if (info.algorithm == Algorithm::kHierarchical) return is_hierarchical(args.options.groups.get());
+  return true;
+}
+
 std::uint32_t default_chunks(Collective c, Algorithm a, std::uint64_t bytes, std::int32_t nranks) {
   (void)nranks;
   const AlgorithmInfo* info = find_algorithm(c, a);
@@ -116,10 +124,20 @@ Algorithm heuristic_algorithm(Collective c, std::uint64_t bytes, std::int32_t nr
 
 Schedule build_schedule(const CollArgs& in_args, std::int32_t only_rank) {
   validate_args(in_args);
-  CollArgs args = in_args;
   // The op of a non-reducing collective is meaningless (and may be any
-  // value a C caller left there): normalise it.
-  if (!is_reducing(args.collective)) args.op = WIA_REDUCE_SUM;
+  // value a C caller left there): normalise it while copying. CollArgs is
+  // not trivially copyable (Options holds a shared_ptr), so a plain copy
+  // would load that out-of-range value as the enum type, which is
+  // undefined: copy field by field instead (keep in step with CollArgs).
+  CollArgs args;
+  args.collective = in_args.collective;
+  args.algorithm = in_args.algorithm;
+  if (is_reducing(in_args.collective)) args.op = in_args.op;
+  args.dtype = in_args.dtype;
+  args.count = in_args.count;
+  args.nranks = in_args.nranks;
+  args.root = in_args.root;
+  args.options = in_args.options;
   if (only_rank != kAllRanks && (only_rank < 0 || only_rank >= args.nranks))
     throw Error(WIA_ERROR_INVALID_ARGUMENT, std::string(collective_name(args.collective)) +
                                                 ": rank " + std::to_string(only_rank) +

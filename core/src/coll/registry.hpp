@@ -32,6 +32,15 @@ const AlgorithmInfo* find_algorithm(Collective c, Algorithm a) noexcept;
 // By name ("ring"), nullptr if the collective has no such algorithm.
 const AlgorithmInfo* find_algorithm(Collective c, std::string_view name) noexcept;
 
+// Whether the tuner should cost `info` for `args`. Every algorithm builds
+// a correct schedule for any valid arguments, but some only pay off in
+// some settings: kHierarchical needs a grouping (Options::groups) with two
+// groups or more and one of two ranks or more (is_hierarchical); without
+// one it degenerates to its leader algorithm over all ranks (no grouping,
+// every rank alone) or to reduce + broadcast (one group), which an
+// explicit request still gets.
+bool tuner_candidate(const AlgorithmInfo& info, const CollArgs& args) noexcept;
+
 // Pipeline depth used when Options::num_chunks is 0: chunks of about
 // 128 KiB for the pipelined tree/chain algorithms (capped at 64), one
 // chunk otherwise. The tuner may try others.

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "coll/schedule.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <sstream>
 #include <type_traits>
+#include <unordered_map>
 
 #include "common/error.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -57,6 +59,8 @@ const char* algorithm_name(Algorithm a) noexcept {
       return "direct";
     case Algorithm::kPairwise:
       return "pairwise";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
   }
   return "invalid";
 }
@@ -146,6 +150,64 @@ KernelOp kernel_op(wia_reduce_op_t op, const Step& step) {
   return {op, step.divisor > 1 ? step.divisor : 0};
 }
 
+RankGroups::RankGroups(std::vector<std::int32_t> group_of_rank)
+    : group_of_rank_(std::move(group_of_rank)) {
+  const std::size_t p = group_of_rank_.size();
+  if (p == 0) throw Error(WIA_ERROR_INVALID_ARGUMENT, "rank grouping: no ranks given");
+  if (p > (std::size_t{1} << 24))
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                "rank grouping: " + std::to_string(p) + " ranks is more than 16777216");
+  // Canonical group index = order of the group's lowest rank (first
+  // appearance), which makes everything below a function of the partition.
+  std::unordered_map<std::int32_t, std::int32_t> index_of_label;
+  std::vector<std::int32_t> sizes;
+  index_of_rank_.resize(p);
+  local_of_rank_.resize(p);
+  for (std::size_t r = 0; r < p; ++r) {
+    const std::int32_t label = group_of_rank_[r];
+    if (label < 0)
+      throw Error(WIA_ERROR_INVALID_ARGUMENT, "rank grouping: rank " + std::to_string(r) +
+                                                  " has negative group " + std::to_string(label));
+    auto [it, fresh] = index_of_label.try_emplace(label, static_cast<std::int32_t>(sizes.size()));
+    if (fresh) sizes.push_back(0);
+    index_of_rank_[r] = it->second;
+    local_of_rank_[r] = sizes[static_cast<std::size_t>(it->second)]++;
+  }
+  member_begin_.assign(sizes.size() + 1, 0);
+  for (std::size_t g = 0; g < sizes.size(); ++g) {
+    member_begin_[g + 1] = member_begin_[g] + sizes[g];
+    largest_ = std::max(largest_, sizes[g]);
+  }
+  members_.resize(p);
+  for (std::size_t r = 0; r < p; ++r)
+    members_[static_cast<std::size_t>(member_begin_[static_cast<std::size_t>(index_of_rank_[r])] +
+                                      local_of_rank_[r])] = static_cast<std::int32_t>(r);
+  // splitmix64 finaliser over (nranks, canonical index of every rank).
+  auto mix = [](std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  std::uint64_t h = mix(p);
+  for (std::int32_t g : index_of_rank_) h = mix(h ^ static_cast<std::uint64_t>(g));
+  fingerprint_ = h == 0 ? 1 : h;
+}
+
+std::span<const std::int32_t> RankGroups::members(std::int32_t g) const {
+  const auto b = static_cast<std::size_t>(member_begin_[static_cast<std::size_t>(g)]);
+  const auto e = static_cast<std::size_t>(member_begin_[static_cast<std::size_t>(g) + 1]);
+  return std::span<const std::int32_t>(members_).subspan(b, e - b);
+}
+
+std::uint64_t rank_groups_fingerprint(const std::shared_ptr<const RankGroups>& groups) noexcept {
+  return groups ? groups->fingerprint() : 0;
+}
+
+bool is_hierarchical(const RankGroups* groups) noexcept {
+  return groups != nullptr && groups->ngroups() >= 2 && groups->largest_group_size() >= 2;
+}
+
 BufferSizes user_buffer_sizes(const CollArgs& a, std::int32_t rank) {
   BufferSizes s;
   const std::uint64_t n = a.count;
@@ -227,6 +289,10 @@ void validate_args(const CollArgs& a) {
   if (a.count > max_elems)
     invalid(std::string(coll) + ": count " + std::to_string(a.count) +
             " overflows the byte size of an nranks * count buffer");
+  if (a.options.groups && a.options.groups->nranks() != a.nranks)
+    invalid(std::string(coll) + ": the rank grouping covers " +
+            std::to_string(a.options.groups->nranks()) + " ranks, the communicator has " +
+            std::to_string(a.nranks));
   if (a.collective == Collective::kSendRecv && a.options.peer_offset < 0)
     invalid("sendrecv: peer_offset " + std::to_string(a.options.peer_offset) + " must be >= 0");
 }

@@ -106,6 +106,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -138,8 +140,9 @@ enum class Algorithm : std::uint8_t {
   kScatterAllGather,   // broadcast: binomial scatter + ring all-gather
   kDirect,             // all-reduce, all-to-all, send-recv: all peers at once
   kPairwise,           // all-to-all: one exchange per round
+  kHierarchical,       // all-reduce: reduce in each group, leaders all-reduce, broadcast
 };
-inline constexpr int kAlgorithmCount = 12;
+inline constexpr int kAlgorithmCount = 13;
 
 const char* collective_name(Collective c) noexcept;  // "allreduce", ...
 const char* algorithm_name(Algorithm a) noexcept;    // "ring", ...
@@ -225,6 +228,59 @@ struct RankProgram {
 // Offsets may differ; element counts agree up to the uneven-partition +1.
 enum class Symmetry : std::uint8_t { kNone = 0, kRotation, kXor };
 
+// Which ranks share a locality domain, typically a node: ranks of one group
+// reach each other over the node's own fabric and other groups through the
+// node's NICs. Hierarchical algorithms (kHierarchical) work group by group;
+// the others ignore the grouping. Labels are arbitrary non-negative ints (a
+// node index, a host-name hash): only the partition they induce matters, so
+// {7, 7, 3} and {0, 0, 1} are the same grouping with the same fingerprint.
+// Groups may be uneven (3 ranks on one node, 1 on another) and their ranks
+// need not be contiguous. Immutable once built; share it by shared_ptr.
+class RankGroups {
+ public:
+  // group_of_rank[r] = label of rank r's group. Throws
+  // wia::Error(WIA_ERROR_INVALID_ARGUMENT) for an empty list or a negative
+  // label, naming the rank.
+  explicit RankGroups(std::vector<std::int32_t> group_of_rank);
+
+  std::int32_t nranks() const { return static_cast<std::int32_t>(group_of_rank_.size()); }
+  // The labels as given.
+  std::span<const std::int32_t> group_of_rank() const { return group_of_rank_; }
+  // Groups are numbered 0..ngroups-1 in the order of their lowest rank, so
+  // leaders ascend with the group index.
+  std::int32_t ngroups() const { return static_cast<std::int32_t>(member_begin_.size()) - 1; }
+  std::int32_t group(std::int32_t rank) const {
+    return index_of_rank_[static_cast<std::size_t>(rank)];
+  }
+  // Members of group g, ascending; members(g)[0] is the group's leader.
+  std::span<const std::int32_t> members(std::int32_t g) const;
+  std::int32_t leader(std::int32_t g) const { return members(g)[0]; }
+  // Position of `rank` inside its group (0 for the leader).
+  std::int32_t local_rank(std::int32_t rank) const {
+    return local_of_rank_[static_cast<std::size_t>(rank)];
+  }
+  std::int32_t largest_group_size() const { return largest_; }
+  // Stable across processes and runs (a function of the partition only),
+  // never 0 (0 stands for "no grouping").
+  std::uint64_t fingerprint() const { return fingerprint_; }
+
+ private:
+  std::vector<std::int32_t> group_of_rank_;
+  std::vector<std::int32_t> index_of_rank_;
+  std::vector<std::int32_t> local_of_rank_;
+  std::vector<std::int32_t> member_begin_;  // ngroups + 1 offsets into members_
+  std::vector<std::int32_t> members_;
+  std::int32_t largest_ = 0;
+  std::uint64_t fingerprint_ = 0;
+};
+
+// 0 for nullptr (no grouping), else groups->fingerprint().
+std::uint64_t rank_groups_fingerprint(const std::shared_ptr<const RankGroups>& groups) noexcept;
+
+// Whether a grouping gives a hierarchical algorithm anything to exploit:
+// at least two groups and at least one group of two or more ranks.
+bool is_hierarchical(const RankGroups* groups) noexcept;
+
 struct Options {
   // Pipeline depth. What is split is algorithm-specific: ring algorithms
   // split each of the nranks blocks; tree, chain and binomial algorithms
@@ -236,6 +292,10 @@ struct Options {
   // send-recv: every rank r sends to (r + peer_offset) mod nranks and
   // receives from (r - peer_offset) mod nranks.
   std::int32_t peer_offset = 1;
+  // Rank -> group (node) map of the communicator; nullptr = no grouping
+  // known, which hierarchical algorithms treat as every rank in a group of
+  // its own. When set it must cover exactly nranks ranks (validate_args).
+  std::shared_ptr<const RankGroups> groups;
 };
 
 // Arguments of a collective, as an application gives them.
@@ -243,6 +303,8 @@ struct Options {
 //          all-gather: elements each rank contributes (recv has
 //          nranks*count); reduce-scatter: elements each rank gets (send
 //          has nranks*count); all-to-all: elements per shard.
+// build_schedule copies these field by field (see there): add new fields
+// there too.
 struct CollArgs {
   Collective collective = Collective::kAllReduce;
   Algorithm algorithm = Algorithm::kAuto;

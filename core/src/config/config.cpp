@@ -155,8 +155,11 @@ class KeyIndex {
 // holds the defaults beforehand).
 class Walker {
  public:
-  Walker(const std::string& file, const KeyIndex& index, EntryMap* out)
-      : file_(file), index_(index), out_(out) {}
+  // `structured`, when given, receives the nodes of structured keys
+  // (cfg::structured_schema()); without it they are unknown keys.
+  Walker(const std::string& file, const KeyIndex& index, EntryMap* out,
+         std::map<std::string, YAML::Node, std::less<>>* structured = nullptr)
+      : file_(file), index_(index), out_(out), structured_(structured) {}
 
   // `node` is the value of key `path` (whose key node sits at key_mark).
   void section(const YAML::Node& node, const std::string& path, const YAML::Mark& key_mark) {
@@ -181,6 +184,8 @@ class Walker {
         assign(*spec, key, value);
       } else if (index_.interior(full)) {
         section(value, full, key.Mark());
+      } else if (structured_ != nullptr && is_structured(full)) {
+        (*structured_)[full] = value;
       } else {
         unknown(full, path, key.Mark());
       }
@@ -254,9 +259,16 @@ class Walker {
     return {};
   }
 
+  static bool is_structured(std::string_view full) {
+    for (const auto& row : cfg::structured_schema())
+      if (row.key == full) return true;
+    return false;
+  }
+
   const std::string& file_;
   const KeyIndex& index_;
   EntryMap* out_;
+  std::map<std::string, YAML::Node, std::less<>>* structured_;
 };
 
 const std::vector<Spec>& core_specs() {
@@ -327,6 +339,7 @@ struct Config::Impl {
   EntryMap entries;
   std::map<std::string, Section, std::less<>> raw_sections;
   std::set<std::string, std::less<>> declared;
+  std::map<std::string, YAML::Node, std::less<>> structured;  // selector.rules, ...
 
   Impl() {
     seed_defaults(core_specs(), &entries, [](const Spec& spec, const std::string& why) {
@@ -373,7 +386,7 @@ void Config::Impl::load_yaml(std::string_view text) {
 
   const KeyIndex& index = core_index();
   const std::vector<std::string> core_sections = index.top_sections();
-  Walker walker(file, index, &entries);
+  Walker walker(file, index, &entries, &structured);
   std::map<std::string, YAML::Mark> seen;
   for (const auto& pair : root) {
     const YAML::Node key = pair.first;  // copies, see Walker::section
@@ -447,6 +460,11 @@ Config Config::load_from_env(const EnvLookup& env) {
 }
 
 const std::string& Config::file() const { return impl_->file; }
+
+const YAML::Node* Config::structured(std::string_view key) const {
+  auto it = impl_->structured.find(key);
+  return it == impl_->structured.end() ? nullptr : &it->second;
+}
 
 const ConfigValue& Config::get(std::string_view key) const { return impl_->entry(key).shown; }
 

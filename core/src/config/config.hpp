@@ -14,6 +14,10 @@
 #include <string_view>
 #include <vector>
 
+namespace YAML {
+class Node;
+}
+
 namespace wia {
 
 // Where a value came from: "default", "<file>:<line>:<col>", "env WIA_X".
@@ -72,6 +76,12 @@ class Config {
   // Name of the YAML file (or of the text given to parse()); empty when
   // only embedded defaults were used.
   const std::string& file() const;
+
+  // The YAML node of a structured key (cfg::structured_schema(), e.g.
+  // "selector.rules"), marks included, unvalidated: its owner validates it
+  // and names file() with the node's line and column. nullptr when the file
+  // does not give the key (or `key` is not a structured key).
+  const YAML::Node* structured(std::string_view key) const;
 
   // Validate the top-level section named `provider` (and WIA_<PROVIDER>_*
   // variables) against the provider's declared parameters, filling

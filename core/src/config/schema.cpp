@@ -71,10 +71,33 @@ constexpr KeySpec kCoreSchema[] = {
      .default_value = "",
      .description = "Algorithm rules 'collective:algorithm[:min-max bytes]', first match wins; "
                     "empty = cost model"},
+    {.key = "selector.transport",
+     .type = ValueType::kList,
+     .default_value = "",
+     .description = "Forced transport: 'tcp' for every inter-process link, or per link class "
+                    "'same_node=shm,different_nodes=tcp'; overrides selector.rules"},
+    {.key = "tuner.link_file",
+     .type = ValueType::kString,
+     .default_value = "",
+     .description = "Measured links (wia-bw --output) the cost model uses instead of its "
+                    "default figures; empty = defaults"},
 };
 
 }  // namespace
 
 std::span<const KeySpec> core_schema() { return kCoreSchema; }
+
+namespace {
+
+constexpr StructuredKeySpec kStructuredSchema[] = {
+    {.key = "selector.rules",
+     .description = "Transport selection rules, first match wins (docs/selector.md)"},
+    {.key = "selector.groups",
+     .description = "Named groups of nodes or devices that selector rules can match"},
+};
+
+}  // namespace
+
+std::span<const StructuredKeySpec> structured_schema() { return kStructuredSchema; }
 
 }  // namespace wia::cfg

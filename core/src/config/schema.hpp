@@ -48,6 +48,17 @@ struct KeySpec {
 // The compiled-in core keys, in table order.
 std::span<const KeySpec> core_schema();
 
+// Keys whose value is a YAML structure (e.g. selector.rules, a list of
+// mappings) that the subsystem owning it validates: the loader only keeps
+// the node, marks included, so that subsystem can name file:line:column.
+// Their section must also hold at least one KeySpec row. No environment
+// variable sets them.
+struct StructuredKeySpec {
+  std::string_view key;
+  std::string_view description;
+};
+std::span<const StructuredKeySpec> structured_schema();
+
 // Runtime form of a key, owning its strings (provider declarations point
 // into a shared object that may be unloaded before the Config dies).
 struct Spec {

@@ -45,10 +45,11 @@ std::shared_ptr<const ExecPlan> make_plan(coll::Schedule schedule, double estima
 }
 
 std::string PlanCache::key(const coll::CollArgs& a, coll::Algorithm algorithm) {
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", static_cast<int>(a.collective),
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{:x}", static_cast<int>(a.collective),
                      static_cast<int>(algorithm), static_cast<int>(a.op),
                      static_cast<int>(a.dtype), a.count, a.nranks, a.root,
-                     a.options.in_place ? 1 : 0, a.options.num_chunks, a.options.peer_offset);
+                     a.options.in_place ? 1 : 0, a.options.num_chunks, a.options.peer_offset,
+                     coll::rank_groups_fingerprint(a.options.groups));
 }
 
 std::shared_ptr<const ExecPlan> PlanCache::find(const coll::CollArgs& args,

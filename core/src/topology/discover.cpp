@@ -128,6 +128,10 @@ Topology discover() {
     t.device_names.push_back(
         fmt::format("{}/{}{}", t.node_names[0], d.provider->name(), d.local_index));
     t.node_of.push_back(0);
+    // One process drives every discovered device; NUMA by hwloc's index.
+    t.process_of.push_back(0);
+    t.numa_of.push_back(where.back() != nullptr ? static_cast<int>(where.back()->logical_index)
+                                                : -1);
   }
 
   for (int i = 0; i < n; ++i) {

@@ -193,6 +193,11 @@ Topology from_c(const wia_topology_t& c) {
     }
   }
   if (c.interconnect_name != nullptr) t.interconnect = c.interconnect_name;
+  // Not in the C view: where devices sit inside a node (library-built only).
+  if (c.store != nullptr && c.store->t.n == n) {
+    t.numa_of = c.store->t.numa_of;
+    t.process_of = c.store->t.process_of;
+  }
   return t;
 }
 

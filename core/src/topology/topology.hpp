@@ -33,6 +33,12 @@ struct Topology {
   std::vector<int> node_of;               // [n]
   std::vector<std::string> node_names;    // [num nodes], unique
   std::string interconnect;               // "" = derive (fastest link present)
+  // Where each device sits inside its node, for the selector's link
+  // classes. Empty vectors mean the defaults: NUMA unknown (-1) and one
+  // process per device (each rank drives one device). Process ids are
+  // global (distinct across nodes); NUMA ids are local to a node.
+  std::vector<int> numa_of;     // [n] or empty
+  std::vector<int> process_of;  // [n] or empty
 
   std::vector<double> bandwidth;   // [n*n] GB/s
   std::vector<double> latency;     // [n*n] us
@@ -51,6 +57,11 @@ struct Topology {
   // "none" when n < 2.
   std::string fastest_link_type() const;
   int num_nodes() const { return static_cast<int>(node_names.size()); }
+  int numa(int i) const { return numa_of.empty() ? -1 : numa_of[static_cast<std::size_t>(i)]; }
+  int process(int i) const {
+    return process_of.empty() ? i : process_of[static_cast<std::size_t>(i)];
+  }
+  int node(int i) const { return node_of[static_cast<std::size_t>(i)]; }
 };
 
 // Fills a C view owning a copy of `t` (previous contents of *out ignored).
@@ -68,5 +79,11 @@ Topology discover();
 // "file:line:column" and the key; export throws WIA_ERROR_IO.
 Topology load_yaml(const std::string& path);
 void export_yaml(const Topology& t, const std::string& path);
+
+// wia_benchmark_bandwidth's measurement (benchmark.cpp), and the per-message
+// latency alpha (us) fitted through its 4 KiB and 1 MiB points, floored at
+// 0.01 us: what wia-bw writes as a link's latency_us.
+wia_bandwidth_benchmark_t benchmark_bandwidth(std::int32_t dev_a, std::int32_t dev_b);
+double alpha_from(const wia_bandwidth_benchmark_t& bench);
 
 }  // namespace wia::topo

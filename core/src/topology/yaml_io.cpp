@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -45,6 +46,9 @@ class Loader {
     if (!root["links"]) fail(root.Mark(), "links", "is required");
     read_nodes(root["nodes"]);
     t_.resize(static_cast<int>(t_.device_names.size()));
+    if (std::any_of(numa_.begin(), numa_.end(), [](int v) { return v >= 0; }))
+      t_.numa_of = numa_;
+    t_.process_of = process_;
     read_links(root["links"]);
     check_covered(root["links"]);
     if (root["interconnect"]) t_.interconnect = scalar(root["interconnect"], "interconnect");
@@ -102,7 +106,7 @@ class Loader {
       const YAML::Node nd = nodes[k];
       const std::string path = fmt::format("nodes[{}]", k);
       if (!nd.IsMap()) fail(nd.Mark(), path, "must be a map with name and devices");
-      check_keys(nd, path + ".", {"name", "count", "devices", "device_prefix"});
+      check_keys(nd, path + ".", {"name", "count", "devices", "device_prefix", "numa", "processes"});
       if (!nd["name"]) fail(nd.Mark(), path + ".name", "is required");
       if (!nd["devices"]) fail(nd.Mark(), path + ".devices", "is required");
       const std::string name = scalar(nd["name"], path + ".name");
@@ -125,6 +129,8 @@ class Loader {
           fail(dv.Mark(), path + ".devices", fmt::format("must be in 1..{}", kMaxDevices));
         for (int d = 0; d < nd_count; ++d) devs.push_back(fmt::format("{}{}", prefix, d));
       }
+      const std::vector<int> numa = split(nd["numa"], path + ".numa", devs.size());
+      const std::vector<int> procs = split(nd["processes"], path + ".processes", devs.size());
       for (int c = 0; c < count; ++c) {
         const std::string node_name = count > 1 ? fmt::format("{}{}", name, c) : name;
         auto [prev, fresh] = node_seen.emplace(node_name, nd["name"].Mark());
@@ -133,6 +139,14 @@ class Loader {
                fmt::format("node '{}' is already defined at {}", node_name, where(prev->second)));
         const int node = static_cast<int>(t_.node_names.size());
         t_.node_names.push_back(node_name);
+        int max_process = -1;
+        for (std::size_t d = 0; d < devs.size(); ++d) {
+          numa_.push_back(numa.empty() ? -1 : numa[d]);
+          const int local = procs.empty() ? static_cast<int>(d) : procs[d];
+          process_.push_back(next_process_ + local);
+          max_process = std::max(max_process, local);
+        }
+        next_process_ += max_process + 1;
         for (const auto& d : devs) {
           const std::string full = node_name + "/" + d;
           if (!index_.emplace(full, static_cast<int>(t_.device_names.size())).second)
@@ -144,6 +158,33 @@ class Loader {
         }
       }
     }
+  }
+
+  // A per-device assignment (NUMA node, process) of a node's `count`
+  // devices: absent = empty; a number M = devices split in listing order
+  // into M equal runs (device d -> d * M / count); a list = one value per
+  // device. Values are >= 0.
+  std::vector<int> split(const YAML::Node& n, const std::string& key, std::size_t count) const {
+    std::vector<int> out;
+    if (!n) return out;
+    if (n.IsSequence()) {
+      if (n.size() != count)
+        fail(n.Mark(), key,
+             fmt::format("lists {} values for {} devices (give one per device, or a count)",
+                         n.size(), count));
+      for (std::size_t d = 0; d < n.size(); ++d) {
+        const int v = as<int>(n[d], fmt::format("{}[{}]", key, d), "an integer >= 0");
+        if (v < 0) fail(n[d].Mark(), fmt::format("{}[{}]", key, d), "must be >= 0");
+        out.push_back(v);
+      }
+      return out;
+    }
+    const int m = as<int>(n, key, "a count or a list with one value per device");
+    if (m < 1 || static_cast<std::size_t>(m) > count)
+      fail(n.Mark(), key, fmt::format("must be in 1..{} (the node's device count)", count));
+    for (std::size_t d = 0; d < count; ++d)
+      out.push_back(static_cast<int>(d * static_cast<std::size_t>(m) / count));
+    return out;
   }
 
   int device_ref(const YAML::Node& n, const std::string& key) const {
@@ -257,6 +298,8 @@ class Loader {
   std::string file_;
   Topology t_;
   std::map<std::string, int> index_;
+  std::vector<int> numa_, process_;  // per device, in listing order
+  int next_process_ = 0;             // first global process id of the next node
 };
 
 // A double-quoted YAML scalar.
@@ -294,6 +337,23 @@ void export_yaml(const Topology& t, const std::string& path) {
       first = false;
     }
     out += "]\n";
+    // Placement inside the node, when known: NUMA nodes, and processes
+    // numbered from 0 within the node.
+    std::string numa, procs;
+    int first_process = -1;
+    for (std::size_t i = 0; i < device_count; ++i) {
+      if (t.node_of[i] != node) continue;
+      const int id = static_cast<int>(i);
+      if (first_process < 0 || t.process(id) < first_process) first_process = t.process(id);
+    }
+    for (std::size_t i = 0; i < device_count; ++i) {
+      if (t.node_of[i] != node) continue;
+      const int id = static_cast<int>(i);
+      numa += fmt::format("{}{}", numa.empty() ? "" : ", ", std::max(t.numa(id), 0));
+      procs += fmt::format("{}{}", procs.empty() ? "" : ", ", t.process(id) - first_process);
+    }
+    if (!t.numa_of.empty()) out += fmt::format("    numa: [{}]\n", numa);
+    out += fmt::format("    processes: [{}]\n", procs);
   }
   out += "links:\n";
   auto entry = [&](int i, int j, bool directed) {

@@ -29,7 +29,40 @@ LinkModel LinkModel::uniform(std::int32_t nranks, double alpha_us, double gbps) 
   return m;
 }
 
+LinkModel LinkModel::two_level(std::int32_t nranks, std::span<const std::int32_t> group_of_rank,
+                               double intra_alpha_us, double intra_gbps, double inter_alpha_us,
+                               double inter_gbps, double nic_gbps, NicSharing sharing) {
+  if (nranks < 1 || group_of_rank.size() != static_cast<std::size_t>(nranks))
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                "two-level link model: " + std::to_string(group_of_rank.size()) +
+                    " group labels for " + std::to_string(nranks) + " ranks");
+  LinkModel m;
+  m.nranks = nranks;
+  m.alpha_us = inter_alpha_us;
+  m.gbps = inter_gbps;
+  const std::size_t p = static_cast<std::size_t>(nranks);
+  m.alpha_matrix_us.assign(p * p, inter_alpha_us);
+  m.gbps_matrix.assign(p * p, inter_gbps);
+  for (std::size_t s = 0; s < p; ++s)
+    for (std::size_t d = 0; d < p; ++d)
+      if (group_of_rank[s] == group_of_rank[d]) {
+        m.alpha_matrix_us[s * p + d] = intra_alpha_us;
+        m.gbps_matrix[s * p + d] = intra_gbps;
+      }
+  m.port_gbps = nic_gbps;
+  m.node_of_rank.assign(group_of_rank.begin(), group_of_rank.end());
+  if (sharing == NicSharing::kPerNode) {
+    m.nic_of_rank = m.node_of_rank;
+  } else {
+    m.nic_of_rank.resize(p);
+    for (std::size_t r = 0; r < p; ++r) m.nic_of_rank[r] = static_cast<std::int32_t>(r);
+  }
+  m.validate();
+  return m;
+}
+
 bool LinkModel::is_uniform() const {
+  if (!node_of_rank.empty() || !nic_of_rank.empty()) return false;
   auto all_equal = [this](const std::vector<double>& v) {
     for (std::int32_t s = 0; s < nranks; ++s)
       for (std::int32_t d = 0; d < nranks; ++d)
@@ -60,6 +93,18 @@ void LinkModel::validate() const {
     if (i % (static_cast<std::size_t>(nranks) + 1) != 0 && !(gbps_matrix[i] > 0))
       bad("link model: bandwidth of link " + std::to_string(i / nranks) + "->" +
           std::to_string(i % nranks) + " must be > 0");
+  auto check_labels = [&](const std::vector<std::int32_t>& v, const char* what) {
+    if (v.empty()) return;
+    if (v.size() != static_cast<std::size_t>(nranks))
+      bad(std::string("link model: ") + what + " has " + std::to_string(v.size()) +
+          " entries, expected " + std::to_string(nranks));
+    for (std::size_t r = 0; r < v.size(); ++r)
+      if (v[r] < 0)
+        bad(std::string("link model: ") + what + " of rank " + std::to_string(r) +
+            " is negative (" + std::to_string(v[r]) + ")");
+  };
+  check_labels(node_of_rank, "node_of_rank");
+  check_labels(nic_of_rank, "nic_of_rank");
   if (port_gbps < 0 || reduce_gbps < 0 || copy_gbps < 0)
     bad("link model: port/reduce/copy bandwidths must be >= 0 (0 = unlimited)");
   if (!(message_overhead_us >= 0))
@@ -97,10 +142,12 @@ struct Sim {
   std::vector<std::uint8_t> deps_ok;
   // Per send.
   std::vector<std::uint32_t> link;
-  std::vector<std::uint32_t> eject;  // receiving rank's port, kNoPort for none
+  std::vector<std::uint32_t> inject;  // sending rank's port, kNoPort for none
+  std::vector<std::uint32_t> eject;   // receiving rank's port, kNoPort for none
   std::vector<double> alpha, link_us_per_byte;
   // Resources.
   std::vector<double> link_free, port_free, eject_free, compute_free;
+  std::vector<double> overhead_free;  // per rank: its per-message overhead is serial
   double port_us_per_byte = 0, reduce_us_per_byte = 0, copy_us_per_byte = 0;
   double overhead_us = 0;
   std::size_t elem_size = 1;
@@ -154,7 +201,8 @@ struct Sim {
   // would leave both idle in turns). Then the receive can complete.
   void deliver(std::uint32_t id, double tx) {
     const double bytes = static_cast<double>(steps[id]->count * elem_size);
-    double received = tx + bytes * std::max(link_us_per_byte[id], port_us_per_byte);
+    const double port_rate = inject[id] != kNoPort ? port_us_per_byte : 0.0;
+    double received = tx + bytes * std::max(link_us_per_byte[id], port_rate);
     const std::uint32_t e = eject[id];
     if (port_us_per_byte > 0 && e != kNoPort) {
       eject_free[e] = std::max(tx, eject_free[e]) + bytes * port_us_per_byte;
@@ -195,12 +243,18 @@ struct Sim {
       const std::uint32_t r = rank[it.id];
       if (st.is_send()) {
         // The send side is claimed in the order sends become ready.
+        // Messages inside a node skip the ports (kNoPort); the per-message
+        // overhead is the sending rank's, whatever the path.
         const std::uint32_t l = link[it.id];
-        const double start = std::max({it.time, link_free[l], port_free[r]});
-        const double tx = start + overhead_us;  // the rank's per-message cost first
-        const double occupy = bytes * std::max(link_us_per_byte[it.id], port_us_per_byte);
+        const std::uint32_t port = inject[it.id];
+        const double port_rate = port != kNoPort ? port_us_per_byte : 0.0;
+        const double start = std::max(
+            {it.time, link_free[l], port != kNoPort ? port_free[port] : 0.0, overhead_free[r]});
+        const double tx = start + overhead_us;
+        overhead_free[r] = tx;
+        const double occupy = bytes * std::max(link_us_per_byte[it.id], port_rate);
         link_free[l] = tx + occupy;
-        port_free[r] = tx + (port_us_per_byte > 0 ? occupy : 0.0);
+        if (port != kNoPort) port_free[port] = tx + (port_rate > 0 ? occupy : 0.0);
         // The receive side is claimed when the bytes start to flow, so that
         // it serves messages in the order they actually start.
         heap.push({tx, it.id | kEjectEvent});
@@ -229,15 +283,17 @@ struct MsgKey {
   }
 };
 
-void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_t nresources) {
+void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_t nresources,
+                 std::size_t nports) {
   sim.port_us_per_byte = us_per_byte(m.port_gbps);
   sim.overhead_us = m.message_overhead_us;
   sim.reduce_us_per_byte = us_per_byte(m.reduce_gbps);
   sim.copy_us_per_byte = us_per_byte(m.copy_gbps);
   sim.elem_size = elem_size;
-  sim.port_free.assign(nresources, 0.0);
-  sim.eject_free.assign(nresources, 0.0);
+  sim.port_free.assign(nports, 0.0);
+  sim.eject_free.assign(nports, 0.0);
   sim.compute_free.assign(nresources, 0.0);
+  sim.overhead_free.assign(nresources, 0.0);
 }
 
 // Adds program `prog` as simulation rank `r` (dependency CSR built later).
@@ -261,6 +317,7 @@ void finish_graph(Sim& sim, std::vector<std::pair<std::uint32_t, std::uint32_t>>
   sim.deps_ok.assign(n, 0);
   sim.match.assign(n, 0);
   sim.link.assign(n, 0);
+  sim.inject.assign(n, kNoPort);
   sim.eject.assign(n, kNoPort);
   sim.alpha.assign(n, 0.0);
   sim.link_us_per_byte.assign(n, 0.0);
@@ -296,8 +353,25 @@ void pair_messages(Sim& sim, std::vector<MsgKey>& sends, std::vector<MsgKey>& re
 }
 
 CostEstimate estimate_full(const Schedule& s, const LinkModel& m) {
+  // Port of each rank: dense indices of the NIC labels (one per rank
+  // without labels).
+  std::vector<std::uint32_t> port_of(static_cast<std::size_t>(s.nranks));
+  std::size_t nports = port_of.size();
+  if (!m.nic_of_rank.empty()) {
+    std::unordered_map<std::int32_t, std::uint32_t> dense;
+    for (std::size_t r = 0; r < port_of.size(); ++r)
+      port_of[r] = dense.try_emplace(m.nic_of_rank[r], static_cast<std::uint32_t>(dense.size()))
+                       .first->second;
+    nports = dense.size();
+  } else {
+    for (std::size_t r = 0; r < port_of.size(); ++r) port_of[r] = static_cast<std::uint32_t>(r);
+  }
+  auto same_node = [&](std::int32_t a, std::int32_t b) {
+    return !m.node_of_rank.empty() && m.node_of_rank[static_cast<std::size_t>(a)] ==
+                                          m.node_of_rank[static_cast<std::size_t>(b)];
+  };
   Sim sim;
-  init_common(sim, m, s.elem_size(), static_cast<std::size_t>(s.nranks));
+  init_common(sim, m, s.elem_size(), static_cast<std::size_t>(s.nranks), nports);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
   for (std::int32_t r = 0; r < s.nranks; ++r)
     add_program(sim, s.programs[static_cast<std::size_t>(r)], static_cast<std::uint32_t>(r), edges);
@@ -308,7 +382,10 @@ CostEstimate estimate_full(const Schedule& s, const LinkModel& m) {
     const std::int64_t r = sim.rank[id];
     if (st.is_send()) {
       sends.push_back({r, st.peer, st.tag, id});
-      sim.eject[id] = static_cast<std::uint32_t>(st.peer);
+      if (!same_node(static_cast<std::int32_t>(r), st.peer)) {
+        sim.inject[id] = port_of[static_cast<std::size_t>(r)];
+        sim.eject[id] = port_of[static_cast<std::size_t>(st.peer)];
+      }
       sim.alpha[id] = m.alpha(static_cast<std::int32_t>(r), st.peer);
       sim.link_us_per_byte[id] = us_per_byte(m.bandwidth(static_cast<std::int32_t>(r), st.peer));
     } else if (st.is_recv()) {
@@ -346,7 +423,7 @@ CostEstimate estimate_symmetric(const Schedule& s, const LinkModel& m, bool unif
     return worst[d] = {a, bw};
   };
   Sim sim;
-  init_common(sim, m, s.elem_size(), 1);
+  init_common(sim, m, s.elem_size(), 1, 1);
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
   add_program(sim, s.programs[0], 0, edges);
   finish_graph(sim, edges);
@@ -355,6 +432,7 @@ CostEstimate estimate_symmetric(const Schedule& s, const LinkModel& m, bool unif
     const Step& st = *sim.steps[id];
     if (st.is_send()) {
       sends.push_back({0, st.peer, st.tag, id});
+      sim.inject[id] = 0;
       const auto [a, bw] = offset_link(st.peer);
       sim.alpha[id] = a;
       sim.link_us_per_byte[id] = us_per_byte(bw);
@@ -450,24 +528,39 @@ std::vector<std::uint32_t> chunk_candidates(std::uint64_t count, std::size_t ele
 Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia_datatype_t dtype,
                            std::int32_t nranks, const LinkModel& model,
                            std::vector<Candidate>* considered) {
-  if (model.nranks != nranks)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT, std::string("select_algorithm: link model has ") +
-                                                std::to_string(model.nranks) +
-                                                " ranks, communicator " + std::to_string(nranks));
   coll::CollArgs args;
   args.collective = collective;
   args.dtype = dtype;
   args.count = count;
   args.nranks = nranks;
+  return select_algorithm(args, model, considered);
+}
+
+Selection select_algorithm(const coll::CollArgs& given, const LinkModel& model,
+                           std::vector<Candidate>* considered) {
+  if (model.nranks != given.nranks)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                std::string("select_algorithm: link model has ") + std::to_string(model.nranks) +
+                    " ranks, communicator " + std::to_string(given.nranks));
+  coll::CollArgs args;
+  args.collective = given.collective;
+  args.dtype = given.dtype;
+  args.count = given.count;
+  args.nranks = given.nranks;
   args.op = WIA_REDUCE_SUM;
+  args.options.groups = given.options.groups;
   coll::validate_args(args);
+  const std::uint64_t count = args.count;
+  const std::int32_t nranks = args.nranks;
+  const wia_datatype_t dtype = args.dtype;
   const std::size_t es = kernels::dtype_size(dtype);
   Selection best;
   double best_us = 0;
   // Splitting a ring's blocks only overlaps transfers with local work; with
   // free local work it only adds latency terms, so it is not worth costing.
   const bool local_work_costs = model.reduce_gbps > 0 || model.copy_gbps > 0;
-  for (const coll::AlgorithmInfo* info : coll::algorithms_for(collective)) {
+  for (const coll::AlgorithmInfo* info : coll::algorithms_for(args.collective)) {
+    if (!coll::tuner_candidate(*info, args)) continue;
     std::vector<std::uint32_t> chunks{1};
     if (info->pipelined && (info->algorithm != Algorithm::kRing || local_work_costs))
       chunks = chunk_candidates(count, es, nranks);
@@ -492,7 +585,14 @@ Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia
   return best;
 }
 
-Selector::Selector(LinkModel model) : model_(std::move(model)) { model_.validate(); }
+Selector::Selector(LinkModel model, std::shared_ptr<const coll::RankGroups> groups)
+    : model_(std::move(model)), groups_(std::move(groups)) {
+  model_.validate();
+  if (groups_ && groups_->nranks() != model_.nranks)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                "selector: the rank grouping covers " + std::to_string(groups_->nranks()) +
+                    " ranks, the link model " + std::to_string(model_.nranks));
+}
 
 std::uint32_t Selector::size_bucket(std::uint64_t count) {
   if (count < 64) return static_cast<std::uint32_t>(count);
@@ -503,12 +603,23 @@ std::uint32_t Selector::size_bucket(std::uint64_t count) {
 
 const Selection& Selector::select(coll::Collective collective, std::uint64_t count,
                                   wia_datatype_t dtype) {
-  const std::uint64_t key = (static_cast<std::uint64_t>(size_bucket(count)) << 16) |
-                            (static_cast<std::uint64_t>(collective) << 8) |
-                            kernels::dtype_size(dtype);
+  coll::CollArgs args;
+  args.collective = collective;
+  args.count = count;
+  args.dtype = dtype;
+  args.nranks = model_.nranks;
+  args.options.groups = groups_;
+  return select(args);
+}
+
+const Selection& Selector::select(const coll::CollArgs& args) {
+  const Key key{(static_cast<std::uint64_t>(size_bucket(args.count)) << 16) |
+                    (static_cast<std::uint64_t>(args.collective) << 8) |
+                    kernels::dtype_size(args.dtype),
+                coll::rank_groups_fingerprint(args.options.groups)};
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  return cache_[key] = select_algorithm(collective, count, dtype, model_.nranks, model_);
+  return cache_[key] = select_algorithm(args, model_);
 }
 
 double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps) {

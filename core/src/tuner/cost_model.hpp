@@ -36,7 +36,10 @@
 // O(p) instead of O(p^2) (tested equal to the full simulation). Non-uniform
 // links use the full simulation up to kFullSimulationMaxRanks ranks and
 // beyond it the symmetric shortcut with, for each peer offset, the worst
-// link of that offset (a conservative bulk-synchronous bound). For
+// link of that offset (a conservative bulk-synchronous bound, except that
+// it charges every message its rank's own port: NICs shared by the ranks
+// of a node, and node-local messages skipping them, LinkModel::nic_of_rank
+// and node_of_rank, are seen by the full simulation only). For
 // p > 64, a ring-like schedule whose count leaves some chunks empty (and
 // so breaks its symmetry) is costed at one element per chunk: same rounds,
 // bytes rounded up. Selection tries pipelined algorithms at chunk counts
@@ -48,6 +51,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -56,6 +61,12 @@
 namespace wia::tuner {
 
 inline constexpr std::int32_t kFullSimulationMaxRanks = 256;
+
+// Who owns a NIC in LinkModel::two_level.
+enum class NicSharing : std::uint8_t {
+  kPerNode,  // one NIC per node: every rank of the node shares it (typical CPU cluster)
+  kPerRank,  // one NIC per rank (rail-optimised GPU nodes)
+};
 
 // Alpha-beta parameters of a communicator. GB/s are 1e9 bytes per second.
 struct LinkModel {
@@ -71,6 +82,14 @@ struct LinkModel {
   // receive side (incast). 0 = unlimited (a full mesh of dedicated links,
   // e.g. NVLink/xGMI all-to-all).
   double port_gbps = 0.0;
+  // Optional NIC sharing and node locality, nranks entries each (labels are
+  // arbitrary non-negative ints). node_of_rank: messages between two ranks
+  // of one node travel over the node's own fabric (the link matrices) and
+  // skip the ports. nic_of_rank: ranks with the same label share one port
+  // (its send side and its receive side). Empty = every rank on a node of
+  // its own with a port of its own (every message uses ports).
+  std::vector<std::int32_t> node_of_rank;
+  std::vector<std::int32_t> nic_of_rank;
   // Per-message cost on the sending rank (LogGP's o/g: software, doorbell,
   // NIC message rate): each send keeps its rank busy this long before its
   // bytes go. 0 by default so the textbook formulas hold; a few tenths of
@@ -83,6 +102,15 @@ struct LinkModel {
 
   // Every link alpha_us / gbps, and one injection port of gbps per rank.
   static LinkModel uniform(std::int32_t nranks, double alpha_us, double gbps);
+  // Two-level cluster: ranks with the same group_of_rank label are on one
+  // node, linked by intra_alpha_us / intra_gbps; ranks of different nodes
+  // by inter_alpha_us / inter_gbps, through NICs of nic_gbps each (0 = no
+  // NIC limit), one per node or one per rank. group_of_rank has nranks
+  // entries (the labels of coll::RankGroups::group_of_rank()).
+  static LinkModel two_level(std::int32_t nranks, std::span<const std::int32_t> group_of_rank,
+                             double intra_alpha_us, double intra_gbps, double inter_alpha_us,
+                             double inter_gbps, double nic_gbps,
+                             NicSharing sharing = NicSharing::kPerNode);
 
   double alpha(std::int32_t src, std::int32_t dst) const {
     return alpha_matrix_us.empty() ? alpha_us : alpha_matrix_us[idx(src, dst)];
@@ -90,6 +118,8 @@ struct LinkModel {
   double bandwidth(std::int32_t src, std::int32_t dst) const {
     return gbps_matrix.empty() ? gbps : gbps_matrix[idx(src, dst)];
   }
+  // Uniform links and no NIC sharing or node locality (node_of_rank /
+  // nic_of_rank empty): every rank sees the same network.
   bool is_uniform() const;
   // Throws wia::Error(INVALID_ARGUMENT) on bad sizes or non-positive values.
   void validate() const;
@@ -138,6 +168,13 @@ struct Selection {
 Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia_datatype_t dtype,
                            std::int32_t nranks, const LinkModel& model,
                            std::vector<Candidate>* considered = nullptr);
+// The same for args.collective, args.count, args.dtype and args.nranks,
+// with args.options.groups: a grouping makes hierarchical algorithms
+// candidates (coll::tuner_candidate) and is passed to every candidate.
+// The other fields of args are ignored as above (SUM, root 0, out of place,
+// chunk counts tried by the selection).
+Selection select_algorithm(const coll::CollArgs& args, const LinkModel& model,
+                           std::vector<Candidate>* considered = nullptr);
 
 // select_algorithm with a cache per (collective, element size, size
 // bucket): counts below 64 are their own bucket (partitions differ), above
@@ -149,16 +186,33 @@ Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia
 // per communicator.
 class Selector {
  public:
-  explicit Selector(LinkModel model);
+  // `groups`: the communicator's rank grouping (nullptr = none), given to
+  // every selection made through the three-argument select().
+  explicit Selector(LinkModel model, std::shared_ptr<const coll::RankGroups> groups = nullptr);
   const Selection& select(coll::Collective collective, std::uint64_t count, wia_datatype_t dtype);
+  // With the grouping of args.options.groups instead of the selector's
+  // (part of the cache key, by fingerprint).
+  const Selection& select(const coll::CollArgs& args);
   const LinkModel& model() const { return model_; }
+  const std::shared_ptr<const coll::RankGroups>& groups() const { return groups_; }
   std::size_t cached() const { return cache_.size(); }
 
   static std::uint32_t size_bucket(std::uint64_t count);
 
  private:
+  struct Key {
+    std::uint64_t shape;        // size bucket, collective, element size
+    std::uint64_t fingerprint;  // of the grouping
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const noexcept {
+      return static_cast<std::size_t>(k.shape * 0x9e3779b97f4a7c15ull ^ k.fingerprint);
+    }
+  };
   LinkModel model_;
-  std::unordered_map<std::uint64_t, Selection> cache_;
+  std::shared_ptr<const coll::RankGroups> groups_;
+  std::unordered_map<Key, Selection, KeyHash> cache_;
 };
 
 // The spec's closed forms (6.5.1-6.5.3), beta = 1 / bandwidth, n in bytes.

@@ -215,6 +215,12 @@ std::string Case::describe() const {
      << kernels::reduce_op_name(op) << " root=" << root << " chunks=" << num_chunks
      << (in_place ? " in-place" : " out-of-place") << (sim.rendezvous ? " rendezvous" : " eager")
      << " seed=" << sim.seed;
+  if (groups) {
+    os << " groups=[";
+    for (std::int32_t r = 0; r < groups->nranks(); ++r)
+      os << (r ? "," : "") << groups->group_of_rank()[static_cast<std::size_t>(r)];
+    os << ']';
+  }
   return os.str();
 }
 
@@ -275,6 +281,7 @@ std::string run_case(const Case& c) {
   a.options.num_chunks = c.num_chunks;
   a.options.in_place = c.in_place;
   a.options.peer_offset = c.peer_offset;
+  a.options.groups = c.groups;
   Schedule s;
   try {
     s = build_schedule(a);

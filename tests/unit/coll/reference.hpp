@@ -24,6 +24,7 @@
 #include <wia/status.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,6 +64,7 @@ struct Case {
   std::int32_t root = 0;
   std::uint32_t num_chunks = 0;
   std::int32_t peer_offset = 1;
+  std::shared_ptr<const RankGroups> groups;  // Options::groups
   SimOptions sim;
 
   std::string describe() const;

@@ -242,7 +242,12 @@ TEST_CASE("schedule: scratch stays within each algorithm's documented bound") {
         std::uint64_t bound = 0;
         switch (info.collective) {
           case Collective::kAllReduce:
-            bound = info.algorithm == Algorithm::kRecursiveDoubling ? c : 0;
+            // Hierarchical: non-leaders accumulate its phase-1 reduce
+            // (and its leader phase may be recursive doubling).
+            bound = info.algorithm == Algorithm::kRecursiveDoubling ||
+                            info.algorithm == Algorithm::kHierarchical
+                        ? c
+                        : 0;
             break;
           case Collective::kReduce:
             bound = c;

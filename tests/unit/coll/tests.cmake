@@ -14,6 +14,7 @@ wia_add_unit_test(coll
     ${CMAKE_CURRENT_LIST_DIR}/matrix_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/sim_executor_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cost_model_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/hierarchical_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/reference.cpp
     ${WIA_COLL_SOURCES}
     ${PROJECT_SOURCE_DIR}/core/src/tuner/cost_model.cpp

@@ -41,3 +41,73 @@ endforeach()
 
 set_tests_properties(tool_wia_info_providers tool_wia_info_config tool_wia_info_topology
                      PROPERTIES TIMEOUT 60 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
+# --- Transport selection, placement, topology diff, bandwidth (issue 5) ---
+set(_wia_bw $<TARGET_FILE:wia-bw>)
+set(_tool_data ${CMAKE_CURRENT_LIST_DIR}/data)
+set(_examples ${PROJECT_SOURCE_DIR}/config/examples)
+# No transport provider on purpose: the explanations name why each is passed over.
+set(_no_transports "WIA_PROVIDERS_DISABLE=shm,tcp,ofi,verbs")
+
+# Every link with its transport, rule and the reasons earlier choices lost.
+add_test(NAME tool_wia_info_explain COMMAND sh -c "\
+  out=$(${_no_transports} ${_wia_info} --explain --topology-file ${_topologies}/2socket-pcie.yaml); \
+  test $? -eq 2 || exit 1; echo \"$out\"; \
+  echo \"$out\" | grep -q 'box/gpu0 <-> box/gpu1  same_numa, peer  -> NONE' && \
+  echo \"$out\" | grep -q 'box/gpu1 <-> box/gpu2  cross_numa' && \
+  echo \"$out\" | grep -Eq 'passed over shm: provider not loaded: (disabled|no libwia-provider-shm.so)' && \
+  out=$(${_wia_info} --explain --summary --assume-all-transports --rules ${_examples}/selector-cluster.yaml \
+        --topology-file ${_topologies}/4node-ib-hdr.yaml) || exit 1; echo \"$out\"; \
+  echo \"$out\" | grep -Eq 'different_nodes +64  verbs +.*selector-cluster.yaml:27:7 .inside rack0.' && \
+  echo \"$out\" | grep -Eq 'same_numa +112  shm'")
+
+# 1024 ranks: counted per class, selected per link signature (prints its time).
+add_test(NAME tool_wia_info_explain_1024 COMMAND sh -c "\
+  start=$(date +%s%N); \
+  out=$(${_wia_info} --explain --summary --assume-all-transports \
+        --topology-file ${_topologies}/128node-ib-1024gpu.yaml) || exit 1; \
+  echo \"$out\"; echo \"wall: $(( ($(date +%s%N) - start) / 1000000 )) ms\"; \
+  echo \"$out\" | grep -q '3 distinct link signature(s) evaluated for 523776 link(s)' && \
+  echo \"$out\" | grep -Eq 'different_nodes +520192  verbs'")
+
+# Lint: warnings exit 1, a malformed rule set exits 2 naming file:line:column.
+add_test(NAME tool_wia_info_lint COMMAND sh -c "\
+  out=$(${_wia_info} --lint --assume-all-transports --rules ${_tool_data}/selector-lint.yaml \
+        --topology-file ${_topologies}/4node-ib-hdr.yaml); test $? -eq 1 || exit 1; echo \"$out\"; \
+  echo \"$out\" | grep -q 'selector-lint.yaml:7:7: never reached: shadowed by all remote over tcp' && \
+  echo \"$out\" | grep -q 'shm is listed for different_nodes links, but shm only serves links inside one node' && \
+  out=$(${_wia_info} --lint --rules ${_tool_data}/selector-bad.yaml 2>&1); test $? -eq 2 || exit 1; \
+  echo \"$out\"; echo \"$out\" | grep -q \"selector-bad.yaml:5:27: key 'selector.rules\\[0\\].transports\\[1\\]': unknown transport 'tpc'\" && \
+  ${_wia_info} --lint --assume-all-transports --topology-file ${_topologies}/4node-ib-hdr.yaml")
+
+# Declared against measured: a node missing, IB below its declared speed.
+add_test(NAME tool_wia_info_topology_diff COMMAND sh -c "\
+  out=$(${_wia_info} --topology-diff ${_topologies}/4node-ib-hdr.yaml \
+        --topology-file ${_tool_data}/4node-ib-degraded.yaml); test $? -eq 1 || exit 1; echo \"$out\"; \
+  echo \"$out\" | grep -q 'Missing: declared, not detected (8): dgx3/gpu0' && \
+  echo \"$out\" | grep -q 'bandwidth_gbps 25 declared, 20 detected (-20%): 384 link(s)' && \
+  ${_wia_info} --topology-diff ${_topologies}/4node-ib-hdr.yaml --tolerance 0.25 \
+        --topology-file ${_tool_data}/4node-ib-degraded.yaml | grep -q 'Missing' && \
+  ${_wia_info} --topology-diff ${_topologies}/4node-ib-hdr.yaml \
+        --topology-file ${_topologies}/4node-ib-hdr.yaml | grep -q 'same within tolerance'")
+
+# Placement from a model file: each stage's shards on one node.
+add_test(NAME tool_wia_info_place COMMAND sh -c "\
+  out=$(${_wia_info} --place ${_tool_data}/pipeline-4x8.yaml \
+        --topology-file ${_topologies}/4node-ib-hdr.yaml) || exit 1; echo \"$out\"; \
+  for s in 0 1 2 3; do \
+    n=$(echo \"$out\" | grep -E \"^  s$s\" | sed 's|.*-> ||; s|/.*||' | sort -u | wc -l); \
+    test \"$n\" -eq 1 || { echo \"stage $s spans $n nodes\"; exit 1; }; done; \
+  echo \"$out\" | grep -q 'cross-node bytes 5.03316e+07'")
+
+# wia-bw: the matrices, and a measured file that wia-info and the tuner read.
+add_test(NAME tool_wia_bw COMMAND sh -c "\
+  f=${CMAKE_CURRENT_BINARY_DIR}/wia_bw_links.yaml; rm -f $f; \
+  out=$(WIA_HOST_DEVICES=2 ${_wia_bw} --output $f) || exit 1; echo \"$out\"; \
+  echo \"$out\" | grep -q 'Unidirectional (GB/s, 32 MiB):' && \
+  echo \"$out\" | grep -q 'Latency 1 MiB (us):' && \
+  WIA_HOST_DEVICES=2 ${_wia_info} --topology-file $f | grep -q 'Topology: 2 device(s)'")
+
+set_tests_properties(tool_wia_info_explain tool_wia_info_explain_1024 tool_wia_info_lint
+                     tool_wia_info_topology_diff tool_wia_info_place tool_wia_bw
+                     PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")

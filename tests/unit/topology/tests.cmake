@@ -10,7 +10,7 @@ endif()
 wia_add_unit_test(topology_analysis SOURCES ${CMAKE_CURRENT_LIST_DIR}/analysis_test.cpp
   LIBS wia_core_internal)
 
-# Spec 6.2's discovery loop and 6.2.1's analysis, as C11, on 2 host devices.
+# Spec 6.2 discovery, 6.2.1 analysis and placement, 6.2.2 benchmark, as C11, on 2 host devices.
 add_executable(test_topology_spec_c ${CMAKE_CURRENT_LIST_DIR}/spec_topology.c)
 target_link_libraries(test_topology_spec_c PRIVATE wia::core wia_warnings)
 if(TARGET wia-provider-host)
@@ -19,3 +19,8 @@ endif()
 add_test(NAME topology_spec_c COMMAND test_topology_spec_c)
 set_tests_properties(topology_spec_c PROPERTIES TIMEOUT 120
   ENVIRONMENT "WIA_HOST_DEVICES=2;WIA_LOG_LEVEL=warn")
+
+# NUMA/process placement in files, declared-vs-detected diff, measured links
+# for the tuner (tuner.link_file).
+wia_add_unit_test(topology_links SOURCES ${CMAKE_CURRENT_LIST_DIR}/links_test.cpp
+  LIBS wia_core_internal TIMEOUT 120)

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// Measured links for the cost model: a topology file (as wia-bw --output
+// writes, or any file of docs/topology.md's schema) read into a LinkModel,
+// in place of the default alpha/beta figures. Config key: tuner.link_file.
+//
+// Rank r runs on device device_of_rank[r] of the file; a link's alpha is
+// the file's latency_us and its bandwidth the file's bandwidth_gbps. Two
+// ranks on one device use that device's copy figure (the "shared_memory"
+// default: 20 GB/s, 0.5 us), as the file has no link for them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "config/config.hpp"
+#include "tuner/cost_model.hpp"
+
+namespace wia::tuner {
+
+// Throws wia::Error(WIA_ERROR_CONFIG) with file:line:col for a bad file,
+// WIA_ERROR_INVALID_ARGUMENT for a rank whose device is not in the file or
+// a used link without bandwidth.
+LinkModel link_model_from_file(const std::string& path, std::span<const int> device_of_rank);
+// Rank r on device r (nranks <= devices in the file).
+LinkModel link_model_from_file(const std::string& path, std::int32_t nranks);
+// The model from config key tuner.link_file, nullopt when the key is empty
+// (the caller keeps its defaults). Rank r on device r.
+std::optional<LinkModel> link_model_from_config(const Config& config, std::int32_t nranks);
+
+}  // namespace wia::tuner
