@@ -336,6 +336,8 @@ WIA_API wia_algorithm_t wia_get_selected_algorithm(wia_communicator_t comm);
 
 /* Topology discovery and analysis (spec 6.2, 6.2.1). */
 #include <wia/topology.h>
+/* Communicators across processes and nodes (spec 6.6, 6.10). */
+#include <wia/distributed.h>
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,1020 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "comm/process_communicator.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "bootstrap/bootstrap.hpp"
+#include "coll/registry.hpp"
+#include "comm/algorithm_choice.hpp"
+#include "comm/transport_choice.hpp"
+#include "selector/selector.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "kernels/cpu_reduce.hpp"
+#include "provider/registry.hpp"
+#include "provider/transport_call.hpp"
+#include "runtime/device_call.hpp"
+#include "runtime/objects.hpp"
+#include "runtime/runtime.hpp"
+
+namespace wia::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What each rank publishes at setup: one connection handle per transport
+// it listens on. Fixed size, so every rank's blob has the same length.
+constexpr std::uint32_t kRecordMagic = 0x57494152;  // "WIAR"
+constexpr std::size_t kMaxTransports = 4;
+struct HandleSlot {
+  char name[16];
+  std::uint32_t endpoint_flags;  // WIA_TRANSPORT_FLAG_* of the endpoint listened on
+  std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
+};
+struct RankRecord {
+  std::uint32_t magic;
+  std::uint32_t count;
+  char host[64];  // node name, for selector groups
+  HandleSlot slots[kMaxTransports];
+};
+
+// What a rank can use, from its record (every rank derives the same).
+selector::TransportAvailability availability_of(const RankRecord& r) {
+  selector::TransportAvailability a;
+  for (std::uint32_t i = 0; i < std::min<std::uint32_t>(r.count, kMaxTransports); ++i) {
+    selector::TransportState st;
+    st.loaded = true;
+    st.endpoint_flags = r.slots[i].endpoint_flags;
+    st.endpoints = 1;
+    a.set(std::string(r.slots[i].name, strnlen(r.slots[i].name, sizeof(r.slots[i].name))), st);
+  }
+  return a;
+}
+
+selector::LinkInfo link_info(const RankRecord& ra, int a, const RankRecord& rb, int b,
+                             bool same_node) {
+  // Same node is the layout's verdict (host ids); names are for groups.
+  selector::EndpointInfo ea{same_node ? "node" : std::string(ra.host), "", a, -1};
+  selector::EndpointInfo eb{same_node ? "node" : std::string(rb.host), "", b, -1};
+  selector::LinkInfo l = selector::link_between(ea, eb, false);
+  l.node_a = ra.host;
+  l.node_b = rb.host;
+  l.device_a = fmt::format("{}/rank{}", ra.host, a);
+  l.device_b = fmt::format("{}/rank{}", rb.host, b);
+  return l;
+}
+
+const HandleSlot* find_slot(const RankRecord& r, const std::string& name) {
+  for (std::uint32_t i = 0; i < std::min<std::uint32_t>(r.count, kMaxTransports); ++i)
+    if (name == std::string(r.slots[i].name, strnlen(r.slots[i].name, sizeof(r.slots[i].name))))
+      return &r.slots[i];
+  return nullptr;
+}
+
+void sleep_us(long us) {
+  timespec ts{0, us * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+// Same messages (peer, tag, count, direction, in order) on every rank: a
+// rank may then run either schedule while its peers run the other.
+bool same_messages(const coll::Schedule& a, const coll::Schedule& b) {
+  if (a.nranks != b.nranks) return false;
+  for (int r = 0; r < a.nranks; ++r) {
+    std::vector<std::tuple<bool, int, std::uint32_t, std::uint64_t>> ma, mb;
+    for (const coll::Step& s : a.programs[r].steps)
+      if (s.is_send() || s.is_recv()) ma.emplace_back(s.is_send(), s.peer, s.tag, s.count);
+    for (const coll::Step& s : b.programs[r].steps)
+      if (s.is_send() || s.is_recv()) mb.emplace_back(s.is_send(), s.peer, s.tag, s.count);
+    std::sort(ma.begin(), ma.end());
+    std::sort(mb.begin(), mb.end());
+    if (ma != mb) return false;
+  }
+  return true;
+}
+
+// Waits for a transport request, bounded.
+void wait_request(const engine::NetLink& l, wia_request_t r, Clock::time_point deadline,
+                  const char* what) {
+  for (std::uint32_t spin = 0;; ++spin) {
+    std::int32_t done = 0;
+    std::uint64_t size = 0;
+    transport_call(*l.provider, fmt::format("{} with {}", what, l.peer),
+                   [&](const wia_transport_ops_v1_t& t, void* ctx) {
+                     return t.test(ctx, r, &done, &size);
+                   });
+    if (done) return;
+    if (Clock::now() > deadline)
+      throw Error(WIA_ERROR_TIMEOUT, fmt::format("{} with {} timed out", what, l.peer));
+    if (spin > 256) sleep_us(20);
+  }
+}
+
+// Measures one link: latency from 8-byte round trips, bandwidth from 1 MiB
+// messages. Both ends call it; `initiator` times. Returns {alpha_us, GB/s}
+// on the initiator, {0, 0} on the other end.
+std::pair<double, double> probe_link(const engine::NetLink& l, bool initiator,
+                                     Clock::time_point deadline) {
+  constexpr std::uint64_t kTag = 1ull << 35;
+  constexpr int kPings = 20, kMessages = 8;
+  constexpr std::size_t kBytes = 1 << 20;
+  std::vector<char> small(8), big(kBytes);
+  auto send = [&](const void* buf, std::size_t n) {
+    wia_request_t r = nullptr;
+    while (!r)
+      transport_call(*l.provider, "isend(probe)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.isend(ctx, l.conn, buf, n, kTag, nullptr, &r);
+      });
+    wait_request(l, r, deadline, "probe");
+  };
+  auto recv = [&](void* buf, std::size_t n) {
+    wia_request_t r = nullptr;
+    while (!r)
+      transport_call(*l.provider, "irecv(probe)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.irecv(ctx, l.conn, buf, n, kTag, nullptr, &r);
+      });
+    wait_request(l, r, deadline, "probe");
+  };
+  std::vector<double> rtt;
+  for (int i = 0; i < kPings; ++i) {
+    const auto t0 = Clock::now();
+    if (initiator) {
+      send(small.data(), 8);
+      recv(small.data(), 8);
+    } else {
+      recv(small.data(), 8);
+      send(small.data(), 8);
+    }
+    rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kMessages; ++i) initiator ? send(big.data(), kBytes) : recv(big.data(), kBytes);
+  initiator ? recv(small.data(), 8) : send(small.data(), 8);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!initiator) return {0, 0};
+  std::sort(rtt.begin(), rtt.end());
+  const double alpha = rtt[rtt.size() / 2] / 2;
+  return {alpha, kMessages * double(kBytes) / 1e9 / std::max(1e-9, secs - alpha * 1e-6)};
+}
+
+class BootstrapExchange final : public Exchange {
+ public:
+  explicit BootstrapExchange(bootstrap::Bootstrap& bs) : bs_(bs) {}
+  std::vector<std::uint8_t> all_gather(const std::vector<std::uint8_t>& mine) override {
+    return bs_.all_gather(std::span<const std::uint8_t>(mine.data(), mine.size()));
+  }
+
+ private:
+  bootstrap::Bootstrap& bs_;
+};
+
+}  // namespace
+
+// The control channel: one receive always posted per peer, for messages
+// that are not part of any collective.
+//   abort  a peer failed; its reason follows the header
+//   query  "where are you?" from a peer whose collective timed out
+//   reply  the answer: the collective being run, and how many completed
+//   bye    the peer destroyed the communicator after finishing its work:
+//          its connection closing next is not a failure
+namespace {
+constexpr std::uint32_t kControlMagic = 0x57494158;  // "WIAX"
+enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4 };
+}  // namespace
+
+class ProcessCommunicator::Control final : public engine::ControlChannel {
+ public:
+  explicit Control(ProcessCommunicator& c) : c_(c) {}
+
+  std::string poll() override {
+    for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
+      Peer& p = c_.peers_[q];
+      progress_send(p);
+      if (!p.control_req) continue;
+      std::int32_t done = 0;
+      std::uint64_t size = 0;
+      try {
+        transport_call(*p.link.provider, "test(control)",
+                       [&](const wia_transport_ops_v1_t& t, void* ctx) {
+                         return t.test(ctx, p.control_req, &done, &size);
+                       });
+      } catch (const Error& e) {
+        p.control_req = nullptr;
+        if (p.said_bye) continue;  // it left cleanly; its data was delivered before
+        return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
+      }
+      if (!done) continue;
+      p.control_req = nullptr;
+      ControlHeader h;
+      if (size < sizeof(h))
+        return fmt::format("rank {} sent a truncated control message ({} B)", q, size);
+      std::memcpy(&h, p.control_buf.data(), sizeof(h));
+      if (h.magic != kControlMagic)
+        return fmt::format("rank {} sent a corrupt control message", q);
+      if (h.type == kAbort)
+        return fmt::format("rank {} aborted the communicator: {}", q,
+                           std::string(p.control_buf.data() + sizeof(h), size - sizeof(h)));
+      if (h.type == kBye) {
+        p.said_bye = true;  // no receive is posted again
+        continue;
+      }
+      if (h.type == kQuery) {
+        ControlHeader r;
+        r.type = kReply;
+        r.seq = h.seq;
+        r.completed = c_.executed_.load();
+        r.running = c_.running_.load();
+        send(p, r);
+      } else if (h.type == kReply) {
+        p.reply = h;
+        p.has_reply = true;
+      }
+      c_.post_control_recv(p);
+    }
+    return {};
+  }
+
+  // Destroy: tell every peer, then wait (bounded) until each has said
+  // goodbye too or is gone, so that no rank closes a connection a peer
+  // still reads from (a finalize barrier, as MPI_Finalize has).
+  void goodbye(std::chrono::milliseconds bound) {
+    ControlHeader h;
+    h.type = kBye;
+    for (Peer& p : c_.peers_)
+      if (p.link.conn) send(p, h);
+    const auto until = Clock::now() + bound;
+    for (;;) {
+      poll();  // failures no longer matter here
+      bool all = true;
+      for (const Peer& p : c_.peers_)
+        all &= !p.link.conn || p.said_bye || !p.control_req;
+      for (Peer& p : c_.peers_) progress_send(p);
+      bool sent = true;
+      for (const Peer& p : c_.peers_) sent &= !p.send_req;
+      if ((all && sent) || Clock::now() > until) return;
+      sleep_us(200);
+    }
+  }
+
+  std::string diagnose(std::uint64_t seq) override {
+    for (Peer& p : c_.peers_) {
+      if (!p.link.conn) continue;
+      p.has_reply = false;
+      ControlHeader q;
+      q.type = kQuery;
+      q.seq = seq;
+      send(p, q);
+    }
+    // Peers inside a collective answer within their next poll; the others
+    // (stuck elsewhere, or busy before calling) do not answer at all.
+    const auto until = Clock::now() + std::chrono::milliseconds(300);
+    while (Clock::now() < until) {
+      if (!poll().empty()) break;
+      bool all = true;
+      for (const Peer& p : c_.peers_) all &= !p.link.conn || p.has_reply;
+      if (all) break;
+      sleep_us(200);
+    }
+    std::string absent, behind, inside;
+    auto add = [](std::string& list, const std::string& item) {
+      list += (list.empty() ? "" : ", ") + item;
+    };
+    for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
+      const Peer& p = c_.peers_[q];
+      if (!p.link.conn) continue;
+      if (!p.has_reply)
+        add(absent, std::to_string(q));
+      else if (p.reply.running == static_cast<std::int64_t>(seq))
+        add(inside, std::to_string(q));
+      else if (p.reply.completed <= seq)
+        add(behind, fmt::format("{} (completed {} collective(s){})", q, p.reply.completed,
+                                p.reply.running >= 0
+                                    ? fmt::format(", running #{}", p.reply.running)
+                                    : std::string()));
+    }
+    std::string out;
+    if (!absent.empty())
+      out += fmt::format("rank(s) {} have not reached collective #{} (no answer: not inside any "
+                         "collective of this communicator)",
+                         absent, seq);
+    if (!behind.empty())
+      out += fmt::format("{}rank(s) {} have not reached it", out.empty() ? "" : "; ", behind);
+    if (!inside.empty())
+      out += fmt::format("{}rank(s) {} are inside it", out.empty() ? "" : "; ", inside);
+    return out;
+  }
+
+ private:
+  // At most one control message in flight per peer; a newer one waits for
+  // the previous (they are tiny, so this rarely happens).
+  void progress_send(Peer& p) {
+    if (!p.send_req) return;
+    std::int32_t done = 0;
+    std::uint64_t size = 0;
+    const auto* t = p.link.provider->transport();
+    if (t->test(p.link.provider->ctx(), p.send_req, &done, &size) < 0 || done)
+      p.send_req = nullptr;
+  }
+
+  void send(Peer& p, const ControlHeader& h) {
+    progress_send(p);
+    if (p.send_req || !p.link.conn) return;
+    p.send_buf.assign(reinterpret_cast<const char*>(&h), reinterpret_cast<const char*>(&h) + sizeof(h));
+    const auto* t = p.link.provider->transport();
+    if (t->isend(p.link.provider->ctx(), p.link.conn, p.send_buf.data(), p.send_buf.size(),
+                 engine::kControlTag, nullptr, &p.send_req) != WIA_SUCCESS)
+      p.send_req = nullptr;
+  }
+
+  ProcessCommunicator& c_;
+};
+
+void ProcessCommunicator::post_control_recv(Peer& peer) {
+  peer.control_buf.assign(1024, 0);
+  transport_call(*peer.link.provider, "irecv(control)",
+                 [&](const wia_transport_ops_v1_t& t, void* ctx) {
+                   return t.irecv(ctx, peer.link.conn, peer.control_buf.data(),
+                                  peer.control_buf.size(), engine::kControlTag, nullptr,
+                                  &peer.control_req);
+                 });
+}
+
+struct ProcessCommunicator::Gate {
+  ProcessCommunicator* comm;
+  std::uint64_t seq;
+  Call call;
+  wia_stream_s* stream;
+  // Point-to-point instead of a collective: peer >= 0.
+  int peer = -1;
+  bool is_send = false;
+};
+
+ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& exchange,
+                                         wia_device_t device,
+                                         std::chrono::milliseconds setup_timeout,
+                                         const std::string& preferred_inter_node)
+    : layout_(layout), device_(device) {
+  Runtime& rt = Runtime::get();
+  const Device& d = rt.device(device);
+  if (!(d.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE))
+    throw Error(WIA_ERROR_NOT_SUPPORTED,
+                fmt::format("device {} ({}): process communicators need host-addressable device "
+                            "memory in this release",
+                            device, d.provider->name()));
+  if (!(ops_of(d).caps & WIA_DEVICE_CAP_HOST_FUNC))
+    throw Error(WIA_ERROR_NOT_SUPPORTED,
+                fmt::format("device {} ({}) cannot run host functions on its streams", device,
+                            d.provider->name()));
+  default_timeout_ms_ = static_cast<std::uint32_t>(rt.config().get_int("collectives.timeout_ms"));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int local_size = 0;
+  for (int r = 0; r < layout_.size; ++r)
+    local_size += layout_.node_of_rank[r] == layout_.node_of_rank[layout_.rank];
+  oversubscribed_ = local_size > cores;
+  if (const char* e = std::getenv("WIA_PROBE_LINKS")) probe_inter_node_ = std::string(e) != "0";
+  connect_mesh(exchange, setup_timeout, preferred_inter_node);
+}
+
+std::unique_ptr<ProcessCommunicator> ProcessCommunicator::create(
+    bootstrap::Bootstrap& bs, wia_device_t device, const std::string& preferred_inter_node) {
+  ProcessLayout l;
+  l.rank = bs.rank();
+  l.size = bs.size();
+  l.node_of_rank = bs.layout().node_of_rank;
+  l.local_rank_of_rank = bs.layout().local_rank_of_rank;
+  l.nnodes = bs.nnodes();
+  for (int r = 0; r < l.size; ++r) {
+    // "<hostname>:<boot_id>": the host name is what selector groups match.
+    const std::string& id = bs.host_id(r);
+    l.host_of_rank.push_back(id.substr(0, id.find(':')));
+  }
+  BootstrapExchange ex(bs);
+  return std::make_unique<ProcessCommunicator>(l, ex, device, bs.timeout(), preferred_inter_node);
+}
+
+ProcessCommunicator::~ProcessCommunicator() {
+  if (!broken_.load()) {
+    try {
+      Control(*this).goodbye(std::chrono::milliseconds(std::min<std::uint32_t>(default_timeout_ms_, 5000)));
+    } catch (const std::exception& e) {
+      log::debug("comm", "rank {}: goodbye: {}", layout_.rank, e.what());
+    }
+  }
+  close_all();
+}
+
+void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::milliseconds timeout,
+                                       const std::string& preferred_inter_node) {
+  Runtime& rt = Runtime::get();
+  const int me = layout_.rank;
+  const int p = layout_.size;
+  const bool multi_node = layout_.nnodes > 1;
+  peers_.resize(p);
+
+  // Listen on every loaded transport.
+  struct Listening {
+    const Provider* provider;
+    std::int32_t endpoint;
+    wia_listener_t listener;
+  };
+  std::vector<Listening> listening;
+  RankRecord mine{};
+  mine.magic = kRecordMagic;
+  const std::string& host = layout_.host_of_rank.empty() ? std::string() : layout_.host_of_rank[me];
+  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof(mine.host) - 1));
+  for (const auto& prov : rt.providers().loaded()) {
+    if (!prov->transport() || listening.size() == kMaxTransports) continue;
+    if (prov->name().size() >= sizeof(HandleSlot::name)) continue;
+    const std::int32_t ep = choose_endpoint(*prov, multi_node);
+    if (ep < 0) continue;
+    HandleSlot& slot = mine.slots[mine.count];
+    wia_listener_t listener = nullptr;
+    try {
+      transport_call(*prov, "listen", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.listen(ctx, ep, slot.handle, &listener);
+      });
+    } catch (const Error& e) {
+      log::warn("comm", "rank {}: transport {} cannot listen, not used: {}", me, prov->name(),
+                e.what());
+      continue;
+    }
+    std::memcpy(slot.name, prov->name().c_str(), prov->name().size());
+    wia_transport_props_v1_t props{};
+    props.struct_size = sizeof(props);
+    if (prov->transport()->endpoint_props(prov->ctx(), ep, &props) == WIA_SUCCESS)
+      slot.endpoint_flags = props.flags;
+    listening.push_back({prov.get(), ep, listener});
+    ++mine.count;
+  }
+  auto close_listeners = [&]() noexcept {
+    for (auto& l : listening) l.provider->transport()->close_listener(l.provider->ctx(), l.listener);
+  };
+
+  std::vector<std::uint8_t> blob(sizeof(RankRecord));
+  std::memcpy(blob.data(), &mine, sizeof(mine));
+  std::vector<std::uint8_t> all;
+  try {
+    all = exchange.all_gather(blob);
+  } catch (...) {
+    close_listeners();
+    throw;
+  }
+  std::vector<RankRecord> records(p);
+  for (int r = 0; r < p; ++r) {
+    std::memcpy(&records[r], all.data() + r * sizeof(RankRecord), sizeof(RankRecord));
+    if (records[r].magic != kRecordMagic) {
+      close_listeners();
+      throw Error(WIA_ERROR_REMOTE,
+                  fmt::format("rank {} sent a malformed connection record", r));
+    }
+  }
+
+  // Choose each link's transport with the selector's rules (YAML
+  // selector.rules, WIA_TRANSPORT, the defaults), from what both ends
+  // published, so that every rank computes the same choice for every link.
+  auto listening_on = [&](const std::string& name) -> const Listening* {
+    for (auto& l : listening)
+      if (l.provider->name() == name) return &l;
+    return nullptr;
+  };
+  selector::RuleSet rules = selector::load_rules_or_defaults(rt.config());
+  if (!preferred_inter_node.empty()) {
+    // The distributed config's backend: first for links between nodes,
+    // falling back to the rules after it.
+    selector::Rule r;
+    r.name = "network_backend";
+    r.where = "wia_distributed_config_t.network_backend";
+    r.match.classes = selector::class_bit(selector::LinkClass::kDifferentNodes);
+    r.transports.push_back({preferred_inter_node, {}});
+    rules.rules.insert(rules.rules.begin(), r);
+  }
+  std::vector<selector::TransportAvailability> avail;
+  for (int r = 0; r < p; ++r) avail.push_back(availability_of(records[r]));
+  auto choose = [&](int a, int b) {
+    const bool same_node = layout_.node_of_rank[a] == layout_.node_of_rank[b];
+    return selector::choose(rules, link_info(records[a], a, records[b], b, same_node),
+                            selector::TransportAvailability::intersect(avail[a], avail[b]));
+  };
+  for (int q = 0; q < p; ++q) {
+    if (q == me) continue;
+    const selector::Choice choice = choose(me, q);
+    if (!choice.ok()) {
+      std::string local;
+      for (const char* t : {"shm", "tcp", "ofi", "verbs"})
+        if (!listening_on(t))
+          local += fmt::format("; here {}: {}", t, transport_unavailable_reason(t));
+      close_listeners();
+      throw Error(WIA_ERROR_UNAVAILABLE,
+                  fmt::format("rank {} -> rank {}: no usable transport: {}{}", me, q,
+                              choice.describe(), local));
+    }
+    peers_[q].transport = choice.transport;
+    peers_[q].link.provider = listening_on(choice.transport)->provider;
+    peers_[q].link.peer =
+        fmt::format("rank {} (node {}, {})", q, layout_.node_of_rank[q], choice.transport);
+    log::debug("comm", "rank {} -> rank {}: {}", me, q, choice.describe());
+  }
+
+  // Connect: the lower rank of each pair connects, the higher accepts.
+  const auto deadline = Clock::now() + timeout;
+  int missing = p - 1;
+  std::vector<wia_conn_t> pending(p, nullptr);
+  try {
+    while (missing > 0) {
+      bool progressed = false;
+      for (int q = me + 1; q < p; ++q) {
+        Peer& peer = peers_[q];
+        if (peer.link.conn) continue;
+        const Listening* l = listening_on(peer.transport);
+        const HandleSlot* slot = find_slot(records[q], peer.transport);
+        const wia_status_t st = transport_call(
+            *l->provider, fmt::format("connect to rank {}", q),
+            [&](const wia_transport_ops_v1_t& t, void* ctx) {
+              return t.connect(ctx, l->endpoint, slot->handle, static_cast<std::uint64_t>(me),
+                               &pending[q]);
+            });
+        if (st == WIA_SUCCESS) {
+          peer.link.conn = pending[q];
+          pending[q] = nullptr;
+          --missing;
+          progressed = true;
+        }
+      }
+      for (auto& l : listening) {
+        std::uint64_t cookie = 0;
+        wia_conn_t conn = nullptr;
+        const wia_status_t st = transport_call(
+            *l.provider, "accept", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+              return t.accept(ctx, l.listener, &cookie, &conn);
+            });
+        if (st != WIA_SUCCESS || !conn) continue;
+        progressed = true;
+        const int q = static_cast<int>(cookie);
+        if (cookie >= static_cast<std::uint64_t>(me) || peers_[q].link.conn ||
+            peers_[q].transport != l.provider->name()) {
+          log::warn("comm", "rank {}: unexpected connection on {} (cookie {}), closed", me,
+                    l.provider->name(), cookie);
+          l.provider->transport()->close(l.provider->ctx(), conn);
+          continue;
+        }
+        peers_[q].link.conn = conn;
+        --missing;
+      }
+      if (missing == 0) break;
+      if (Clock::now() > deadline) {
+        std::string who;
+        for (int q = 0; q < p; ++q)
+          if (q != me && !peers_[q].link.conn)
+            who += fmt::format("{}{} ({})", who.empty() ? "" : ", ", q, peers_[q].transport);
+        throw Error(WIA_ERROR_TIMEOUT,
+                    fmt::format("rank {}: no connection to rank(s) {} within {} ms", me, who,
+                                timeout.count()));
+      }
+      if (!progressed) sleep_us(50);
+    }
+  } catch (...) {
+    for (int q = 0; q < p; ++q)
+      if (pending[q]) peers_[q].link.provider->transport()->close(peers_[q].link.provider->ctx(),
+                                                                  pending[q]);
+    close_listeners();
+    close_all();
+    throw;
+  }
+  close_listeners();
+
+  // The control channel: one receive always posted per peer.
+  for (int q = 0; q < p; ++q)
+    if (q != me) post_control_recv(peers_[q]);
+
+  // Every rank costs schedules with the same model: built from the
+  // gathered records, not from local measurements.
+  tuner::LinkModel model = tuner::LinkModel::uniform(p, 1.0, 10.0);
+  model.alpha_matrix_us.assign(static_cast<std::size_t>(p) * p, 1.0);
+  model.gbps_matrix.assign(static_cast<std::size_t>(p) * p, 10.0);
+  double overhead = 0, inter_gbps = 0;
+  for (int a = 0; a < p; ++a)
+    for (int b = 0; b < p; ++b) {
+      if (a == b) continue;
+      const bool same_node = layout_.node_of_rank[a] == layout_.node_of_rank[b];
+      const TransportFigures f = transport_figures(choose(a, b).transport, same_node);
+      model.alpha_matrix_us[static_cast<std::size_t>(a) * p + b] = f.alpha_us;
+      model.gbps_matrix[static_cast<std::size_t>(a) * p + b] = f.gbps;
+      overhead = std::max(overhead, f.message_overhead_us);
+      if (!same_node) inter_gbps = f.gbps;
+    }
+  if (layout_.nnodes > 1 && probe_inter_node_) {
+    // Figures for links between nodes are measured, not assumed: the first
+    // ranks of nodes 0 and 1 time their link and everyone adopts the
+    // result, so a slow or shaped network is seen for what it is.
+    int a = -1, b = -1;
+    for (int r = 0; r < p; ++r) {
+      if (a < 0 && layout_.node_of_rank[r] == 0) a = r;
+      if (b < 0 && layout_.node_of_rank[r] == 1) b = r;
+    }
+    std::pair<double, double> measured{0, 0};
+    const auto probe_deadline = Clock::now() + timeout;
+    if (me == a) measured = probe_link(peers_[b].link, true, probe_deadline);
+    if (me == b) probe_link(peers_[a].link, false, probe_deadline);
+    // Rank a tells every other rank what it measured (16 bytes each), over
+    // the links just made: only this communicator's ranks take part.
+    double got_m[2] = {measured.first, measured.second};
+    constexpr std::uint64_t kProbeResultTag = (1ull << 35) | 1;
+    for (int q = 0; q < p; ++q) {
+      if (q == me || (me != a && q != a)) continue;
+      const engine::NetLink& l = peers_[q].link;
+      wia_request_t r = nullptr;
+      while (!r)
+        transport_call(*l.provider, "probe result", [&](const wia_transport_ops_v1_t& t,
+                                                        void* ctx) {
+          return me == a ? t.isend(ctx, l.conn, got_m, sizeof(got_m), kProbeResultTag, nullptr, &r)
+                         : t.irecv(ctx, l.conn, got_m, sizeof(got_m), kProbeResultTag, nullptr, &r);
+        });
+      wait_request(l, r, probe_deadline, "probe result");
+    }
+    const std::pair<double, double> got{got_m[0], got_m[1]};
+    if (got.second > 0) {
+      for (int x = 0; x < p; ++x)
+        for (int y = 0; y < p; ++y)
+          if (x != y && layout_.node_of_rank[x] != layout_.node_of_rank[y]) {
+            model.alpha_matrix_us[static_cast<std::size_t>(x) * p + y] = got.first;
+            model.gbps_matrix[static_cast<std::size_t>(x) * p + y] = got.second;
+          }
+      inter_gbps = got.second;
+      log::info("comm", "link between nodes measured: {:.1f} us, {:.3f} GB/s", got.first,
+                got.second);
+    }
+  }
+  if (layout_.nnodes > 1) {
+    // Ranks of a node share its NIC, as on CPU clusters: the tuner then
+    // sees why a hierarchical all-reduce wins over a slow network.
+    model.node_of_rank = layout_.node_of_rank;
+    model.nic_of_rank = layout_.node_of_rank;
+    model.port_gbps = inter_gbps;
+    groups_ = std::make_shared<const coll::RankGroups>(layout_.node_of_rank);
+  } else {
+    model.port_gbps = 0;
+  }
+  model.message_overhead_us = overhead;
+  model.reduce_gbps = 8.0;
+  model.copy_gbps = 10.0;
+  selector_ = std::make_unique<tuner::Selector>(std::move(model), groups_);
+}
+
+void ProcessCommunicator::close_all() noexcept {
+  for (Peer& peer : peers_) {
+    if (!peer.link.conn) continue;
+    peer.link.provider->transport()->close(peer.link.provider->ctx(), peer.link.conn);
+    peer.link.conn = nullptr;
+    peer.control_req = nullptr;  // released by close()
+  }
+}
+
+void ProcessCommunicator::break_communicator(wia_status_t status, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    if (broken_.load()) return;
+    error_ = status;
+    error_message_ = reason;
+    broken_.store(true);
+  }
+  log::error("comm", "rank {}: {}", layout_.rank, reason);
+  // Tell every peer why, briefly: a peer that is gone must not delay us.
+  ControlHeader h;
+  h.type = kAbort;
+  std::string text(reinterpret_cast<const char*>(&h), sizeof(h));
+  text += fmt::format("rank {}: {}", layout_.rank, reason).substr(0, 1024 - sizeof(h));
+  std::vector<std::pair<Peer*, wia_request_t>> sent;
+  for (Peer& peer : peers_) {
+    if (!peer.link.conn) continue;
+    wia_request_t r = nullptr;
+    const auto* t = peer.link.provider->transport();
+    if (t->isend(peer.link.provider->ctx(), peer.link.conn, text.data(), text.size(),
+                 engine::kControlTag, nullptr, &r) == WIA_SUCCESS &&
+        r)
+      sent.emplace_back(&peer, r);
+  }
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (!sent.empty() && Clock::now() < until) {
+    for (auto it = sent.begin(); it != sent.end();) {
+      std::int32_t done = 0;
+      std::uint64_t size = 0;
+      const auto* t = it->first->link.provider->transport();
+      const wia_status_t st = t->test(it->first->link.provider->ctx(), it->second, &done, &size);
+      if (st < 0 || done)
+        it = sent.erase(it);
+      else
+        ++it;
+    }
+    if (!sent.empty()) sleep_us(100);
+  }
+  close_all();
+}
+
+std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call& call,
+                                                                      bool in_place,
+                                                                      double* estimate,
+                                                                      std::string* reason) {
+  coll::CollArgs args;
+  args.collective = call.collective;
+  args.op = call.op;
+  args.dtype = call.dtype;
+  args.count = call.count;
+  args.nranks = size();
+  args.root = call.root;
+  args.options.num_chunks = call.num_chunks;
+  args.options.in_place = in_place;
+  args.options.groups = groups_;
+  coll::validate_args(args);
+  std::lock_guard<std::mutex> lock(mu_);
+  const AlgorithmChoice choice = choose_algorithm(args, call.algorithm, *selector_);
+  args.algorithm = choice.algorithm;
+  if (args.options.num_chunks == 0) args.options.num_chunks = choice.num_chunks;
+  std::shared_ptr<const engine::ExecPlan> plan = plans_.find(args, choice.algorithm);
+  if (!plan) {
+    plan = engine::make_plan(coll::build_schedule(args), choice.estimated_ms);
+    plans_.insert(args, choice.algorithm, plan);
+  }
+  if (estimate) *estimate = choice.estimated_ms;
+  if (reason) *reason = choice.reason;
+  return plan;
+}
+
+wia_status_t ProcessCommunicator::post(int rank, Call call, wia_stream_s* stream) {
+  if (rank != layout_.rank)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
+  if (broken_.load()) {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    throw Error(error_, fmt::format("the communicator is unusable after an earlier failure: {}",
+                                    error_message_));
+  }
+  std::uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq = next_seq_++;
+  }
+  auto* g = new Gate{this, seq, std::move(call), stream};
+  in_flight_.fetch_add(1);
+  const Device& d = Runtime::get().device(stream->device);
+  try {
+    device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
+      return o.launch_host_func(ctx, stream->ps, &ProcessCommunicator::gate, g);
+    });
+  } catch (const Error& e) {
+    delete g;
+    in_flight_.fetch_sub(1);
+    // Its sequence number is spent; the ranks can no longer agree.
+    break_communicator(e.status(), fmt::format("could not post collective #{}: {}", seq,
+                                               e.what()));
+    executed_.store(seq + 1);
+    order_signal_.notify();
+    throw;
+  }
+  return WIA_SUCCESS;
+}
+
+void ProcessCommunicator::gate(void* arg) {
+  std::unique_ptr<Gate> g(static_cast<Gate*>(arg));
+  g->comm->run_gate(*g);
+}
+
+void ProcessCommunicator::run_gate(Gate& g) {
+  std::string error;
+  const wia_status_t st = execute(g.seq, g.call, error);
+  if (st != WIA_SUCCESS) g.stream->set_async_error(st, error);
+  in_flight_.fetch_sub(1);
+  order_signal_.notify();
+}
+
+wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::string& error) {
+  const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Collectives run in posting order, whatever streams they were posted on.
+  const bool in_order = order_signal_.wait_until(
+      [&] { return executed_.load(std::memory_order_acquire) >= seq; }, deadline, false, true);
+  struct Advance {
+    ProcessCommunicator& c;
+    std::uint64_t seq;
+    ~Advance() {
+      c.executed_.store(std::max(c.executed_.load(), seq + 1), std::memory_order_release);
+      c.order_signal_.notify();
+    }
+  } advance{*this, seq};
+  if (!in_order) {
+    error = fmt::format("rank {}: collective #{} timed out after {} ms waiting for this rank's "
+                        "earlier collectives (posted on other streams) to finish",
+                        layout_.rank, seq, timeout_ms);
+    break_communicator(WIA_ERROR_TIMEOUT, error);
+    return WIA_ERROR_TIMEOUT;
+  }
+  if (broken_.load()) {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    error = fmt::format("the communicator is unusable after an earlier failure: {}",
+                        error_message_);
+    return error_;
+  }
+  try {
+    const int me = layout_.rank;
+    double estimate = 0;
+    std::string reason;
+    std::shared_ptr<const engine::ExecPlan> plan = plan_for(call, false, &estimate, &reason);
+    engine::RankBuffers b = call.buffers;
+    if (call.in_place) {
+      // An in-place schedule is used when its messages are the same as the
+      // out-of-place one's, so peers that made out-of-place calls still
+      // match; otherwise the input is snapshotted first.
+      std::shared_ptr<const engine::ExecPlan> ip = plan_for(call, true, nullptr, nullptr);
+      if (same_messages(ip->schedule, plan->schedule)) {
+        plan = ip;
+        if (call.collective == coll::Collective::kReduceScatter) b.recv = b.send;
+        b.send = nullptr;
+      } else {
+        const coll::RankProgram& prog = plan->schedule.programs[me];
+        const std::size_t es = plan->schedule.elem_size();
+        if (b.send && prog.sizes.send) {
+          snapshot_.assign(b.send, b.send + prog.sizes.send * es);
+          b.send = snapshot_.data();
+        }
+        if (!b.send_shards.empty() && prog.sizes.send_shard) {
+          const std::size_t shard = prog.sizes.send_shard * es;
+          snapshot_.resize(shard * b.send_shards.size());
+          for (std::size_t j = 0; j < b.send_shards.size(); ++j) {
+            std::memcpy(snapshot_.data() + j * shard, b.send_shards[j], shard);
+            b.send_shards[j] = snapshot_.data() + j * shard;
+          }
+        }
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      last_selected_.id = static_cast<wia_algorithm_id_t>(plan->schedule.algorithm);
+      last_selected_.name = coll::algorithm_name(plan->schedule.algorithm);
+      last_selected_.collective = coll::collective_name(call.collective);
+      last_selected_.estimated_time_ms = estimate;
+    }
+    const std::uint64_t scratch = plan->schedule.scratch_bytes(me);
+    if (scratch_.size() < scratch) scratch_.resize(scratch);
+    b.scratch = scratch_.data();
+    const std::uint64_t staging = engine::staging_bytes(*plan, me);
+    if (staging_.size() < staging) staging_.resize(staging);
+
+    engine::Descriptor desc;
+    desc.seq = seq;
+    desc.count = call.count;
+    desc.collective = static_cast<std::uint8_t>(call.collective);
+    desc.algorithm = static_cast<std::uint8_t>(plan->schedule.algorithm);
+    desc.dtype = static_cast<std::uint8_t>(call.dtype);
+    desc.op = coll::is_reducing(call.collective) ? static_cast<std::uint8_t>(call.op) : 0;
+    desc.root = (call.collective == coll::Collective::kBroadcast ||
+                 call.collective == coll::Collective::kReduce)
+                    ? call.root
+                    : 0;
+    desc.num_chunks = plan->schedule.num_chunks;
+    log::debug("coll", "rank {} collective #{}: {} chosen by {} (estimate {:.3f} ms)", me, seq,
+               plan->schedule.describe(), reason, estimate);
+
+    std::vector<engine::NetLink> links(peers_.size());
+    for (std::size_t q = 0; q < peers_.size(); ++q) links[q] = peers_[q].link;
+    Control control(*this);
+    engine::NetExecOptions options;
+    options.deadline = deadline;
+    options.timeout_ms = timeout_ms;
+    options.oversubscribed = oversubscribed_;
+    running_.store(static_cast<std::int64_t>(seq));
+    const wia_status_t st =
+        engine::execute_rank_over_network(*plan, me, b, desc, links, staging_.data(), control,
+                                          options, error);
+    running_.store(-1);
+    if (st != WIA_SUCCESS) break_communicator(st, error);
+    return st;
+  } catch (const Error& e) {
+    error = e.what();
+    break_communicator(e.status(), error);
+    return e.status();
+  }
+}
+
+void ProcessCommunicator::run_now(Call call) {
+  std::uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq = next_seq_++;
+  }
+  std::string error;
+  const wia_status_t st = execute(seq, call, error);
+  if (st != WIA_SUCCESS) throw Error(st, error);
+}
+
+void ProcessCommunicator::post_send(int, int, const void*, std::uint64_t, wia_datatype_t,
+                                    std::uint32_t, wia_stream_s*) {
+  throw Error(WIA_ERROR_NOT_SUPPORTED,
+              "wia_comm_send/wia_comm_recv on process communicators are not supported in this "
+              "release; use collectives");
+}
+
+void ProcessCommunicator::post_recv(int, int, void*, std::uint64_t, wia_datatype_t,
+                                    std::uint32_t, wia_stream_s*) {
+  throw Error(WIA_ERROR_NOT_SUPPORTED,
+              "wia_comm_send/wia_comm_recv on process communicators are not supported in this "
+              "release; use collectives");
+}
+
+bool ProcessCommunicator::drain() {
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(2 * std::uint64_t(default_timeout_ms_) + 1000);
+  return order_signal_.wait_until([&] { return in_flight_.load() == 0; }, deadline, false, true);
+}
+
+wia_status_t ProcessCommunicator::async_error() const {
+  std::lock_guard<std::mutex> lock(err_mu_);
+  return error_;
+}
+
+wia_algorithm_t ProcessCommunicator::last_selected() const {
+  std::lock_guard<std::mutex> lock(err_mu_);
+  return last_selected_;
+}
+
+namespace {
+
+// A split's setup exchange runs over the parent's links: an all-gather of
+// every parent rank's record, of which the new communicator keeps its
+// members'.
+class ParentExchange final : public Exchange {
+ public:
+  ParentExchange(ProcessCommunicator& parent, std::vector<int> members)
+      : parent_(parent), members_(std::move(members)) {}
+  std::vector<std::uint8_t> all_gather(const std::vector<std::uint8_t>& mine) override {
+    std::vector<std::uint8_t> all(mine.size() * parent_.size());
+    Call c;
+    c.collective = coll::Collective::kAllGather;
+    c.dtype = WIA_UINT8;
+    c.count = mine.size();
+    c.buffers.send = const_cast<char*>(reinterpret_cast<const char*>(mine.data()));
+    c.buffers.recv = reinterpret_cast<char*>(all.data());
+    parent_.run_now(c);
+    std::vector<std::uint8_t> kept;
+    for (int r : members_)
+      kept.insert(kept.end(), all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size());
+    return kept;
+  }
+
+ private:
+  ProcessCommunicator& parent_;
+  std::vector<int> members_;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessCommunicator> ProcessCommunicator::split(int color, int key) {
+  const int p = size();
+  std::vector<std::int32_t> mine = {color, key};
+  std::vector<std::int32_t> all(2 * static_cast<std::size_t>(p));
+  Call c;
+  c.collective = coll::Collective::kAllGather;
+  c.dtype = WIA_INT32;
+  c.count = 2;
+  c.buffers.send = reinterpret_cast<char*>(mine.data());
+  c.buffers.recv = reinterpret_cast<char*>(all.data());
+  run_now(c);
+  if (color < 0) {
+    // Not a member, but the members' setup exchange runs over every rank.
+    std::vector<std::uint8_t> zero(sizeof(RankRecord), 0);
+    ParentExchange(*this, {}).all_gather(zero);
+    return nullptr;
+  }
+  std::vector<int> members;
+  for (int r = 0; r < p; ++r)
+    if (all[2 * r] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  ProcessLayout l;
+  l.size = static_cast<int>(members.size());
+  std::map<int, int> node_index;  // parent node -> new index, by first appearance
+  std::map<int, int> next_local;
+  for (int i = 0; i < l.size; ++i) {
+    const int r = members[i];
+    if (r == layout_.rank) l.rank = i;
+    const int node = layout_.node_of_rank[r];
+    auto [it, inserted] = node_index.emplace(node, static_cast<int>(node_index.size()));
+    l.node_of_rank.push_back(it->second);
+    l.local_rank_of_rank.push_back(next_local[node]++);
+    if (!layout_.host_of_rank.empty()) l.host_of_rank.push_back(layout_.host_of_rank[r]);
+  }
+  l.nnodes = static_cast<int>(node_index.size());
+  ParentExchange ex(*this, members);
+  std::string preferred;
+  return std::make_unique<ProcessCommunicator>(
+      l, ex, device_, std::chrono::milliseconds(default_timeout_ms_), preferred);
+}
+
+}  // namespace wia::comm

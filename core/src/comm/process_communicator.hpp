@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+// Process-based communicators: one rank per process, on the process's
+// current device, peers reached through transport providers (shm inside a
+// node, tcp between nodes, by default). Created collectively from a
+// bootstrap (bootstrap/), or split from another process communicator.
+//
+// Setup: every rank listens on each transport it has loaded, all-gathers
+// the connection handles through the bootstrap, and connects to every peer
+// with the first transport of the link's preference list that both ends
+// loaded (comm/transport_choice.hpp). The lower rank connects, the higher
+// accepts; the connect cookie carries the connector's rank.
+//
+// Execution: a collective posts a gate (a host function) on the caller's
+// stream; when the stream reaches it, the gate runs this rank's program of
+// the schedule over the connections (engine/net_exec.hpp), in posting
+// order. Every rank builds the same schedule from the same arguments and
+// the same link model (gathered, not measured locally), and a descriptor
+// check catches ranks that did not.
+//
+// Failure: the first error (mismatch, a lost peer, a timeout) breaks the
+// communicator for good, as ncclCommAbort does: the rank sends the reason
+// to every peer on the control channel and closes its connections, so
+// every other rank fails its current or next collective with that reason
+// instead of hanging, and posting fails at once afterwards. Pending
+// requests die with their connections, so no late message can land in a
+// user buffer.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/communicator_base.hpp"
+#include "engine/net_exec.hpp"
+#include "engine/progress_signal.hpp"
+#include "tuner/cost_model.hpp"
+
+namespace wia::bootstrap {
+class Bootstrap;
+}
+
+namespace wia::comm {
+
+// What setup needs to know about the ranks, whoever gathers it.
+struct ProcessLayout {
+  int rank = 0;
+  int size = 1;
+  std::vector<int> node_of_rank;
+  std::vector<int> local_rank_of_rank;
+  std::vector<std::string> host_of_rank;  // node names, for selector groups
+  int nnodes = 1;
+};
+
+// Gathers one fixed-size blob from every rank (the bootstrap, or the
+// parent communicator's links for a split).
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual std::vector<std::uint8_t> all_gather(const std::vector<std::uint8_t>& mine) = 0;
+};
+
+class ProcessCommunicator final : public CommunicatorBase {
+ public:
+  // Collective over every rank of `layout`: connects the mesh. `device`
+  // is the calling process's device (its memory must be host-addressable
+  // in this release). `preferred` optionally names the transport for links
+  // between nodes ("" = defaults). Throws wia::Error naming the rank and
+  // the link that failed.
+  ProcessCommunicator(const ProcessLayout& layout, Exchange& exchange, wia_device_t device,
+                      std::chrono::milliseconds setup_timeout,
+                      const std::string& preferred_inter_node = "");
+  ~ProcessCommunicator() override;
+
+  // From a bootstrap (unique id or launcher).
+  static std::unique_ptr<ProcessCommunicator> create(bootstrap::Bootstrap& bs, wia_device_t device,
+                                                     const std::string& preferred_inter_node = "");
+
+  int size() const override { return layout_.size; }
+  int rank() const { return layout_.rank; }
+  int rank_of_device(wia_device_t device) const override {
+    return device == device_ ? layout_.rank : -1;
+  }
+  int node_rank(int rank) const override { return layout_.node_of_rank[rank]; }
+  int local_rank(int rank) const override { return layout_.local_rank_of_rank[rank]; }
+  int node_count() const override { return layout_.nnodes; }
+  // Transport of the link to `peer` ("shm", "tcp"; "" for the rank itself).
+  const std::string& transport_to(int peer) const { return peers_[peer].transport; }
+
+  wia_status_t post(int rank, Call call, wia_stream_s* stream) override;
+  void post_send(int rank, int peer, const void* buf, std::uint64_t count, wia_datatype_t dtype,
+                 std::uint32_t timeout_ms, wia_stream_s* stream) override;
+  void post_recv(int rank, int peer, void* buf, std::uint64_t count, wia_datatype_t dtype,
+                 std::uint32_t timeout_ms, wia_stream_s* stream) override;
+  bool drain() override;
+  int in_flight() const override { return in_flight_.load(); }
+  wia_status_t async_error() const override;
+  wia_algorithm_t last_selected() const override;
+
+  // Runs a collective now on the calling thread (after every posted one);
+  // used by split. Throws wia::Error on failure.
+  void run_now(Call call);
+
+  // wia_comm_split: collective over this communicator; nullptr for a
+  // negative color (the rank joins no new communicator).
+  std::unique_ptr<ProcessCommunicator> split(int color, int key);
+
+ private:
+  // Header of a control-channel message (process_communicator.cpp).
+  struct ControlHeader {
+    std::uint32_t magic = 0x57494158;  // "WIAX"
+    std::uint32_t type = 0;
+    std::uint64_t seq = 0;        // query: the collective asked about
+    std::uint64_t completed = 0;  // reply: collectives this rank completed
+    std::int64_t running = -1;    // reply: the collective it is in, -1 none
+  };
+  struct Peer {
+    engine::NetLink link;
+    std::string transport;
+    // The control channel (process_communicator.cpp): a receive always
+    // posted, one message of ours in flight, the peer's last reply.
+    std::vector<char> control_buf;
+    wia_request_t control_req = nullptr;
+    std::vector<char> send_buf;
+    wia_request_t send_req = nullptr;
+    bool has_reply = false;
+    ControlHeader reply{};
+    bool said_bye = false;
+  };
+  void post_control_recv(Peer& peer);
+  class Control;
+  struct Gate;
+  static void gate(void* arg);
+  void run_gate(Gate& g);
+  // Runs `call` as collective `seq` once every earlier one has run.
+  // Returns the status; on failure the communicator is broken.
+  wia_status_t execute(std::uint64_t seq, Call& call, std::string& error);
+  void connect_mesh(Exchange& exchange, std::chrono::milliseconds timeout,
+                    const std::string& preferred_inter_node);
+  // Makes the communicator unusable and tells the peers why.
+  void break_communicator(wia_status_t status, const std::string& reason);
+  void close_all() noexcept;
+  std::shared_ptr<const engine::ExecPlan> plan_for(const Call& call, bool in_place,
+                                                   double* estimate, std::string* reason);
+
+  ProcessLayout layout_;
+  wia_device_t device_;
+  std::vector<Peer> peers_;
+  bool oversubscribed_ = false;
+  // Measure the link between nodes at setup (WIA_PROBE_LINKS=0 skips it).
+  bool probe_inter_node_ = true;
+  std::uint32_t default_timeout_ms_ = 0;
+
+  std::mutex mu_;                      // plans, selector, next_seq_
+  std::uint64_t next_seq_ = 0;
+  engine::PlanCache plans_;
+  std::unique_ptr<tuner::Selector> selector_;
+  // The node grouping when the communicator spans nodes (hierarchical
+  // algorithms and the two-level link model use it), else nullptr.
+  std::shared_ptr<const coll::RankGroups> groups_;
+  std::atomic<std::uint64_t> executed_{0};  // collectives run (in order)
+  std::atomic<std::int64_t> running_{-1};   // the one running now, -1 none
+  engine::ProgressSignal order_signal_;
+  std::atomic<int> in_flight_{0};
+  std::vector<char> staging_, scratch_, snapshot_;  // used by one collective at a time
+
+  mutable std::mutex err_mu_;
+  std::atomic<bool> broken_{false};
+  wia_status_t error_ = WIA_SUCCESS;
+  std::string error_message_;
+  wia_algorithm_t last_selected_{};
+};
+
+}  // namespace wia::comm

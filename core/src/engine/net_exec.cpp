@@ -1,0 +1,397 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/net_exec.hpp"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+#include "kernels/cpu_reduce.hpp"
+#include "provider/transport_call.hpp"
+
+namespace wia::engine {
+
+std::string describe_difference(const Descriptor& a, const Descriptor& b) {
+  std::string diff;
+  auto add = [&](const char* field, auto x, auto y) {
+    if (x != y) diff += fmt::format("{}{} {} vs {}", diff.empty() ? "" : ", ", field, x, y);
+  };
+  if (a.magic != b.magic) return "a corrupt descriptor";
+  add("sequence number", a.seq, b.seq);
+  add("collective", coll::collective_name(static_cast<coll::Collective>(a.collective)),
+      coll::collective_name(static_cast<coll::Collective>(b.collective)));
+  add("count", a.count, b.count);
+  add("datatype", kernels::dtype_name(static_cast<wia_datatype_t>(a.dtype)),
+      kernels::dtype_name(static_cast<wia_datatype_t>(b.dtype)));
+  add("op", kernels::reduce_op_name(static_cast<wia_reduce_op_t>(a.op)),
+      kernels::reduce_op_name(static_cast<wia_reduce_op_t>(b.op)));
+  add("root", a.root, b.root);
+  add("algorithm", coll::algorithm_name(static_cast<coll::Algorithm>(a.algorithm)),
+      coll::algorithm_name(static_cast<coll::Algorithm>(b.algorithm)));
+  add("chunks", a.num_chunks, b.num_chunks);
+  return diff;
+}
+
+std::uint64_t staging_bytes(const ExecPlan& plan, int rank) {
+  std::uint64_t n = 0;
+  for (const coll::Step& st : plan.schedule.programs[rank].steps)
+    if (st.kind == coll::StepKind::kRecvReduce) n += st.count;
+  return n * plan.schedule.elem_size();
+}
+
+namespace {
+
+// Calls a transport entry; throws wia::Error naming the provider, what and
+// the peer when it fails.
+template <typename F>
+wia_status_t transport_call(const NetLink& link, const char* what, F&& f) {
+  return wia::transport_call(*link.provider, fmt::format("{} with {}", what, link.peer),
+                             std::forward<F>(f));
+}
+
+class Executor {
+ public:
+  Executor(const ExecPlan& plan, int rank, const RankBuffers& mine, const Descriptor& descriptor,
+           std::vector<NetLink>& links, char* staging, ControlChannel& control,
+           const NetExecOptions& options)
+      : plan_(plan),
+        s_(plan.schedule),
+        prog_(plan.schedule.programs[rank]),
+        rank_(rank),
+        mine_(mine),
+        es_(plan.schedule.elem_size()),
+        mine_desc_(descriptor),
+        links_(links),
+        control_(control),
+        options_(options) {
+    const std::size_t n = prog_.steps.size();
+    req_.assign(n, nullptr);
+    posted_.assign(n, 0);
+    done_.assign(n, 0);
+    arrived_.assign(n, 0);
+    slot_.assign(n, nullptr);
+    for (std::size_t k = 0; k < n; ++k)
+      if (prog_.steps[k].kind == coll::StepKind::kRecvReduce) {
+        slot_[k] = staging;
+        staging += prog_.steps[k].count * es_;
+      }
+  }
+
+  void run() {
+    try {
+      run_steps();
+    } catch (const Error& e) {
+      // A lost connection is often a peer that failed first and told us
+      // why before closing: its reason is the better message.
+      if (e.status() != WIA_ERROR_TIMEOUT) {
+        if (const std::string reason = control_.poll(); !reason.empty())
+          throw Error(WIA_ERROR_REMOTE, reason);
+      }
+      // A size mismatch or a lost message is often the symptom of calls
+      // that differ: report the descriptor's difference when it shows one.
+      if (e.status() == WIA_ERROR_TIMEOUT || !desc_recv_) throw;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      try {
+        while (desc_recv_ && std::chrono::steady_clock::now() < until) advance_descriptor();
+      } catch (const Error& mismatch) {
+        if (mismatch.status() == WIA_ERROR_MISMATCH) throw;
+      }
+      throw;
+    }
+  }
+
+ private:
+  void run_steps() {
+    const int p = s_.nranks;
+    // A peer may have failed (or died) since the last collective.
+    if (const std::string reason = control_.poll(); !reason.empty())
+      throw Error(WIA_ERROR_REMOTE, reason);
+    if (p > 1) {
+      next_ = (rank_ + 1) % p;
+      prev_ = (rank_ + p - 1) % p;
+      post_descriptor();
+    }
+    for (std::uint32_t k = 0; k < prog_.steps.size(); ++k)
+      if (prog_.steps[k].kind == coll::StepKind::kRecvReduce) post(k);
+    std::uint32_t idle = 0, iteration = 0;
+    while (first_ < prog_.steps.size() || desc_send_ || desc_recv_) {
+      bool progressed = false;
+      for (std::uint32_t k = first_; k < prog_.steps.size(); ++k)
+        if (!done_[k]) progressed |= advance(k);
+      while (first_ < prog_.steps.size() && done_[first_]) ++first_;
+      progressed |= advance_descriptor();
+      if (!progressed || (++iteration & 31) == 0) {
+        const std::string reason = control_.poll();
+        if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
+      }
+      if (progressed) {
+        idle = 0;
+        continue;
+      }
+      backoff(++idle);
+      if ((idle & 15) == 0 && std::chrono::steady_clock::now() > options_.deadline) {
+        const std::string where = control_.diagnose(mine_desc_.seq);
+        throw Error(WIA_ERROR_TIMEOUT, timeout_message() + (where.empty() ? "" : "; " + where));
+      }
+    }
+  }
+
+  const NetLink& link(int peer) const { return links_[peer]; }
+  char* at(const coll::Region& r) const { return region_ptr(mine_, r, es_); }
+  std::uint64_t bytes(const coll::Step& st) const { return st.count * es_; }
+
+  bool deps_done(const coll::Step& st) const {
+    const std::uint32_t* deps = prog_.deps_of(st);
+    for (std::uint32_t i = 0; i < st.dep_count; ++i)
+      if (!done_[deps[i]]) return false;
+    return true;
+  }
+
+  // Posts step k's transport request; false when the transport asked us
+  // to retry later (no resources now).
+  bool post(std::uint32_t k) {
+    const coll::Step& st = prog_.steps[k];
+    const NetLink& l = link(st.peer);
+    wia_request_t r = nullptr;
+    if (st.is_send()) {
+      transport_call(l, "isend", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.isend(ctx, l.conn, at(st.src), bytes(st), st.tag, nullptr, &r);
+      });
+    } else {
+      void* dst = st.kind == coll::StepKind::kRecvReduce ? slot_[k] : at(st.dst);
+      transport_call(l, "irecv", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.irecv(ctx, l.conn, dst, bytes(st), st.tag, nullptr, &r);
+      });
+    }
+    if (!r) return false;
+    req_[k] = r;
+    posted_[k] = 1;
+    return true;
+  }
+
+  // Tests step k's request; true once it completed (size checked).
+  bool test(std::uint32_t k) {
+    const coll::Step& st = prog_.steps[k];
+    const NetLink& l = link(st.peer);
+    std::int32_t done = 0;
+    std::uint64_t size = 0;
+    try {
+      transport_call(l, "test", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.test(ctx, req_[k], &done, &size);
+      });
+    } catch (const Error& e) {
+      req_[k] = nullptr;  // a failed request is released by the provider
+      throw Error(e.status(), fmt::format("rank {} step {} ({} of {} B {} rank {}): {}", rank_, k,
+                                          st.is_send() ? "send" : "receive", bytes(st),
+                                          st.is_send() ? "to" : "from", st.peer, e.what()));
+    }
+    if (!done) return false;
+    req_[k] = nullptr;
+    if (!st.is_send() && size != bytes(st))
+      throw Error(WIA_ERROR_MISMATCH,
+                  fmt::format("rank {} step {}: received {} B from rank {} where the schedule "
+                              "expects {} B (the ranks' calls differ)",
+                              rank_, k, size, st.peer, bytes(st)));
+    return true;
+  }
+
+  bool advance(std::uint32_t k) {
+    const coll::Step& st = prog_.steps[k];
+    switch (st.kind) {
+      case coll::StepKind::kSend:
+      case coll::StepKind::kRecv: {
+        bool progressed = false;
+        if (!posted_[k]) {
+          if (!deps_done(st) || !post(k)) return false;
+          progressed = true;
+        }
+        if (!test(k)) return progressed;
+        done_[k] = 1;
+        return true;
+      }
+      case coll::StepKind::kRecvReduce: {
+        bool progressed = false;
+        if (!posted_[k]) {
+          if (!post(k)) return false;
+          progressed = true;
+        }
+        if (!arrived_[k]) {
+          if (!test(k)) return progressed;
+          arrived_[k] = 1;
+          progressed = true;
+        }
+        if (!deps_done(st)) return progressed;
+        reduce(st, at(st.dst), at(st.src), slot_[k]);
+        done_[k] = 1;
+        return true;
+      }
+      case coll::StepKind::kCopy:
+        if (!deps_done(st)) return false;
+        std::memmove(at(st.dst), at(st.src), bytes(st));
+        done_[k] = 1;
+        return true;
+      case coll::StepKind::kReduce:
+        if (!deps_done(st)) return false;
+        reduce(st, at(st.dst), at(st.dst), at(st.src));
+        done_[k] = 1;
+        return true;
+    }
+    return false;
+  }
+
+  void reduce(const coll::Step& st, void* dst, const void* a, const void* b) {
+    const coll::KernelOp k = coll::kernel_op(s_.op, st);
+    const void* srcs[2] = {a, b};
+    wia_reduce_args_v1_t args{};
+    args.struct_size = sizeof(args);
+    args.dtype = s_.dtype;
+    args.op = k.op;
+    args.nsrcs = 2;
+    args.count = st.count;
+    args.divisor = k.divisor;
+    args.dst = dst;
+    args.srcs = srcs;
+    const wia_status_t rc = kernels::reduce(args);
+    if (rc != WIA_SUCCESS)
+      throw Error(WIA_ERROR_INTERNAL, fmt::format("{}: CPU reduction of {} elements failed: {}",
+                                                  s_.describe(), st.count, status_name(rc)));
+  }
+
+  void post_descriptor() {
+    const NetLink& to = link(next_);
+    const NetLink& from = link(prev_);
+    transport_call(to, "isend(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      return t.isend(ctx, to.conn, &mine_desc_, sizeof(mine_desc_), kDescriptorTag, nullptr,
+                     &desc_send_);
+    });
+    transport_call(from, "irecv(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      return t.irecv(ctx, from.conn, &their_desc_, sizeof(their_desc_), kDescriptorTag, nullptr,
+                     &desc_recv_);
+    });
+    // Tiny messages: a transport out of resources for them is not worth
+    // a retry path; it fails the collective with a clear message.
+    if (!desc_send_ || !desc_recv_)
+      throw Error(WIA_ERROR_OUT_OF_MEMORY,
+                  fmt::format("rank {}: the transport has no resources for the collective's "
+                              "descriptor",
+                              rank_));
+  }
+
+  bool advance_descriptor() {
+    bool progressed = false;
+    std::int32_t done = 0;
+    std::uint64_t size = 0;
+    if (desc_send_) {
+      const NetLink& to = link(next_);
+      transport_call(to, "test(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.test(ctx, desc_send_, &done, &size);
+      });
+      if (done) desc_send_ = nullptr, progressed = true;
+    }
+    if (desc_recv_) {
+      done = 0;
+      const NetLink& from = link(prev_);
+      transport_call(from, "test(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.test(ctx, desc_recv_, &done, &size);
+      });
+      if (done) {
+        desc_recv_ = nullptr;
+        progressed = true;
+        const std::string diff = size == sizeof(their_desc_)
+                                     ? describe_difference(mine_desc_, their_desc_)
+                                     : std::string("a descriptor of the wrong size");
+        if (!diff.empty())
+          throw Error(WIA_ERROR_MISMATCH,
+                      fmt::format("collective #{} does not match across ranks: rank {} and rank "
+                                  "{} differ in {}",
+                                  mine_desc_.seq, rank_, prev_, diff));
+      }
+    }
+    return progressed;
+  }
+
+  // Spin briefly (a message is usually microseconds away), then yield,
+  // then sleep in growing slices: a waiting rank must not take the core
+  // its peer needs (MACHINE-FACTS: spinning when oversubscribed).
+  void backoff(std::uint32_t idle) const {
+    const std::uint32_t spins = options_.oversubscribed ? 8 : 512;
+    if (idle < spins) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      return;
+    }
+    if (idle < spins + 64) {
+      sched_yield();
+      return;
+    }
+    const long us = std::min<long>(200, 10 + (idle - spins - 64) / 8);
+    timespec ts{0, us * 1000};
+    nanosleep(&ts, nullptr);
+  }
+
+  std::string timeout_message() const {
+    std::set<int> waiting_for;
+    std::string first;
+    for (std::uint32_t k = first_; k < prog_.steps.size(); ++k) {
+      const coll::Step& st = prog_.steps[k];
+      if (done_[k] || !st.is_recv() || arrived_[k] || !posted_[k]) continue;
+      waiting_for.insert(st.peer);
+      if (first.empty())
+        first = fmt::format("step {}: receive of {} B from rank {}", k, bytes(st), st.peer);
+    }
+    if (desc_recv_) waiting_for.insert(prev_);
+    std::string ranks;
+    for (int r : waiting_for) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", r);
+    return fmt::format("collective #{} timed out after {} ms on rank {}: waiting for rank(s) {} "
+                       "({})",
+                       mine_desc_.seq, options_.timeout_ms, rank_,
+                       ranks.empty() ? "none (sends not taken)" : ranks,
+                       first.empty() ? "the descriptor" : first);
+  }
+
+  const ExecPlan& plan_;
+  const coll::Schedule& s_;
+  const coll::RankProgram& prog_;
+  const int rank_;
+  const RankBuffers& mine_;
+  const std::size_t es_;
+  const Descriptor mine_desc_;
+  Descriptor their_desc_{};
+  std::vector<NetLink>& links_;
+  ControlChannel& control_;
+  const NetExecOptions& options_;
+
+  int next_ = 0, prev_ = 0;
+  wia_request_t desc_send_ = nullptr, desc_recv_ = nullptr;
+  std::uint32_t first_ = 0;  // steps before it are all done
+  std::vector<wia_request_t> req_;
+  std::vector<std::uint8_t> posted_, done_, arrived_;
+  std::vector<char*> slot_;  // staging of each receive-reduce
+};
+
+}  // namespace
+
+wia_status_t execute_rank_over_network(const ExecPlan& plan, int rank, const RankBuffers& mine,
+                                       const Descriptor& descriptor, std::vector<NetLink>& links,
+                                       char* staging, ControlChannel& control,
+                                       const NetExecOptions& options, std::string& error) {
+  try {
+    Executor e(plan, rank, mine, descriptor, links, staging, control, options);
+    e.run();
+    return WIA_SUCCESS;
+  } catch (const Error& e) {
+    error = e.what();
+    return e.status();
+  } catch (const std::exception& e) {
+    error = fmt::format("rank {}: {}", rank, e.what());
+    return WIA_ERROR_INTERNAL;
+  }
+}
+
+}  // namespace wia::engine

@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: Apache-2.0
+// Process communicators end to end: real processes (fork), the real
+// bootstrap (a unique id, or torchrun-style variables), the real shm and
+// tcp transport providers, the public C API. Each rank checks every result
+// against a reference it computes itself from the inputs every rank derives
+// from (rank, index), with integer-valued inputs so that float sums are
+// exact, and exits with a status the parent asserts.
+#include <doctest/doctest.h>
+#include <wia/wia.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+
+namespace {
+
+// Exit statuses of a rank.
+constexpr int kOk = 0;
+constexpr int kWrong = 10;       // a result differed from the reference
+constexpr int kApiError = 11;    // an unexpected error
+constexpr int kSawError = 12;    // an expected error was reported
+constexpr int kNoError = 13;     // an expected error was not reported
+
+using RankBody = std::function<int(int rank, int nranks)>;
+
+std::string write_config(const std::string& text) {
+  char path[] = "/tmp/wia-proc-test-XXXXXX.yaml";
+  const int fd = mkstemps(path, 5);
+  if (fd < 0) return {};
+  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) return {};
+  close(fd);
+  return path;
+}
+
+// Forks `nranks` processes running `body` after initialising the library
+// with `yaml`; returns their exit statuses (-signal when killed). `during`
+// runs in the parent while they run (it may kill one).
+std::vector<int> run_ranks(int nranks, const std::string& yaml, const RankBody& body,
+                           const std::vector<std::pair<std::string, std::string>>& env = {},
+                           const std::function<void(std::vector<pid_t>&)>& during = {},
+                           int limit_s = 120) {
+  const std::string cfg = write_config(yaml);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nranks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      if (wia_init_with_config(cfg.c_str()) != WIA_SUCCESS) {
+        std::fprintf(stderr, "rank %d: init: %s\n", r, wia_get_last_error());
+        _exit(kApiError);
+      }
+      const int rc = body(r, nranks);
+      wia_finalize();
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  if (during) during(pids);
+  std::vector<int> status(nranks, -999);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limit_s);
+  int left = nranks;
+  while (left > 0) {
+    for (int r = 0; r < nranks; ++r) {
+      if (status[r] != -999) continue;
+      int st = 0;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        --left;
+      }
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < nranks; ++r)
+        if (status[r] == -999) kill(pids[r], SIGKILL), waitpid(pids[r], nullptr, 0), status[r] = -1000;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::remove(cfg.c_str());
+  return status;
+}
+
+std::string unique_id_env() {
+  const wia::bootstrap::UniqueId id = wia::bootstrap::create_unique_id();
+  std::string hex;
+  for (unsigned char b : id.bytes) {
+    char h[3];
+    std::snprintf(h, sizeof(h), "%02x", b);
+    hex += h;
+  }
+  return hex;
+}
+
+wia_unique_id_t parse_id(const char* hex) {
+  wia_unique_id_t id{};
+  for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
+    unsigned v = 0;
+    std::sscanf(hex + 2 * i, "%2x", &v);
+    id.internal[i] = static_cast<char>(v);
+  }
+  return id;
+}
+
+// Joins the job: through the unique id in TEST_WIA_ID when set, else the
+// launcher variables.
+wia_communicator_t join(int rank, int nranks) {
+  wia_communicator_t comm = nullptr;
+  wia_status_t st;
+  if (const char* hex = std::getenv("TEST_WIA_ID")) {
+    const wia_unique_id_t id = parse_id(hex);
+    st = wia_create_communicator_from_id(&id, nranks, rank, &comm);
+  } else {
+    st = wia_create_distributed_communicator(nullptr, &comm);
+  }
+  if (st != WIA_SUCCESS) {
+    std::fprintf(stderr, "rank %d: create: %s\n", rank, wia_get_last_error());
+    return nullptr;
+  }
+  return comm;
+}
+
+double input(int rank, std::uint64_t i) { return static_cast<double>((i * 7 + rank * 13) % 23) - 11; }
+
+// Every collective over the communicator, with a few sizes, checked.
+int all_collectives(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  if (wia_comm_size(comm) != nranks || wia_comm_rank(comm) != rank) {
+    std::fprintf(stderr, "rank %d: size %d rank %d\n", rank, wia_comm_size(comm),
+                 wia_comm_rank(comm));
+    return kWrong;
+  }
+  int wrong = 0;
+  const std::uint64_t counts[] = {0, 1, 7, 4099, 262147};
+  for (std::uint64_t n : counts) {
+    const std::uint64_t all = n * static_cast<std::uint64_t>(nranks);
+    std::vector<float> in(all + 1), out(all + 1);
+    wia_collective_config_t cfg{};
+    cfg.datatype = WIA_FLOAT32;
+    cfg.reduction_op = WIA_REDUCE_SUM;
+    // all-reduce, every algorithm
+    const wia_algorithm_id_t algos[] = {WIA_ALGORITHM_AUTO, WIA_ALGORITHM_RING,
+                                        WIA_ALGORITHM_TREE, WIA_ALGORITHM_RABENSEIFNER,
+                                        WIA_ALGORITHM_RECURSIVE_DOUBLING, WIA_ALGORITHM_BINOMIAL};
+    for (auto algo : algos) {
+      for (bool in_place : {false, true}) {
+        for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<float>(input(rank, i));
+        std::fill(out.begin(), out.end(), -1e9f);
+        if (in_place) std::copy(in.begin(), in.begin() + n, out.begin());
+        cfg.algorithm = algo;
+        if (wia_all_reduce(comm, in_place ? out.data() : in.data(), out.data(), n, &cfg, nullptr) !=
+                WIA_SUCCESS ||
+            wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+          std::fprintf(stderr, "rank %d: all_reduce: %s\n", rank, wia_get_last_error());
+          return kApiError;
+        }
+        for (std::uint64_t i = 0; i < n; ++i) {
+          double ref = 0;
+          for (int q = 0; q < nranks; ++q) ref += input(q, i);
+          if (out[i] != static_cast<float>(ref)) {
+            if (wrong++ < 3)
+              std::fprintf(stderr, "rank %d: all_reduce algo %d n %llu [%llu] = %g, want %g\n",
+                           rank, algo, static_cast<unsigned long long>(n),
+                           static_cast<unsigned long long>(i), out[i], ref);
+          }
+        }
+      }
+    }
+    cfg.algorithm = WIA_ALGORITHM_AUTO;
+    // broadcast from the last rank
+    const int root = nranks - 1;
+    for (std::uint64_t i = 0; i < n; ++i) out[i] = rank == root ? static_cast<float>(input(root, i)) : -1;
+    cfg.operation = WIA_COLLECTIVE_BROADCAST;
+    if (wia_broadcast(comm, out.data(), n, root, WIA_FLOAT32, nullptr) != WIA_SUCCESS ||
+        wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+      std::fprintf(stderr, "rank %d: broadcast: %s\n", rank, wia_get_last_error());
+      return kApiError;
+    }
+    for (std::uint64_t i = 0; i < n; ++i) wrong += out[i] != static_cast<float>(input(root, i));
+    // all-gather
+    for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<float>(input(rank, i));
+    cfg.operation = WIA_COLLECTIVE_ALLGATHER;
+    if (wia_all_gather_ex(comm, in.data(), out.data(), n, &cfg, nullptr) != WIA_SUCCESS ||
+        wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+      std::fprintf(stderr, "rank %d: all_gather: %s\n", rank, wia_get_last_error());
+      return kApiError;
+    }
+    for (int q = 0; q < nranks; ++q)
+      for (std::uint64_t i = 0; i < n; ++i) wrong += out[q * n + i] != static_cast<float>(input(q, i));
+    // reduce-scatter (MAX)
+    for (std::uint64_t i = 0; i < all; ++i) in[i] = static_cast<float>(input(rank, i));
+    cfg.operation = WIA_COLLECTIVE_REDUCE_SCATTER;
+    cfg.reduction_op = WIA_REDUCE_MAX;
+    if (wia_reduce_scatter(comm, in.data(), out.data(), n, &cfg, nullptr) != WIA_SUCCESS ||
+        wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+      std::fprintf(stderr, "rank %d: reduce_scatter: %s\n", rank, wia_get_last_error());
+      return kApiError;
+    }
+    for (std::uint64_t i = 0; i < n; ++i) {
+      double ref = -1e300;
+      for (int q = 0; q < nranks; ++q) ref = std::max(ref, input(q, rank * n + i));
+      wrong += out[i] != static_cast<float>(ref);
+    }
+    // all-to-all (contiguous)
+    for (std::uint64_t i = 0; i < all; ++i) in[i] = static_cast<float>(input(rank, i));
+    cfg.operation = WIA_COLLECTIVE_ALLTOALL;
+    if (wia_all_to_all_contiguous(comm, in.data(), out.data(), n, &cfg, nullptr) != WIA_SUCCESS ||
+        wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+      std::fprintf(stderr, "rank %d: all_to_all: %s\n", rank, wia_get_last_error());
+      return kApiError;
+    }
+    // shard q of my output is shard `rank` of q's input.
+    for (int q = 0; q < nranks; ++q)
+      for (std::uint64_t i = 0; i < n; ++i)
+        wrong += out[q * n + i] != static_cast<float>(input(q, rank * n + i));
+    // reduce (int32 sum) to rank 0
+    std::vector<std::int32_t> iin(n + 1), iout(n + 1, -7);
+    for (std::uint64_t i = 0; i < n; ++i) iin[i] = static_cast<std::int32_t>(input(rank, i));
+    cfg.operation = WIA_COLLECTIVE_REDUCE;
+    cfg.datatype = WIA_INT32;
+    cfg.reduction_op = WIA_REDUCE_SUM;
+    if (wia_reduce(comm, iin.data(), iout.data(), n, 0, &cfg, nullptr) != WIA_SUCCESS ||
+        wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+      std::fprintf(stderr, "rank %d: reduce: %s\n", rank, wia_get_last_error());
+      return kApiError;
+    }
+    if (rank == 0)
+      for (std::uint64_t i = 0; i < n; ++i) {
+        double ref = 0;
+        for (int q = 0; q < nranks; ++q) ref += input(q, i);
+        wrong += iout[i] != static_cast<std::int32_t>(ref);
+      }
+  }
+  if (wia_destroy_communicator(comm) != WIA_SUCCESS) return kApiError;
+  if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
+  return wrong ? kWrong : kOk;
+}
+
+std::string base_yaml(int timeout_ms = 20000) {
+  return "host:\n  devices: 1\ncollectives:\n  timeout_ms: " + std::to_string(timeout_ms) + "\n";
+}
+
+void check_all(const std::vector<int>& st, int want = kOk) {
+  for (std::size_t r = 0; r < st.size(); ++r) {
+    INFO("rank " << r);
+    CHECK(st[r] == want);
+  }
+}
+
+std::vector<std::string> shm_entries() {
+  std::vector<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "wia", 3) == 0) names.push_back(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("every collective across 2, 3 and 4 processes over shm and over tcp") {
+  for (const char* transport : {"shm", "tcp"})
+    for (int n : {2, 3, 4}) {
+      INFO(transport << " with " << n << " processes");
+      const auto st = run_ranks(n, base_yaml(), all_collectives,
+                                {{"WIA_TRANSPORT", transport}, {"TEST_WIA_ID", unique_id_env()}});
+      check_all(st);
+    }
+}
+
+TEST_CASE("torchrun-style variables: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE") {
+  // Find a free port for the root (MASTER_PORT + 1 is the bootstrap's).
+  const int port = 20000 + static_cast<int>(getpid() % 20000);
+  const auto st = run_ranks(
+      3, base_yaml(),
+      [](int rank, int nranks) {
+        setenv("RANK", std::to_string(rank).c_str(), 1);
+        setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        int ok = wia_comm_size(comm) == 3 && wia_comm_rank(comm) == rank &&
+                 wia_comm_node_count(comm) == 1 && wia_comm_node_rank(comm) == 0 &&
+                 wia_comm_local_rank(comm) == rank;
+        std::int64_t v = rank + 1, sum = 0;
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_INT64;
+        ok &= wia_all_reduce(comm, &v, &sum, 1, &cfg, nullptr) == WIA_SUCCESS &&
+              wia_stream_synchronize(nullptr) == WIA_SUCCESS && sum == 6;
+        wia_destroy_communicator(comm);
+        return ok ? kOk : kWrong;
+      },
+      {{"MASTER_ADDR", "127.0.0.1"},
+       {"MASTER_PORT", std::to_string(port)},
+       {"WORLD_SIZE", "3"}});
+  check_all(st);
+}
+
+TEST_CASE("mismatched calls across processes fail on every rank, naming the difference") {
+  const auto st = run_ranks(
+      3, base_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        std::vector<float> b(128, 1.0f);
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        const std::size_t n = rank == 1 ? 100 : 99;
+        wia_all_reduce(comm, b.data(), b.data(), n, &cfg, nullptr);
+        const wia_status_t s = wia_stream_synchronize(nullptr);
+        const std::string msg = wia_get_last_error();
+        if (s == WIA_SUCCESS) return kNoError;
+        std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+        const bool named = msg.find("count 99 vs 100") != std::string::npos ||
+                           msg.find("count 100 vs 99") != std::string::npos;
+        // Later calls fail at once: the communicator is unusable.
+        const bool after = wia_all_reduce(comm, b.data(), b.data(), 1, &cfg, nullptr) != WIA_SUCCESS;
+        wia_destroy_communicator(comm);
+        return named && after ? kSawError : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
+  check_all(st, kSawError);
+}
+
+TEST_CASE("a rank that never calls becomes a timeout on every other rank, naming it") {
+  const auto st = run_ranks(
+      3, base_yaml(1500),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        if (rank == 2) {
+          // Stays alive (its connections open) without calling.
+          std::this_thread::sleep_for(std::chrono::seconds(4));
+          wia_destroy_communicator(comm);
+          return kSawError;
+        }
+        float v = 1;
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        wia_all_reduce(comm, &v, &v, 1, &cfg, nullptr);
+        const wia_status_t s = wia_stream_synchronize(nullptr);
+        const std::string msg = wia_get_last_error();
+        std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+        wia_destroy_communicator(comm);
+        if (s == WIA_SUCCESS) return kNoError;
+        return msg.find("rank(s) 2") != std::string::npos ||
+                       msg.find("rank 2") != std::string::npos
+                   ? kSawError
+                   : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st, kSawError);
+}
+
+TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within the timeout") {
+  for (const char* transport : {"shm", "tcp"}) {
+    INFO(transport);
+    const auto before = shm_entries();
+    const auto start = std::chrono::steady_clock::now();
+    const auto st = run_ranks(
+        3, base_yaml(15000),
+        [](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          std::vector<float> b(8u << 20, 1.0f);  // 32 MiB
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          for (int it = 0; it < 1000; ++it) {
+            if (wia_all_reduce(comm, b.data(), b.data(), b.size(), &cfg, nullptr) != WIA_SUCCESS ||
+                wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+              std::fprintf(stderr, "rank %d saw: %s\n", rank, wia_get_last_error());
+              wia_destroy_communicator(comm);
+              return kSawError;
+            }
+          }
+          return kNoError;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}},
+        [](std::vector<pid_t>& pids) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          kill(pids[1], SIGKILL);
+        },
+        60);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(st[1] == -SIGKILL);
+    CHECK(st[0] == kSawError);
+    CHECK(st[2] == kSawError);
+    CHECK(secs < 30);
+    CHECK(shm_entries() == before);
+  }
+}
+
+TEST_CASE("wia_comm_split and the two-level hierarchy over faked hosts") {
+  // Four processes on "two hosts" (WIA_HOSTID), two per host.
+  const std::string id = unique_id_env();
+  const auto st = run_ranks(
+      4, base_yaml(),
+      [](int rank, int nranks) {
+        setenv("WIA_HOSTID", rank < 2 ? "hostA" : "hostB", 1);
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        int ok = wia_comm_node_count(comm) == 2 && wia_comm_node_rank(comm) == rank / 2 &&
+                 wia_comm_local_rank(comm) == rank % 2;
+        // Split by parity, reversed order by key.
+        wia_communicator_t half = nullptr;
+        ok &= wia_comm_split(comm, rank % 2, -rank, &half) == WIA_SUCCESS && half != nullptr;
+        ok &= wia_comm_size(half) == 2 && wia_comm_rank(half) == (rank < 2 ? 1 : 0);
+        std::int32_t v = rank, sum = 0;
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_INT32;
+        ok &= wia_all_reduce(half, &v, &sum, 1, &cfg, nullptr) == WIA_SUCCESS &&
+              wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+        ok &= sum == (rank % 2 == 0 ? 0 + 2 : 1 + 3);
+        wia_communicator_t none = reinterpret_cast<wia_communicator_t>(1);
+        ok &= wia_comm_split(comm, rank == 0 ? 5 : WIA_COMM_SPLIT_NOCOLOR, 0, &none) ==
+              WIA_SUCCESS;
+        ok &= rank == 0 ? (none != nullptr && wia_comm_size(none) == 1) : none == nullptr;
+        if (none) wia_destroy_communicator(none);
+        // Spec 6.6.1: reduce inside the node, all-reduce across leaders,
+        // broadcast inside the node.
+        wia_comm_hierarchy_t h;
+        ok &= wia_comm_create_hierarchy(comm, &h) == WIA_SUCCESS;
+        ok &= h.num_nodes == 2 && h.my_node == rank / 2 &&
+              h.is_node_representative == (rank % 2 == 0);
+        std::int32_t local = rank + 1, node_sum = 0, global = 0;
+        ok &= wia_all_reduce(h.node_comms[h.my_node], &local, &node_sum, 1, &cfg, nullptr) ==
+              WIA_SUCCESS;
+        if (h.is_node_representative)
+          ok &= wia_all_reduce(h.inter_node_comm, &node_sum, &global, 1, &cfg, nullptr) ==
+                WIA_SUCCESS;
+        ok &= wia_broadcast(h.node_comms[h.my_node], &global, 1, 0, WIA_INT32, nullptr) ==
+              WIA_SUCCESS;
+        ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS && global == 10;
+        ok &= (h.inter_node_comm != nullptr) == h.is_node_representative;
+        ok &= wia_comm_destroy_hierarchy(&h) == WIA_SUCCESS;
+        wia_destroy_communicator(half);
+        wia_destroy_communicator(comm);
+        if (!ok) std::fprintf(stderr, "rank %d: %s\n", rank, wia_get_last_error());
+        return ok ? kOk : kWrong;
+      },
+      {{"TEST_WIA_ID", id}});
+  check_all(st);
+}
