@@ -8,3 +8,11 @@ foreach(p host shm tcp)
     add_dependencies(test_process_comm wia-provider-${p})
   endif()
 endforeach()
+
+# Spec 6.10's snippet as C11, run as a one-process job.
+add_executable(test_spec_distributed_c ${CMAKE_CURRENT_LIST_DIR}/spec_distributed.c)
+target_link_libraries(test_spec_distributed_c PRIVATE wia::core wia_warnings)
+add_dependencies(test_spec_distributed_c wia-provider-host)
+add_test(NAME spec_distributed_c COMMAND test_spec_distributed_c)
+set_tests_properties(spec_distributed_c PROPERTIES TIMEOUT 120
+  ENVIRONMENT "WIA_HOST_DEVICES=1;WIA_RANK=0;WIA_WORLD_SIZE=1;WIA_LOG_LEVEL=warn")
