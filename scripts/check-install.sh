@@ -12,7 +12,7 @@ trap 'rm -rf "$prefix" "$work"' EXIT
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in include/wia/wia.h include/wia/provider.h include/wia/status.h \
-         lib/libwia.so lib/wia/providers/libwia-provider-host.so bin/wia-info \
+         lib/libwia.so lib/wia/providers/libwia-provider-host.so bin/wia-info bin/wia-conformance \
          lib/pkgconfig/wia.pc lib/cmake/wia/wiaConfig.cmake; do
   [ -e "$prefix/$f" ] || { echo "check-install: missing $f in the installed tree"; exit 1; }
 done

@@ -162,6 +162,30 @@ std::uint64_t Context::clock_cb(void*) {
          static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+double monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+void Context::set_timeout_ms(int ms) {
+  timeout_ms_ = ms;
+  deadline_ms_ = monotonic_ms() + ms;
+}
+
+void Context::set_timeout_ms(int ms, double deadline_ms) {
+  timeout_ms_ = ms;
+  deadline_ms_ = deadline_ms;
+}
+
+double Context::ms_left() const { return deadline_ms_ - monotonic_ms(); }
+
+const wia_transport_ops_v1_t& Context::tp_ops() const {
+  if ((desc_->caps & WIA_PROVIDER_CAP_TRANSPORT) == 0 || desc_->transport == nullptr)
+    throw Skip("the provider has no transport interface");
+  return *desc_->transport;
+}
+
 const wia_device_ops_v1_t& Context::dev_ops() const {
   if ((desc_->caps & WIA_PROVIDER_CAP_DEVICE) == 0 || desc_->device == nullptr)
     throw Skip("the provider has no device interface");

@@ -26,6 +26,7 @@ struct Options {
   int max_level = 5;
   std::string filter = "*";
   int device = 0;
+  int endpoint = 0;  // transport endpoint for L4 (--endpoint)
   double timeout_scale = 1.0;
   wia_log_level_t log_level = WIA_LOG_WARN;
   std::map<std::string, std::string> params;  // --param key=value
@@ -48,7 +49,8 @@ struct TestCase {
   int timeout_ms = 0;  // before --timeout-scale
   std::string what;    // one line for --list and docs/conformance.md
   std::function<void(Context&)> body;
-  // Set for L4/L5 placeholders: never run, always reported as SKIP.
+  // Set for placeholders of what the suite cannot test yet: never run,
+  // always reported as SKIP with this reason.
   std::string not_implemented;
 };
 
@@ -57,6 +59,8 @@ void register_l0_tests();
 void register_l1_tests();
 void register_l2_tests();
 void register_l3_tests();
+void register_l4_tests(const wia_provider_v1_t* desc);
+void register_l5_tests(const wia_provider_v1_t* desc);
 
 // Text of a status code: "WIA_ERROR_OUT_OF_MEMORY (-3)".
 std::string status_text(wia_status_t st);
@@ -76,6 +80,8 @@ class Context {
   const wia_device_ops_v1_t& dev_ops() const;  // Skip when the provider has no device table
   bool has_cap(std::uint64_t device_cap) const;
   void require_cap(std::uint64_t device_cap, const char* name) const;
+  // Skip when the provider has no transport table.
+  const wia_transport_ops_v1_t& tp_ops() const;
 
   // The host-services table handed to init; set_params_visible(false) makes
   // get_param answer NULL for everything (L0.unknown_param).
@@ -124,7 +130,12 @@ class Context {
 
   // The timeout of the running test, scaled.
   int timeout_ms() const { return timeout_ms_; }
-  void set_timeout_ms(int ms) { timeout_ms_ = ms; }
+  void set_timeout_ms(int ms);
+  // The same, with an explicit deadline (a peer process shares its test's).
+  void set_timeout_ms(int ms, double deadline_ms);
+  // Milliseconds left before the harness kills this test (monotonic clock,
+  // counted from set_timeout_ms).
+  double ms_left() const;
 
   // Writes the result record to the parent (child runner only); releases
   // nothing (see run_child).
@@ -147,6 +158,7 @@ class Context {
   void* provider_ctx_ = nullptr;
   bool initialised_ = false;
   int timeout_ms_ = 0;
+  double deadline_ms_ = 0;  // CLOCK_MONOTONIC
   struct Owned {
     void* ptr;
     int dev;
@@ -169,5 +181,8 @@ void fill_pattern(std::uint8_t* p, std::uint64_t size, std::uint32_t seed, std::
 std::string check_pattern(const std::uint8_t* p, std::uint64_t size, std::uint32_t seed,
                           std::uint64_t from = 0);
 std::string check_fill(const std::uint8_t* p, std::uint64_t size, std::uint8_t value);
+
+// CLOCK_MONOTONIC in milliseconds.
+double monotonic_ms();
 
 }  // namespace wia::conformance

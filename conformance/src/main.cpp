@@ -67,6 +67,7 @@ void print_help() {
       "  --level N           run levels 0..N only (default: all)\n"
       "  --filter GLOB       run tests whose id matches GLOB (e.g. 'L1.memcpy.*')\n"
       "  --device N          device index for device tests (default 0)\n"
+      "  --endpoint N        transport endpoint for L4 tests (default 0)\n"
       "  --list              list the tests that would run, do not run them\n"
       "  --junit FILE        also write a JUnit XML report to FILE\n"
       "  --timeout-scale X   multiply every test timeout by X (slow machines, sanitizers)\n"
@@ -101,6 +102,8 @@ Options parse_args(int argc, char** argv, bool* list, std::string* junit) {
       o.filter = value(i);
     } else if (a == "--device") {
       o.device = integer(a, value(i));
+    } else if (a == "--endpoint") {
+      o.endpoint = integer(a, value(i));
     } else if (a == "--list") {
       *list = true;
     } else if (a == "--junit") {
@@ -403,27 +406,13 @@ std::string caps_text(const wia_provider_v1_t* d) {
       if (d->device->caps & (1ull << b)) s += std::string(" ") + kNames[b];
     s += ")";
   }
+  if ((d->caps & WIA_PROVIDER_CAP_TRANSPORT) && d->transport != nullptr) {
+    s += " (transport caps:";
+    s += (d->transport->caps & WIA_TRANSPORT_CAP_RMA) ? " rma" : " none";
+    if (d->transport->must_understand & WIA_TRANSPORT_REQ_ORDERED_RECV) s += ", ordered_recv";
+    s += ")";
+  }
   return s.empty() ? " none" : s;
-}
-
-void add_placeholders(const wia_provider_v1_t* desc) {
-  // Transport and collective levels exist in the plan, not in this
-  // release. Listing them tells a transport vendor what is coming; they are
-  // never faked as passes.
-  if ((desc->caps & WIA_PROVIDER_CAP_TRANSPORT) == 0) return;
-  const char* kWhy = "not implemented in this release";
-  registry().push_back({"L4.transport",
-                        4,
-                        0,
-                        "transport: listen/connect/accept, tagged isend/irecv, RMA",
-                        {},
-                        kWhy});
-  registry().push_back({"L5.collectives",
-                        5,
-                        0,
-                        "collectives through the libwia core over this transport",
-                        {},
-                        kWhy});
 }
 
 int run_main(int argc, char** argv) {
@@ -436,7 +425,8 @@ int run_main(int argc, char** argv) {
   register_l1_tests();
   register_l2_tests();
   register_l3_tests();
-  add_placeholders(desc);
+  register_l4_tests(desc);
+  register_l5_tests(desc);
 
   std::vector<const TestCase*> selected;
   for (const auto& t : registry())
@@ -498,11 +488,22 @@ int run_main(int argc, char** argv) {
     results.push_back(std::move(r));
   }
 
-  // The highest level L such that every level 0..L ran at least one test
-  // and none failed. Skips (a capability not claimed) do not lower it.
+  // The highest level L such that every level 0..L that applies to this
+  // provider ran at least one test and none failed. Skips (a capability not
+  // claimed) do not lower it; levels of an interface the provider does not
+  // have (L1-L3 for a transport-only provider, L4 for a device provider)
+  // do not apply.
+  auto applies = [desc](int level) {
+    const bool device = (desc->caps & WIA_PROVIDER_CAP_DEVICE) != 0;
+    const bool transport = (desc->caps & WIA_PROVIDER_CAP_TRANSPORT) != 0;
+    if (level >= 1 && level <= 3) return device;
+    if (level == 4) return transport;
+    return true;
+  };
   int highest = -1;
   std::string stopped;  // why the next level does not count
   for (int level = 0; level <= std::min(opts.max_level, kMaxLevel); ++level) {
+    if (!applies(level)) continue;
     int level_pass = 0, level_fail = 0;
     for (const auto& r : results) {
       if (r.test->level != level) continue;

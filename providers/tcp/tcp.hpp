@@ -172,6 +172,16 @@ class Conn {
   void complete(Request* r, std::uint64_t size);
   void fail_request(Request* r, const std::string& why);
   void fail_conn(const std::string& why);
+  void drop_unexpected_rts();
+  void drain();
+  // The peer closed (or reset) the control socket: fail what can no longer
+  // complete, keep receiving payload already on its way (see peer_closed_).
+  void control_lost(const std::string& why);
+  bool rx_slices_pending() const;
+  // Reads and drops what the peer sent that nobody will read, so that our
+  // close() sends a FIN after our queued data instead of a reset that
+  // would discard it.
+  void discard_unread();
   void protocol_error(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   void io_error(const char* what, int err);
   void close_sockets();
@@ -185,6 +195,14 @@ class Conn {
   std::vector<DataStream> streams_;
   bool failed_ = false;
   std::string failure_;
+  // Set when the control socket reached EOF or was reset while payload of
+  // matched receives was still due on data sockets: those keep being read
+  // until they complete or their socket ends; everything else has failed
+  // with failure_. Then the connection fails as a whole.
+  bool peer_closed_ = false;
+  std::string peer_closed_why_;
+  std::uint64_t drain_progress_ns_ = 0;  // last time a data socket delivered, while draining
+  std::uint64_t rx_data_bytes_ = 0;      // payload bytes received on data sockets, ever
 
   // Control transmit queue.
   std::deque<TxItem> tx_;

@@ -48,6 +48,13 @@ std::uint64_t payload_len(const TxItem& it) {
 
 bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
+// After the peer closed its control socket, payload still due on a data
+// socket must keep arriving; a peer that closed the control socket but
+// keeps a data socket open and silent this long is given up on. (A process
+// that exits or calls close() ends every socket at once, so this bound is
+// only reached by a broken or hostile peer.)
+constexpr std::uint64_t kDrainIdleNs = 60ull * 1000 * 1000 * 1000;
+
 }  // namespace
 
 Conn::Conn(Ctx* ctx, std::vector<int> fds, std::string peer) : ctx_(ctx), peer_(std::move(peer)) {
@@ -58,6 +65,7 @@ Conn::Conn(Ctx* ctx, std::unique_ptr<Dialer> dialer, std::string peer)
     : ctx_(ctx), peer_(std::move(peer)), dialer_(std::move(dialer)) {}
 
 Conn::~Conn() {
+  if (!failed_ && !connecting()) discard_unread();
   close_sockets();
   for (Request* r : live_) delete r;
 }
@@ -73,6 +81,21 @@ void Conn::adopt_sockets(std::vector<int> fds) {
   for (std::size_t i = 1; i < fds.size(); ++i) streams_[i - 1].fd = fds[i];
   // Room for the largest eager message plus a read-ahead of small ones.
   rx_buf_.resize(sizeof(WireMsg) + kEagerMax + 64 * 1024);
+}
+
+void Conn::discard_unread() {
+  // At most 4 MiB per socket, without waiting: close() never blocks long.
+  char sink[16 * 1024];
+  auto discard = [&sink](int fd) {
+    if (fd < 0) return;
+    for (int i = 0; i < 256; ++i) {
+      const ssize_t n = ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+    }
+  };
+  discard(ctrl_fd_);
+  for (const DataStream& s : streams_) discard(s.fd);
 }
 
 void Conn::close_sockets() {
@@ -172,7 +195,7 @@ wia_status_t Conn::isend(const void* buf, std::uint64_t size, std::uint64_t tag,
                       "tcp: isend on a connection to %s that connect() "
                       "has not completed",
                       peer_.c_str());
-  if (failed_) return ctx_->fail_text(WIA_ERROR_REMOTE, failure_);
+  if (failed_ || peer_closed_) return ctx_->fail_text(WIA_ERROR_REMOTE, failure_);
   if (buf == nullptr && size > 0)
     return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT, "tcp: isend of %" PRIu64 " bytes from NULL",
                       size);
@@ -211,7 +234,8 @@ wia_status_t Conn::irecv(void* buf, std::uint64_t size, std::uint64_t tag, wia_r
                       size);
   if (live_.size() >= kMaxRequests) return WIA_SUCCESS;  // retry later
   auto u = unexpected_.find(tag);
-  if (u == unexpected_.end() && failed_) return ctx_->fail_text(WIA_ERROR_REMOTE, failure_);
+  const bool closed = failed_ || peer_closed_;  // no more messages will arrive
+  if (u == unexpected_.end() && closed) return ctx_->fail_text(WIA_ERROR_REMOTE, failure_);
   Request* r = new_request(false, static_cast<char*>(buf), size, tag);
   if (u != unexpected_.end()) {
     Unexpected e = std::move(u->second.front());
@@ -221,7 +245,7 @@ wia_status_t Conn::irecv(void* buf, std::uint64_t size, std::uint64_t tag, wia_r
     if (rx_paused_ && unexpected_bytes_ < ctx_->params.unexpected_max) rx_paused_ = false;
     if (!e.is_rts)
       deliver_eager(r, e.data.data(), e.size);
-    else if (failed_)
+    else if (closed)
       fail_request(r, failure_);
     else
       answer_rts(r, e.seq, e.size);
@@ -360,9 +384,32 @@ void Conn::on_message(const WireMsg& m, const char* payload) {
 
 void Conn::progress() {
   if (failed_ || connecting()) return;
-  if (!read_control()) return;
-  if (!flush_control()) return;
+  if (!peer_closed_) {
+    if (read_control() && flush_control()) {
+      progress_data();
+      return;
+    }
+    if (failed_ || !peer_closed_) return;
+  }
+  drain();
+}
+
+// The peer closed the control socket: receive the payload still due on
+// the data sockets; once none is due, the connection has failed.
+void Conn::drain() {
+  const std::uint64_t before = rx_data_bytes_;
   if (!progress_data()) return;
+  if (!rx_slices_pending()) {
+    fail_conn(peer_closed_why_);
+    return;
+  }
+  const std::uint64_t now = ctx_->now_ns();
+  if (rx_data_bytes_ != before || drain_progress_ns_ == 0) {
+    drain_progress_ns_ = now;
+  } else if (now - drain_progress_ns_ > kDrainIdleNs) {
+    fail_conn(peer_closed_why_ + ", and the rest of a message it sent did not arrive within " +
+              std::to_string(kDrainIdleNs / 1000000000) + " s");
+  }
 }
 
 bool Conn::flush_control() {
@@ -385,7 +432,10 @@ bool Conn::flush_control() {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (would_block(errno)) return true;
-      io_error("send on the control socket", errno);
+      if (errno == EPIPE || errno == ECONNRESET)
+        control_lost("send on the control socket: connection reset by the peer");
+      else
+        io_error("send on the control socket", errno);
       return false;
     }
     auto left = static_cast<std::uint64_t>(w);
@@ -431,12 +481,15 @@ bool Conn::read_control() {
       continue;
     }
     if (n == 0) {
-      fail_conn("the peer closed the connection (EOF on the control socket)");
+      control_lost("the peer closed the connection (EOF on the control socket)");
       return false;
     }
     if (errno == EINTR) continue;
     if (would_block(errno)) return true;
-    io_error("recv on the control socket", errno);
+    if (errno == ECONNRESET)
+      control_lost("recv on the control socket: connection reset by the peer");
+    else
+      io_error("recv on the control socket", errno);
     return false;
   }
 }
@@ -559,8 +612,10 @@ bool Conn::progress_data() {
       Slice& sl = s.rx.front();
       ssize_t n = ::recv(s.fd, sl.ptr + sl.done, sl.len - sl.done, MSG_DONTWAIT);
       if (n == 0) {
-        char why[96];
-        std::snprintf(why, sizeof(why), "the peer closed the connection (EOF on data socket %zu)",
+        char why[128];
+        std::snprintf(why, sizeof(why),
+                      "the peer closed the connection in the middle of a message (EOF on data "
+                      "socket %zu)",
                       k + 1);
         fail_conn(why);
         return false;
@@ -574,6 +629,7 @@ bool Conn::progress_data() {
         return false;
       }
       sl.done += static_cast<std::uint64_t>(n);
+      rx_data_bytes_ += static_cast<std::uint64_t>(n);
       if (sl.done < sl.len) break;
       Request* r = sl.req;
       s.rx.pop_front();
@@ -606,14 +662,63 @@ void Conn::fail_conn(const std::string& why) {
     s.tx.clear();
     s.rx.clear();
   }
-  // Eager messages already buffered stay deliverable; RTSs are not.
+  drop_unexpected_rts();
+  close_sockets();
+}
+
+// Eager messages already buffered stay deliverable; RTSs are not (their
+// payload would have to come from a peer that is gone).
+void Conn::drop_unexpected_rts() {
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     auto& q = it->second;
     q.erase(std::remove_if(q.begin(), q.end(), [](const Unexpected& u) { return u.is_rts; }),
             q.end());
     it = q.empty() ? unexpected_.erase(it) : std::next(it);
   }
-  close_sockets();
+}
+
+bool Conn::rx_slices_pending() const {
+  for (const DataStream& s : streams_)
+    if (!s.rx.empty()) return true;
+  return false;
+}
+
+// Delivery before failure: a peer that sends a message and then closes
+// (or exits) has put all of the message's payload on the data sockets
+// before the control socket's FIN, so a receive that the CTS already
+// matched completes from what is in flight. Only what can no longer
+// complete fails now: receives without a message, every send (nobody will
+// read it), RTSs not yet answered. A killed peer ends its data sockets
+// too, so a receive whose payload stops short fails at once (EOF or reset
+// on its data socket), not after a timeout.
+void Conn::control_lost(const std::string& why) {
+  if (failed_ || peer_closed_) return;
+  if (!rx_slices_pending()) {
+    fail_conn(why);
+    return;
+  }
+  peer_closed_ = true;
+  peer_closed_why_ = why;
+  failure_ = "tcp: connection to " + peer_ + " failed: " + why;
+  std::size_t failed_now = 0, draining = 0;
+  for (Request* r : live_) {
+    if (r->state != Request::State::pending) continue;
+    if (!r->is_send && r->slices_left > 0) {
+      ++draining;
+      continue;
+    }
+    fail_request(r, failure_);
+    ++failed_now;
+  }
+  ctx_->log(failed_now > 0 ? WIA_LOG_WARN : WIA_LOG_DEBUG,
+            "%s (%zu pending requests failed; still receiving %zu messages already on their way)",
+            failure_.c_str(), failed_now, draining);
+  tx_.clear();
+  awaiting_cts_.clear();
+  posted_.clear();
+  for (DataStream& s : streams_) s.tx.clear();
+  drop_unexpected_rts();
+  drain_progress_ns_ = 0;
 }
 
 void Conn::protocol_error(const char* fmt, ...) {

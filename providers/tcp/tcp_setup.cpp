@@ -15,7 +15,6 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -475,28 +474,33 @@ wia_status_t do_accept(Ctx& ctx, Listener& l, std::uint64_t* cookie, Conn** conn
     ++half_open;
   }
 
-  // 2. Hellos.
+  // 2. Hellos. A socket is judged on what recv() itself said (EOF, an
+  // error, or "nothing yet"), never on a later poll(): a hello byte that
+  // arrives between an EAGAIN and that poll would make a slow but good
+  // socket look closed, and the connector (whose connect() already
+  // succeeded) would be left with a connection the listener never hands out.
   for (Incoming& in : l.incoming) {
     auto* bytes = reinterpret_cast<char*>(&in.hello);
+    bool eof = false;
+    int err = 0;
     while (in.got < sizeof(WireHello)) {
       ssize_t n = ::recv(in.fd, bytes + in.got, sizeof(WireHello) - in.got, MSG_DONTWAIT);
       if (n > 0) {
         in.got += static_cast<std::size_t>(n);
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) {
+        eof = true;
+      } else if (errno == EINTR) {
+        continue;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        err = errno;
+      }
       break;
-      // n == 0 (EOF) and errors are judged below from `got`.
     }
     if (in.got < sizeof(WireHello)) {
-      int err = 0;
-      socklen_t len = sizeof(err);
-      ::getsockopt(in.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      pollfd p{in.fd, POLLIN, 0};
-      const bool hangup = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
       char why[160];
-      if (err != 0 || hangup) {
-        // Readable but recv gave nothing more: EOF or an error, hello truncated.
+      if (eof || err != 0) {
         std::snprintf(why, sizeof(why), "closed after %zu of %zu hello bytes (truncated hello)%s%s",
                       in.got, sizeof(WireHello), err ? ": " : "",
                       err ? errno_text(err).c_str() : "");

@@ -88,15 +88,20 @@ void expect_level_clean(const Run& r, const std::string& level) {
 
 }  // namespace
 
-TEST_CASE("the host provider passes L0-L3 with two devices, with a JUnit report") {
+TEST_CASE("the host provider passes L0-L3 and L5 with two devices, with a JUnit report") {
   const std::string junit = std::string(WIA_TEST_BINARY_DIR) + "/conformance-host.xml";
   const Run r = run("--provider " + host_provider() + " --param devices=2 --junit " + junit);
   INFO(r.output);
   CHECK(r.rc == 0);
-  CHECK(r.output.find("highest level fully passed: L3") != std::string::npos);
-  for (const char* id : {"L0.symbol", "L1.memcpy.d2h_pattern", "L2.stream.order",
-                         "L2.reduce.float16", "L3.peer.memcpy", "L3.ipc.roundtrip"})
+  // L4 does not apply to a device provider; L5 runs through the core.
+  CHECK(r.output.find("highest level fully passed: L5") != std::string::npos);
+  for (const char* id :
+       {"L0.symbol", "L1.memcpy.d2h_pattern", "L2.stream.order", "L2.reduce.float16",
+        "L3.peer.memcpy", "L3.ipc.roundtrip", "L5.coll.all_reduce.sum_f32",
+        "L5.coll.all_reduce.max_i32", "L5.coll.broadcast", "L5.coll.reduce", "L5.coll.all_gather",
+        "L5.coll.reduce_scatter", "L5.coll.all_to_all"})
     expect_verdict(r, id, "PASS");
+  CHECK(r.verdict.count("L5.transport.collectives") == 0);
   std::ifstream f(junit);
   std::stringstream xml;
   xml << f.rdbuf();
@@ -124,6 +129,20 @@ TEST_CASE("memcpy that does not copy fails the L1 copy tests") {
                          "L1.memcpy.unaligned", "L1.memcpy.large"})
     expect_verdict(r, id, "FAIL", "expected:");
   expect_verdict(r, "L1.alloc.sizes", "PASS");
+}
+
+TEST_CASE("L5 through the core catches a provider whose copies do not copy") {
+  const Run r = run("--provider " + faulty("testdev_nocopy") + " --filter 'L5.coll.*'");
+  CHECK(r.rc == 1);
+  expect_verdict(r, "L5.coll.broadcast", "FAIL", "expected: broadcast(int32) of");
+  expect_verdict(r, "L5.coll.all_reduce.sum_f32", "FAIL", "rank 0 element");
+}
+
+TEST_CASE("L5 is SKIP, with the core's reason, when the core cannot build a communicator") {
+  const Run r = run("--provider " + faulty("acme") + " --param devices=2 --filter 'L5.*'");
+  CHECK(r.rc == 0);
+  expect_verdict(r, "L5.coll.all_to_all", "SKIP");
+  CHECK(r.output.find("cannot run host functions") != std::string::npos);
 }
 
 TEST_CASE("out-of-order streams fail L2.stream.order only") {
@@ -196,23 +215,121 @@ TEST_CASE("--list and --filter select tests by id") {
   CHECK(r.rc == 0);
   CHECK(r.output.find("L0.symbol") != std::string::npos);
   CHECK(r.output.find("L3.ipc.roundtrip") != std::string::npos);
-  CHECK(r.output.find("L4") == std::string::npos);  // no transport: no L4/L5 lines
+  CHECK(r.output.find("L4") == std::string::npos);  // no transport: no L4 lines
+  CHECK(r.output.find("L5.coll.all_to_all") != std::string::npos);
   r = run("--provider " + host_provider() + " --filter 'L1.memcpy.*'");
   CHECK(r.rc == 0);
   CHECK(r.verdict.size() == 5);
   for (const auto& [id, v] : r.verdict) CHECK(id.rfind("L1.memcpy.", 0) == 0);
 }
 
-TEST_CASE("a transport provider gets L4 and L5 listed as not implemented, never passed") {
+TEST_CASE("a transport without endpoints skips L4; L5 over a transport is listed, never passed") {
   Run r = run("--provider " + faulty("testdev_transport") + " --list");
   CHECK(r.rc == 0);
-  CHECK(r.output.find("L4.transport") != std::string::npos);
-  CHECK(r.output.find("L5.collectives") != std::string::npos);
-  CHECK(r.output.find("SKIP: not implemented in this release") != std::string::npos);
-  r = run("--provider " + faulty("testdev_transport") + " --filter 'L[045]*'");
+  CHECK(r.output.find("L4.send_recv.tag_order") != std::string::npos);
+  CHECK(r.output.find("L5.transport.collectives") != std::string::npos);
+  r = run("--provider " + faulty("testdev_transport") + " --filter 'L[04]*'");
   CHECK(r.rc == 0);
   expect_verdict(r, "L0.required_entries", "PASS");
-  expect_verdict(r, "L4.transport", "SKIP");
-  expect_verdict(r, "L5.collectives", "SKIP");
+  expect_verdict(r, "L4.endpoint.props", "SKIP");
+  expect_verdict(r, "L4.send_recv.basic", "SKIP");
   CHECK(r.output.find("highest level fully passed: L0") != std::string::npos);
+  // No endpoint here: the core cannot build links over it, which is not a
+  // conformance failure.
+  r = run("--provider " + faulty("testdev_transport") + " --filter 'L5.transport.*'");
+  expect_verdict(r, "L5.transport.collectives", "SKIP");
+  CHECK(r.output.find("the core cannot build links over this transport") != std::string::npos);
+}
+
+// --- transports ----------------------------------------------------------------
+
+const char* const kL4Ids[] = {"L4.endpoint.props",
+                              "L4.connect.cookie",
+                              "L4.connect.abandon",
+                              "L4.send_recv.basic",
+                              "L4.send_recv.sizes",
+                              "L4.send_recv.tag_order",
+                              "L4.send_recv.many_outstanding",
+                              "L4.send_recv.truncate",
+                              "L4.mr.register",
+                              "L4.rma.put_get",
+                              "L4.close.pending",
+                              "L4.close.delivers",
+                              "L4.peer.exit",
+                              "L4.peer.killed"};
+
+TEST_CASE("the reference transport passes every L4 test, and L5 through the core") {
+  const std::string junit = std::string(WIA_TEST_BINARY_DIR) + "/conformance-testnet.xml";
+  const Run r = run("--provider " + faulty("testnet_ok") + " --junit " + junit);
+  CHECK(r.rc == 0);
+  for (const char* id : kL4Ids) expect_verdict(r, id, "PASS");
+  // Collectives of three processes whose links the core built over it.
+  expect_verdict(r, "L5.transport.collectives", "PASS");
+  // Device levels do not apply to a transport-only provider.
+  CHECK(r.output.find("highest level fully passed: L5") != std::string::npos);
+  std::ifstream f(junit);
+  std::stringstream xml;
+  xml << f.rdbuf();
+  CHECK(xml.str().find("<testsuite name=\"L4\" tests=\"14\" failures=\"0\"") != std::string::npos);
+}
+
+TEST_CASE("a transport that drops payloads fails every data check, not the others") {
+  const Run r = run("--provider " + faulty("testnet_nodata") + " --filter 'L4.*'");
+  CHECK(r.rc == 1);
+  CHECK(finished(r));
+  for (const char* id : {"L4.send_recv.basic", "L4.send_recv.sizes", "L4.send_recv.tag_order",
+                         "L4.send_recv.many_outstanding", "L4.connect.cookie"})
+    expect_verdict(r, id, "FAIL");
+  expect_verdict(r, "L4.send_recv.basic", "FAIL", "the sender's bytes");
+  for (const char* id : {"L4.endpoint.props", "L4.rma.put_get", "L4.peer.exit"})
+    expect_verdict(r, id, "PASS");
+  // Collectives through the core over it go wrong too (or fail to finish).
+  const Run l5 = run("--provider " + faulty("testnet_nodata") + " --filter 'L5.*'");
+  expect_verdict(l5, "L5.transport.collectives", "FAIL");
+}
+
+TEST_CASE("a transport that reorders messages of one tag fails the ordering tests") {
+  const Run r = run("--provider " + faulty("testnet_reorder") + " --filter 'L4.send_recv.*'");
+  CHECK(r.rc == 1);
+  expect_verdict(r, "L4.send_recv.tag_order", "FAIL", "to get message #0 of that tag");
+  expect_verdict(r, "L4.send_recv.many_outstanding", "FAIL", "receive #0 of 300");
+  expect_verdict(r, "L4.send_recv.basic", "PASS");
+  expect_verdict(r, "L4.send_recv.sizes", "PASS");  // one message per tag
+}
+
+TEST_CASE("a transport that corrupts the tail of large messages fails L4.send_recv.sizes") {
+  const Run r = run("--provider " + faulty("testnet_tail") + " --filter 'L4.send_recv.*'");
+  CHECK(r.rc == 1);
+  expect_verdict(r, "L4.send_recv.sizes", "FAIL", "wrong bytes");
+  expect_verdict(r, "L4.send_recv.basic", "PASS");
+  expect_verdict(r, "L4.send_recv.tag_order", "PASS");
+}
+
+TEST_CASE("a transport whose test() hangs times out, with both processes killed") {
+  // 20 s scaled to 4 s.
+  const Run r = run("--provider " + faulty("testnet_hang") +
+                    " --filter 'L4.send_recv.basic' --timeout-scale 0.2");
+  CHECK(r.rc == 1);
+  CHECK(finished(r));
+  expect_verdict(r, "L4.send_recv.basic", "FAIL", "timed out after 4000 ms");
+}
+
+TEST_CASE("a transport that ignores the receive size fails L4.send_recv.truncate") {
+  const Run r = run("--provider " + faulty("testnet_overflow") + " --filter 'L4.send_recv.*'");
+  CHECK(r.rc == 1);
+  expect_verdict(r, "L4.send_recv.truncate", "FAIL", "WIA_ERROR_REMOTE");
+  expect_verdict(r, "L4.send_recv.basic", "PASS");
+  expect_verdict(r, "L4.send_recv.sizes", "PASS");
+}
+
+TEST_CASE("a transport that keeps requests pending after the peer died fails the peer tests") {
+  // 20 s scaled to 5 s: the pending requests are reported before that.
+  const Run r =
+      run("--provider " + faulty("testnet_nodeath") + " --filter 'L4.[pc]*' --timeout-scale 0.25");
+  CHECK(r.rc == 1);
+  CHECK(finished(r));
+  expect_verdict(r, "L4.peer.exit", "FAIL", "still pending");
+  expect_verdict(r, "L4.peer.killed", "FAIL", "still pending");
+  expect_verdict(r, "L4.close.pending", "FAIL", "still pending");
+  expect_verdict(r, "L4.connect.cookie", "PASS");
 }

@@ -486,7 +486,10 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
       if (l.provider->name() == name) return &l;
     return nullptr;
   };
-  selector::RuleSet rules = selector::load_rules_or_defaults(rt.config());
+  // Names are checked against what this process loaded, so a vendor's own
+  // transport provider can be named in rules and WIA_TRANSPORT.
+  const auto loaded_here = selector::TransportAvailability::from_registry(rt.providers());
+  selector::RuleSet rules = selector::load_rules_or_defaults(rt.config(), &loaded_here);
   if (!preferred_inter_node.empty()) {
     // The distributed config's backend: first for links between nodes,
     // falling back to the rules after it.

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -886,5 +887,175 @@ TEST_CASE("tcp connect: a closed port fails with a message; close() abandons a p
     CHECK(st < 0);
     CHECK(c == nullptr);
   }
+  CHECK(t.ops->close_listener(t.ctx, l) == WIA_SUCCESS);
+}
+
+// Delivery before failure: a sender whose large send is done (handed to the
+// data sockets) and which then closes at once. The receiver sees the
+// control socket's EOF while the payload still waits on a data socket; it
+// must complete the receive from it, and fail only what cannot complete.
+TEST_CASE("tcp close: a send done before close() is delivered (control EOF before the data)") {
+  // Send buffers large enough to hold the whole 200 KiB message, so the
+  // child's send completes and it closes while the parent has read none of
+  // the payload: the parent then reads the control EOF first.
+  Tcp t(Params{{"streams", "1"}, {"sndbuf", "1M"}});
+  constexpr std::size_t kBig = 200 * 1024, kSmall = 1000;
+  Pair p = start_pair(t, [&](wia_conn_t c, int, int out) {
+    std::vector<char> small(kSmall), big(kBig);
+    fill(small, 1);
+    fill(big, 2);
+    wia_request_t a = post_send(t, c, small.data(), small.size(), 1);
+    wia_request_t b = post_send(t, c, big.data(), big.size(), 2);
+    if (a == nullptr || b == nullptr) child_fail(90, "isend");
+    if (!write_all(out, "r", 1)) child_fail(91, "pipe");  // the RTS is out
+    if (wait_request(t, a) != WIA_SUCCESS || wait_request(t, b) != WIA_SUCCESS)
+      child_fail(92, "send failed");
+    t.ops->close(t.ctx, c);
+    if (!write_all(out, "c", 1)) child_fail(93, "pipe");
+    return 0;
+  });
+  std::vector<char> small(kSmall), big(kBig);
+  wia_request_t a = post_recv(t, p.conn, small.data(), small.size(), 1);
+  wia_request_t b = post_recv(t, p.conn, big.data(), big.size(), 2);
+  wia_request_t never = post_recv(t, p.conn, small.data(), small.size(), 3);
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  REQUIRE(never != nullptr);
+  char word = 0;
+  REQUIRE(read_all(p.child->from_child, &word, 1));
+  REQUIRE(word == 'r');
+  // One progress call answers the RTS with a CTS; then leave the payload
+  // unread until the child has closed (progressing again only if the child
+  // seems stuck, so a slow machine cannot deadlock the test).
+  int32_t done = 0;
+  REQUIRE(t.ops->test(t.ctx, b, &done, nullptr) >= 0);
+  const auto deadline = after_ms(kWaitMs);
+  while (!done && !expired(deadline)) {
+    pollfd pf{p.child->from_child, POLLIN, 0};
+    if (::poll(&pf, 1, 200) > 0) break;
+    REQUIRE(t.ops->test(t.ctx, b, &done, nullptr) >= 0);
+    if (done) break;
+  }
+  if (!done) {
+    REQUIRE(read_all(p.child->from_child, &word, 1));
+    REQUIRE(word == 'c');
+    uint64_t n = 0;
+    std::string why;
+    REQUIRE_MESSAGE(wait_request(t, b, &n, &why) == WIA_SUCCESS, why);
+    CHECK(n == kBig);
+  }
+  CHECK(check(big.data(), kBig, 2));
+  uint64_t n = 0;
+  REQUIRE(wait_request(t, a, &n) == WIA_SUCCESS);
+  CHECK(n == kSmall);
+  CHECK(check(small.data(), kSmall, 1));
+  // The receive no message can meet fails, naming the peer, and so do new
+  // requests; nothing waits for a timeout.
+  std::string why;
+  CHECK(wait_request(t, never, nullptr, &why, 10000) == WIA_ERROR_REMOTE);
+  CHECK_MESSAGE(why.find("127.0.0.1") != std::string::npos, why);
+  wia_request_t r = nullptr;
+  CHECK(t.ops->irecv(t.ctx, p.conn, small.data(), small.size(), 4, nullptr, &r) ==
+        WIA_ERROR_REMOTE);
+  CHECK(t.ops->isend(t.ctx, p.conn, small.data(), small.size(), 4, nullptr, &r) ==
+        WIA_ERROR_REMOTE);
+  CHECK(p.child->wait() == 0);
+  CHECK(t.ops->close(t.ctx, p.conn) == WIA_SUCCESS);
+}
+
+TEST_CASE("tcp close: striped 4 and 16 MiB sends, close at once, the receiver gets all data") {
+  constexpr int kRounds = 3;
+  const std::vector<std::size_t> sizes = {100, 64 * 1024, 4u << 20, 16u << 20};
+  Tcp t(Params{{"streams", "2"}, {"min_stripe", "256K"}});
+  for (int round = 0; round < kRounds; ++round) {
+    CAPTURE(round);
+    Pair p = start_pair(t, [&](wia_conn_t c, int, int) {
+      std::vector<std::vector<char>> out(sizes.size());
+      std::vector<wia_request_t> reqs;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        out[i].resize(sizes[i]);
+        fill(out[i], 10 + i);
+        reqs.push_back(post_send(t, c, out[i].data(), sizes[i], 10 + i));
+      }
+      for (wia_request_t r : reqs)
+        if (r == nullptr || wait_request(t, r) != WIA_SUCCESS) child_fail(95, "send failed");
+      t.ops->close(t.ctx, c);  // at once, then exit
+      return 0;
+    });
+    std::vector<std::vector<char>> in(sizes.size());
+    std::vector<wia_request_t> reqs;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      in[i].resize(sizes[i]);
+      reqs.push_back(post_recv(t, p.conn, in[i].data(), sizes[i], 10 + i));
+      REQUIRE(reqs.back() != nullptr);
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      CAPTURE(sizes[i]);
+      uint64_t n = 0;
+      std::string why;
+      REQUIRE_MESSAGE(wait_request(t, reqs[i], &n, &why) == WIA_SUCCESS, why);
+      CHECK(n == sizes[i]);
+      CHECK(check(in[i].data(), n, 10 + i));
+    }
+    CHECK(p.child->wait() == 0);
+    CHECK(t.ops->close(t.ctx, p.conn) == WIA_SUCCESS);
+  }
+}
+
+// A listener must judge a socket by what recv() says, not by a poll()
+// after an EAGAIN: a hello byte landing in between made a good but slow
+// socket look "truncated", and the connector (already told WIA_SUCCESS)
+// was left with a connection the listener never handed out.
+TEST_CASE("tcp listener: hellos trickling in byte by byte are accepted, never called truncated") {
+  Tcp t(Params{{"hello_timeout_ms", "20000"}});
+  const int32_t ep = t.endpoint_named("lo");
+  REQUIRE(ep >= 0);
+  char handle[WIA_TRANSPORT_HANDLE_SIZE];
+  wia_listener_t l = nullptr;
+  REQUIRE(t.ops->listen(t.ctx, ep, handle, &l) == WIA_SUCCESS);
+  wia::tcp::WireHandle h;
+  std::memcpy(&h, handle, sizeof(h));
+  constexpr int kConns = 3;
+  Child child([&](int in, int) {
+    for (int k = 0; k < kConns; ++k) {
+      const uint64_t cookie = 500 + static_cast<uint64_t>(k);
+      int fds[3] = {raw_connect(h), raw_connect(h), raw_connect(h)};
+      for (int fd : fds) {
+        if (fd < 0) child_fail(100, "raw connect");
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      }
+      wia::tcp::WireHello hellos[3];
+      for (uint16_t s = 0; s < 3; ++s) hellos[s] = good_hello(h, s, 2, 9000 + cookie, cookie);
+      // One byte at a time on each socket in turn, each its own segment.
+      for (std::size_t b = 0; b < sizeof(wia::tcp::WireHello); ++b)
+        for (int s = 0; s < 3; ++s) {
+          if (!write_all(fds[s], reinterpret_cast<const char*>(&hellos[s]) + b, 1))
+            child_fail(101, "hello byte %zu on socket %d", b, s);
+          std::this_thread::sleep_for(std::chrono::microseconds(30));
+        }
+      // Keep the sockets open until the parent has accepted everything.
+      char word;
+      if (k == kConns - 1 && !read_all(in, &word, 1)) child_fail(102, "no word from the parent");
+    }
+    return 0;
+  });
+  // Spin on accept() without pausing so its recv/poll sequence keeps
+  // meeting bytes as they land.
+  std::map<uint64_t, wia_conn_t> conns;
+  const auto deadline = after_ms(kWaitMs);
+  while (conns.size() < kConns && !expired(deadline)) {
+    wia_conn_t c = nullptr;
+    uint64_t cookie = 0;
+    const wia_status_t st = t.ops->accept(t.ctx, l, &cookie, &c);
+    REQUIRE(st >= 0);
+    if (st == WIA_SUCCESS) conns[cookie] = c;
+  }
+  CHECK(conns.size() == kConns);
+  for (int k = 0; k < kConns; ++k) CHECK(conns.count(500 + static_cast<uint64_t>(k)) == 1);
+  const char bye = 1;
+  CHECK(write_all(child.to_child, &bye, 1));
+  CHECK(child.wait() == 0);
+  for (auto& [cookie, c] : conns) CHECK(t.ops->close(t.ctx, c) == WIA_SUCCESS);
   CHECK(t.ops->close_listener(t.ctx, l) == WIA_SUCCESS);
 }
