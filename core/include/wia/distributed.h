@@ -77,6 +77,16 @@ WIA_API int wia_comm_node_rank(wia_communicator_t comm);
 WIA_API int wia_comm_local_rank(wia_communicator_t comm);
 WIA_API int wia_comm_node_count(wia_communicator_t comm);
 
+/* The topology of a communicator's ranks (spec 6.2 across processes):
+ * collective over a process communicator. Every rank is a device of the
+ * result, grouped by node, and every link carries the transport it uses
+ * ("shared_memory", "tcp", ...) with the latency and bandwidth the tuner
+ * uses for it (measured between nodes). For a device communicator, the
+ * discovered topology of its devices in rank order. Release with
+ * wia_free_topology. */
+WIA_API wia_status_t wia_comm_discover_topology(wia_communicator_t comm,
+                                                wia_topology_t* topology);
+
 /* MPI_Comm_split: collective over comm. Ranks with the same color form a
  * new communicator, ordered by key, then by their rank in comm. A negative
  * color (WIA_COMM_SPLIT_NOCOLOR) joins none: *newcomm is set to NULL. */

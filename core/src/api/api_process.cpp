@@ -14,6 +14,7 @@
 #include "common/log.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
+#include "topology/topology.hpp"
 
 using namespace wia;
 
@@ -133,6 +134,48 @@ WIA_API int wia_comm_node_count(wia_communicator_t comm) {
   int r = -1;
   api::guard(__func__, [&] { r = api::live(comm).node_count(); });
   return r;
+}
+
+WIA_API wia_status_t wia_comm_discover_topology(wia_communicator_t comm,
+                                                wia_topology_t* topology) {
+  return api::guard(__func__, [&] {
+    api::require_non_null(topology, "topology");
+    comm::CommunicatorBase& c = api::live(comm);
+    if (auto* p = dynamic_cast<comm::ProcessCommunicator*>(&c)) {
+      topo::to_c(p->topology(), topology);
+      return;
+    }
+    // A device communicator: the discovered topology, its devices in rank
+    // order.
+    const topo::Topology all = topo::discover();
+    std::vector<int> pick;
+    for (int r = 0; r < c.size(); ++r) {
+      for (wia_device_t d = 0; d < all.n; ++d)
+        if (c.rank_of_device(d) == r) pick.push_back(d);
+    }
+    if (static_cast<int>(pick.size()) != c.size())
+      throw Error(WIA_ERROR_INTERNAL, "the communicator's devices are not all in the topology");
+    topo::Topology t;
+    t.node_names = all.node_names;
+    t.interconnect = all.interconnect;
+    t.resize(c.size());
+    for (int i = 0; i < c.size(); ++i) {
+      t.device_names.push_back(all.device_names[pick[i]]);
+      t.node_of.push_back(all.node_of[pick[i]]);
+      t.numa_of.push_back(all.numa(pick[i]));
+      t.process_of.push_back(all.process(pick[i]));
+      for (int j = 0; j < c.size(); ++j) {
+        if (i == j) continue;
+        const std::size_t from = all.at(pick[i], pick[j]), to = t.at(i, j);
+        t.bandwidth[to] = all.bandwidth[from];
+        t.latency[to] = all.latency[from];
+        t.hops[to] = all.hops[from];
+        t.type[to] = t.type_index(all.type_name(pick[i], pick[j]));
+        t.p2p[to] = all.p2p[from];
+      }
+    }
+    topo::to_c(std::move(t), topology);
+  });
 }
 
 WIA_API wia_status_t wia_comm_split(wia_communicator_t comm, int color, int key,

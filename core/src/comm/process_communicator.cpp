@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -604,11 +605,14 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
   model.alpha_matrix_us.assign(static_cast<std::size_t>(p) * p, 1.0);
   model.gbps_matrix.assign(static_cast<std::size_t>(p) * p, 10.0);
   double overhead = 0, inter_gbps = 0;
+  link_transport_.assign(static_cast<std::size_t>(p) * p, std::string());
   for (int a = 0; a < p; ++a)
     for (int b = 0; b < p; ++b) {
       if (a == b) continue;
       const bool same_node = layout_.node_of_rank[a] == layout_.node_of_rank[b];
-      const TransportFigures f = transport_figures(choose(a, b).transport, same_node);
+      const std::string transport = choose(a, b).transport;
+      link_transport_[static_cast<std::size_t>(a) * p + b] = transport;
+      const TransportFigures f = transport_figures(transport, same_node);
       model.alpha_matrix_us[static_cast<std::size_t>(a) * p + b] = f.alpha_us;
       model.gbps_matrix[static_cast<std::size_t>(a) * p + b] = f.gbps;
       overhead = std::max(overhead, f.message_overhead_us);
@@ -1018,6 +1022,74 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::split(int color, int k
   std::string preferred;
   return std::make_unique<ProcessCommunicator>(
       l, ex, device_, std::chrono::milliseconds(default_timeout_ms_), preferred);
+}
+
+}  // namespace wia::comm
+
+namespace wia::comm {
+
+topo::Topology ProcessCommunicator::topology() {
+  // What only each rank knows: its device and NUMA node.
+  struct Record {
+    char device[96];
+    std::int32_t numa;
+    std::int32_t pad;
+  };
+  Record mine{};
+  const Device& d = Runtime::get().device(device_);
+  std::snprintf(mine.device, sizeof(mine.device), "%s%d", d.provider->name().c_str(),
+                d.local_index);
+  mine.numa = d.props.numa_node;
+  std::vector<Record> all(static_cast<std::size_t>(size()));
+  Call c;
+  c.collective = coll::Collective::kAllGather;
+  c.dtype = WIA_UINT8;
+  c.count = sizeof(Record);
+  c.buffers.send = reinterpret_cast<char*>(&mine);
+  c.buffers.recv = reinterpret_cast<char*>(all.data());
+  run_now(c);
+
+  const int p = size();
+  topo::Topology t;
+  for (int node = 0; node < layout_.nnodes; ++node) {
+    std::string name = fmt::format("node{}", node);
+    for (int r = 0; r < p; ++r)
+      if (layout_.node_of_rank[r] == node && !layout_.host_of_rank.empty() &&
+          !layout_.host_of_rank[r].empty()) {
+        name = layout_.host_of_rank[r];
+        break;
+      }
+    // Host names need not be unique (faked hosts, containers): the node
+    // index keeps them apart.
+    for (const std::string& other : t.node_names)
+      if (other == name) name += fmt::format("#{}", node);
+    t.node_names.push_back(name);
+  }
+  t.resize(p);
+  const tuner::LinkModel& m = selector_->model();
+  for (int r = 0; r < p; ++r) {
+    t.node_of.push_back(layout_.node_of_rank[r]);
+    t.device_names.push_back(fmt::format("{}/rank{}:{}", t.node_names[layout_.node_of_rank[r]], r,
+                                         std::string(all[r].device, strnlen(all[r].device,
+                                                                            sizeof(all[r].device)))));
+    t.numa_of.push_back(all[r].numa);
+    t.process_of.push_back(r);
+  }
+  // Every rank computed every link's transport alike; this rank knows its
+  // own links' names, the model has every pair's figures.
+  for (int a = 0; a < p; ++a)
+    for (int b = 0; b < p; ++b) {
+      if (a == b) continue;
+      const bool same_node = layout_.node_of_rank[a] == layout_.node_of_rank[b];
+      const std::size_t k = t.at(a, b);
+      t.bandwidth[k] = m.bandwidth(a, b);
+      t.latency[k] = m.alpha(a, b);
+      t.hops[k] = same_node ? 1 : 2;
+      const std::string& transport = link_transport_[static_cast<std::size_t>(a) * p + b];
+      t.type[k] = t.type_index(transport == "shm" ? "shared_memory" : transport);
+      t.p2p[k] = 0;
+    }
+  return t;
 }
 
 }  // namespace wia::comm

@@ -37,6 +37,7 @@
 #include "comm/communicator_base.hpp"
 #include "engine/net_exec.hpp"
 #include "engine/progress_signal.hpp"
+#include "topology/topology.hpp"
 #include "tuner/cost_model.hpp"
 
 namespace wia::bootstrap {
@@ -104,6 +105,11 @@ class ProcessCommunicator final : public CommunicatorBase {
   // used by split. Throws wia::Error on failure.
   void run_now(Call call);
 
+  // wia_comm_discover_topology: collective; every rank as a device, its
+  // node and NUMA node, and every link with the transport it uses and the
+  // tuner's figures for it (measured between nodes).
+  topo::Topology topology();
+
   // wia_comm_split: collective over this communicator; nullptr for a
   // negative color (the rank joins no new communicator).
   std::unique_ptr<ProcessCommunicator> split(int color, int key);
@@ -149,6 +155,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   ProcessLayout layout_;
   wia_device_t device_;
   std::vector<Peer> peers_;
+  std::vector<std::string> link_transport_;  // [a * size + b]: every link's transport
   bool oversubscribed_ = false;
   // Measure the link between nodes at setup (WIA_PROBE_LINKS=0 skips it).
   bool probe_inter_node_ = true;

@@ -27,14 +27,19 @@ std::int32_t choose_endpoint(const Provider& provider, bool multi_node) {
   const wia_transport_ops_v1_t& t = *provider.transport();
   std::int32_t count = 0;
   if (t.endpoint_count(provider.ctx(), &count) != WIA_SUCCESS || count <= 0) return -1;
-  const std::uint32_t want = multi_node ? WIA_TRANSPORT_FLAG_INTER_NODE : WIA_TRANSPORT_FLAG_INTRA_NODE;
-  for (std::int32_t e = 0; e < count; ++e) {
-    wia_transport_props_v1_t props{};
-    props.struct_size = sizeof(props);
-    if (t.endpoint_props(provider.ctx(), e, &props) != WIA_SUCCESS) continue;
-    if (props.tag_bits < 34) continue;  // engine/net_exec.hpp: kMinTagBits
-    if (props.flags & want) return e;
-  }
+  // A job spanning nodes prefers an endpoint that reaches other nodes; a
+  // transport that only reaches this node (shm) still serves its links.
+  const std::uint32_t prefs[2] = {
+      multi_node ? WIA_TRANSPORT_FLAG_INTER_NODE : WIA_TRANSPORT_FLAG_INTRA_NODE,
+      WIA_TRANSPORT_FLAG_INTRA_NODE | WIA_TRANSPORT_FLAG_INTER_NODE};
+  for (const std::uint32_t want : prefs)
+    for (std::int32_t e = 0; e < count; ++e) {
+      wia_transport_props_v1_t props{};
+      props.struct_size = sizeof(props);
+      if (t.endpoint_props(provider.ctx(), e, &props) != WIA_SUCCESS) continue;
+      if (props.tag_bits < 34) continue;  // engine/net_exec.hpp: kMinTagBits
+      if (props.flags & want) return e;
+    }
   return -1;
 }
 

@@ -211,17 +211,8 @@ class Enqueuer {
   }
 
   void reduce(int r, const coll::Step& st, void* dst, const void* a, const void* b) {
-    const coll::KernelOp k = coll::kernel_op(s_.op, st);
     const void* srcs[2] = {a, b};
-    wia_reduce_args_v1_t args{};
-    args.struct_size = sizeof(args);
-    args.dtype = s_.dtype;
-    args.op = k.op;
-    args.nsrcs = 2;
-    args.count = st.count;
-    args.divisor = k.divisor;
-    args.dst = dst;
-    args.srcs = srcs;
+    const wia_reduce_args_v1_t args = step_reduce_args(s_, st, dst, srcs);
     device_call(dev(r), "reduce_async", [&](const wia_device_ops_v1_t& o, void* ctx) {
       return o.reduce_async(ctx, ranks_[r].stream, &args);
     });

@@ -118,18 +118,8 @@ void check_reduce(wia_status_t st, const coll::Schedule& s, std::uint64_t count)
 
 void reduce_into(const coll::Schedule& s, const coll::Step& step, void* dst, const void* a,
                  const void* b) {
-  const coll::KernelOp k = coll::kernel_op(s.op, step);
   const void* srcs[2] = {a, b};
-  wia_reduce_args_v1_t args{};
-  args.struct_size = sizeof(args);
-  args.dtype = s.dtype;
-  args.op = k.op;
-  args.nsrcs = 2;
-  args.count = step.count;
-  args.divisor = k.divisor;
-  args.dst = dst;
-  args.srcs = srcs;
-  check_reduce(kernels::reduce(args), s, step.count);
+  check_reduce(kernels::reduce(step_reduce_args(s, step, dst, srcs)), s, step.count);
 }
 
 }  // namespace

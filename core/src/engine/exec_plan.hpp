@@ -21,6 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <wia/provider.h>
+
 #include "coll/schedule.hpp"
 #include "engine/progress_signal.hpp"
 
@@ -47,6 +49,23 @@ inline char* region_ptr(const RankBuffers& b, const coll::Region& r, std::size_t
     case coll::BufferKind::kNone: break;
   }
   return base + r.offset * elem_size;
+}
+
+// The arguments of a two-operand reducing step, dst = a op b, with the
+// schedule's (op, divisor) for that step; `srcs` must outlive the use.
+inline wia_reduce_args_v1_t step_reduce_args(const coll::Schedule& s, const coll::Step& step,
+                                             void* dst, const void* (&srcs)[2]) {
+  const coll::KernelOp k = coll::kernel_op(s.op, step);
+  wia_reduce_args_v1_t args{};
+  args.struct_size = sizeof(args);
+  args.dtype = s.dtype;
+  args.op = k.op;
+  args.nsrcs = 2;
+  args.count = step.count;
+  args.divisor = k.divisor;
+  args.dst = dst;
+  args.srcs = srcs;
+  return args;
 }
 
 // A schedule plus what execution needs precomputed: for every receive

@@ -245,18 +245,8 @@ class Executor {
   }
 
   void reduce(const coll::Step& st, void* dst, const void* a, const void* b) {
-    const coll::KernelOp k = coll::kernel_op(s_.op, st);
     const void* srcs[2] = {a, b};
-    wia_reduce_args_v1_t args{};
-    args.struct_size = sizeof(args);
-    args.dtype = s_.dtype;
-    args.op = k.op;
-    args.nsrcs = 2;
-    args.count = st.count;
-    args.divisor = k.divisor;
-    args.dst = dst;
-    args.srcs = srcs;
-    const wia_status_t rc = kernels::reduce(args);
+    const wia_status_t rc = kernels::reduce(step_reduce_args(s_, st, dst, srcs));
     if (rc != WIA_SUCCESS)
       throw Error(WIA_ERROR_INTERNAL, fmt::format("{}: CPU reduction of {} elements failed: {}",
                                                   s_.describe(), st.count, status_name(rc)));

@@ -415,6 +415,24 @@ TEST_CASE("wia_comm_split and the two-level hierarchy over faked hosts") {
         if (!comm) return kApiError;
         int ok = wia_comm_node_count(comm) == 2 && wia_comm_node_rank(comm) == rank / 2 &&
                  wia_comm_local_rank(comm) == rank % 2;
+        // The communicator's topology: ranks as devices on two nodes, shm
+        // inside a node, tcp between (the figures measured at setup).
+        wia_topology_t topo;
+        ok &= wia_comm_discover_topology(comm, &topo) == WIA_SUCCESS;
+        if (ok) {
+          ok &= topo.num_devices == 4;
+          ok &= std::string(topo.link_type[0][1]) == "shared_memory" &&
+                std::string(topo.link_type[0][2]) == "tcp" &&
+                std::string(topo.link_type[3][1]) == "tcp";
+          ok &= topo.bandwidth_gbps[0][2] > 0 && topo.latency_us[0][2] > 0 &&
+                topo.hop_count[0][2] == 2 && topo.hop_count[2][3] == 1;
+          wia_topology_analysis_t analysis;
+          ok &= wia_analyze_topology(&topo, &analysis) == WIA_SUCCESS &&
+                std::string(analysis.topology_type) == "multi_node";
+          if (!ok) std::fprintf(stderr, "rank %d: topology %d devices, [0][1]=%s [0][2]=%s\n", rank,
+                                topo.num_devices, topo.link_type[0][1], topo.link_type[0][2]);
+          wia_free_topology(&topo);
+        }
         // Split by parity, reversed order by key.
         wia_communicator_t half = nullptr;
         ok &= wia_comm_split(comm, rank % 2, -rank, &half) == WIA_SUCCESS && half != nullptr;

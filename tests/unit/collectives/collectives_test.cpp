@@ -644,3 +644,20 @@ TEST_CASE("device engine: memory the core cannot address") {
     }
   }
 }
+
+TEST_CASE("wia_comm_discover_topology of a device communicator: its devices in rank order") {
+  Library lib("host:\n  devices: 3\n");
+  wia_device_t devs[2] = {2, 0};
+  wia_communicator_t comm = nullptr;
+  REQUIRE(wia_create_communicator(devs, 2, &comm) == WIA_SUCCESS);
+  wia_topology_t all, mine;
+  REQUIRE(wia_discover_topology(&all) == WIA_SUCCESS);
+  REQUIRE(wia_comm_discover_topology(comm, &mine) == WIA_SUCCESS);
+  CHECK(mine.num_devices == 2);
+  CHECK(std::string(mine.link_type[0][1]) == all.link_type[2][0]);
+  CHECK(mine.bandwidth_gbps[0][1] == all.bandwidth_gbps[2][0]);
+  CHECK(std::string(mine.link_type[0][0]) == "self");
+  wia_free_topology(&all);
+  wia_free_topology(&mine);
+  wia_destroy_communicator(comm);
+}
