@@ -15,6 +15,7 @@
 #include "kernels/cpu_reduce.hpp"
 #include "runtime/device_call.hpp"
 #include "runtime/objects.hpp"
+#include "tuner/link_file.hpp"
 
 namespace wia::comm {
 
@@ -53,6 +54,20 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
   workers_ = std::min(static_cast<int>(devices_.size()), cores);
 
   default_timeout_ms_ = static_cast<std::uint32_t>(rt.config().get_int("collectives.timeout_ms"));
+  // Measured links (wia-bw --output, tuner.link_file) replace the default
+  // per-link figures; the in-process hand-off and kernel rates stay.
+  const std::string link_file = rt.config().get_string("tuner.link_file");
+  if (!link_file.empty()) {
+    const std::vector<int> device_of_rank(devices_.begin(), devices_.end());
+    tuner::LinkModel measured = tuner::link_model_from_file(link_file, device_of_rank);
+    const tuner::LinkModel& base = selector_.model();
+    measured.message_overhead_us = base.message_overhead_us;
+    measured.reduce_gbps = base.reduce_gbps;
+    measured.copy_gbps = base.copy_gbps;
+    selector_ = tuner::Selector(std::move(measured));
+    log::info("coll", "communicator over {} devices: link figures from {}", devices_.size(),
+              link_file);
+  }
   if (engine_ == Engine::kDevice) init_device_engine();
 }
 

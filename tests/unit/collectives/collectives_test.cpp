@@ -661,3 +661,40 @@ TEST_CASE("wia_comm_discover_topology of a device communicator: its devices in r
   wia_free_topology(&mine);
   wia_destroy_communicator(comm);
 }
+
+// wia-bw writes measured links to a topology file; tuner.link_file makes a
+// communicator's cost model use them: the same all-reduce is estimated
+// slower over links measured 1000x slower.
+TEST_CASE("tuner.link_file: measured links replace the default figures") {
+  double fast_ms = 0, slow_ms = 0;
+  char path[] = "/tmp/wia-links-XXXXXX.yaml";
+  {
+    Library lib("host:\n  devices: 2\n");
+    const int fd = mkstemps(path, 5);
+    REQUIRE(fd >= 0);
+    close(fd);
+    wia_topology_t t;
+    REQUIRE(wia_discover_topology(&t) == WIA_SUCCESS);
+    REQUIRE(t.num_devices == 2);
+    t.bandwidth_gbps[0][1] = t.bandwidth_gbps[1][0] = 0.01;  // 10 MB/s
+    t.latency_us[0][1] = t.latency_us[1][0] = 500;
+    REQUIRE(wia_export_topology_yaml(&t, path) == WIA_SUCCESS);
+    wia_free_topology(&t);
+    Ranks R(2);
+    Case c{WIA_COLLECTIVE_ALLREDUCE, WIA_ALGORITHM_AUTO, 2, 1 << 16, WIA_FLOAT32, WIA_REDUCE_SUM,
+           false, 0};
+    CHECK(run_case(R, c) == 0);
+    fast_ms = wia_get_selected_algorithm(R.comm).estimated_time_ms;
+  }
+  {
+    Library lib(std::string("host:\n  devices: 2\ntuner:\n  link_file: ") + path + "\n");
+    Ranks R(2);
+    Case c{WIA_COLLECTIVE_ALLREDUCE, WIA_ALGORITHM_AUTO, 2, 1 << 16, WIA_FLOAT32, WIA_REDUCE_SUM,
+           false, 0};
+    CHECK(run_case(R, c) == 0);
+    slow_ms = wia_get_selected_algorithm(R.comm).estimated_time_ms;
+  }
+  std::remove(path);
+  INFO("default " << fast_ms << " ms, measured " << slow_ms << " ms");
+  CHECK(slow_ms > 100 * fast_ms);
+}
