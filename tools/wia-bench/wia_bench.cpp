@@ -7,8 +7,30 @@
 //
 //   wia-bench [-b 8] [-e 64M] [-f 2] [--op allreduce] [--dtype float32]
 //             [--redop sum] [--algo auto] [--ranks 4] [-n iters] [-w warmup]
-//             [-c 0|1]
+//             [-c 0|1] [--procs N | --procs-from-env] [--sizes 8,64K,1M]
+//
+// Three ways to run:
+//  - in-process (default): --ranks N host devices in this process, one
+//    communicator over all of them;
+//  - --procs N: N processes on this machine, one rank each on host device 0,
+//    over a process communicator (shm inside the node, tcp between nodes;
+//    WIA_TRANSPORT forces one). The tool forks and execs itself N times with
+//    WIA_RANK, WIA_WORLD_SIZE, WIA_LOCAL_RANK, WIA_LOCAL_SIZE and a unique id
+//    (wia_get_unique_id, hex in WIA_BENCH_UNIQUE_ID) that leads to the
+//    rendezvous root this process runs;
+//  - --procs-from-env: one rank of a job a launcher started (mpirun, srun,
+//    torchrun, or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR); detected without the
+//    option when OMPI_COMM_WORLD_SIZE, PMI_SIZE or WIA_WORLD_SIZE is set.
+// Across processes rank 0 prints the table: time is the slowest rank's, the
+// data check runs on every rank and #wrong is the sum over ranks (both
+// gathered with small all-reduces on the same communicator, outside the
+// timed loops).
 #include <wia/wia.h>
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +45,8 @@
 
 #include "kernels/cpu_reduce.hpp"
 #include "kernels/element_access.hpp"
+
+extern char** environ;  // the children's environment is built from ours
 
 namespace {
 
@@ -40,6 +64,10 @@ struct Options {
   int iters = 0;   // 0 = by size
   int warmup = 3;
   bool check = true;
+  bool ranks_given = false;
+  std::vector<std::uint64_t> sizes;  // --sizes: these instead of -b/-e/-f
+  int procs = 0;              // --procs N: spawn N processes
+  bool procs_from_env = false;  // one rank of a launched job
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -51,7 +79,12 @@ struct Options {
       "                 sum|prod|min|max|avg] [--algo auto|ring|tree|binomial|rabenseifner|\n"
       "                 recursive_doubling|recursive_halving|bruck|chain|scatter_allgather|\n"
       "                 direct|pairwise|hierarchical] [--ranks N] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
-      "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests).\n");
+      "                 [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
+      "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
+      "--sizes lists the sizes to run instead of the -b/-e/-f sweep.\n"
+      "--ranks N: N host devices in this process (default 4); --procs N: N processes,\n"
+      "one rank each; --procs-from-env: one rank of a job started by mpirun, srun,\n"
+      "torchrun or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR.\n");
   std::exit(2);
 }
 
@@ -87,7 +120,19 @@ Options parse(int argc, char** argv) {
     else if (a == "-n") o.iters = std::atoi(next());
     else if (a == "-w") o.warmup = std::atoi(next());
     else if (a == "-c") o.check = std::atoi(next()) != 0;
-    else if (a == "--ranks") o.ranks = std::atoi(next());
+    else if (a == "--ranks") o.ranks = std::atoi(next()), o.ranks_given = true;
+    else if (a == "--procs") o.procs = std::atoi(next());
+    else if (a == "--sizes") {
+      const std::string list = next();
+      for (std::size_t at = 0; at <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', at), list.size());
+        o.sizes.push_back(parse_size(list.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
+      o.max_bytes = *std::max_element(o.sizes.begin(), o.sizes.end());
+      o.min_bytes = *std::min_element(o.sizes.begin(), o.sizes.end());
+    }
+    else if (a == "--procs-from-env") o.procs_from_env = true;
     else if (a == "--op")
       o.op = pick<wia_collective_op_t>("op", next(),
                                        {{"allreduce", WIA_COLLECTIVE_ALLREDUCE},
@@ -121,6 +166,9 @@ Options parse(int argc, char** argv) {
     else usage(("unknown option '" + a + "'").c_str());
   }
   if (o.ranks < 1 || o.ranks > 64) usage("--ranks must be 1..64");
+  if (o.procs < 0 || o.procs > 256) usage("--procs must be 1..256");
+  if ((o.procs > 0) + o.procs_from_env + o.ranks_given > 1)
+    usage("--ranks, --procs and --procs-from-env exclude each other");
   if (o.factor <= 1) usage("-f must be > 1");
   if (o.min_bytes > o.max_bytes) usage("-b must not exceed -e");
   return o;
@@ -160,7 +208,9 @@ const char* op_name(wia_collective_op_t op) {
   }
 }
 
+// One rank this process drives: its global rank, stream and buffers.
 struct Rank {
+  int rank = 0;
   wia_stream_t stream = nullptr;
   char* in = nullptr;   // out-of-place input
   char* out = nullptr;  // output (also the in-place buffer)
@@ -169,39 +219,52 @@ struct Rank {
 
 class Bench {
  public:
+  // In-process: o.ranks host devices, one communicator over all of them.
   explicit Bench(const Options& o) : o_(o), es_(wia::kernels::dtype_size(o.dtype)) {
+    nranks_ = o.ranks;
     std::vector<wia_device_t> devs(o.ranks);
     for (int i = 0; i < o.ranks; ++i) devs[i] = i;
     CHECK_WIA(wia_create_communicator(devs.data(), o.ranks, &comm_));
     ranks_.resize(o.ranks);
-    const std::uint64_t cap = buffer_bytes(o.max_bytes);
     for (int r = 0; r < o.ranks; ++r) {
+      ranks_[r].rank = r;
       CHECK_WIA(wia_create_stream_on(r, &ranks_[r].stream));
-      CHECK_WIA(wia_malloc_on(r, reinterpret_cast<void**>(&ranks_[r].in), cap));
-      CHECK_WIA(wia_malloc_on(r, reinterpret_cast<void**>(&ranks_[r].out), cap));
-      std::memset(ranks_[r].in, 0, cap);  // fault pages in outside the timing
-      std::memset(ranks_[r].out, 0, cap);
+      allocate(ranks_[r], r);
     }
+  }
+  // Across processes: this process is rank wia_comm_rank(comm) of `comm`, on
+  // the current device, posting on the default stream.
+  Bench(const Options& o, wia_communicator_t comm)
+      : o_(o), es_(wia::kernels::dtype_size(o.dtype)), comm_(comm), distributed_(true) {
+    nranks_ = wia_comm_size(comm);
+    wia_device_t dev = 0;
+    CHECK_WIA(wia_get_device(&dev));
+    ranks_.resize(1);
+    ranks_[0].rank = wia_comm_rank(comm);
+    allocate(ranks_[0], dev);
   }
   ~Bench() {
     for (auto& r : ranks_) {
       wia_free(r.in);
       wia_free(r.out);
-      wia_destroy_stream(r.stream);
+      if (r.stream) wia_destroy_stream(r.stream);
     }
     wia_destroy_communicator(comm_);
   }
 
+  int nranks() const { return nranks_; }
+  bool distributed() const { return distributed_; }
+
   // Input and output elements per rank for a vector of `count` elements.
   std::uint64_t in_elems(std::uint64_t count) const {
     switch (o_.op) {
-      case WIA_COLLECTIVE_ALLGATHER: return count / o_.ranks;
+      case WIA_COLLECTIVE_ALLGATHER: return count / nranks_;
       default: return count;
     }
   }
   std::uint64_t out_elems(std::uint64_t count) const {
     switch (o_.op) {
-      case WIA_COLLECTIVE_REDUCE_SCATTER: return count / o_.ranks;
+      case WIA_COLLECTIVE_REDUCE_SCATTER: return count / nranks_;
       default: return count;
     }
   }
@@ -212,7 +275,7 @@ class Bench {
     switch (o_.op) {
       case WIA_COLLECTIVE_ALLGATHER:
       case WIA_COLLECTIVE_REDUCE_SCATTER:
-      case WIA_COLLECTIVE_ALLTOALL: return count / o_.ranks;
+      case WIA_COLLECTIVE_ALLTOALL: return count / nranks_;
       default: return count;
     }
   }
@@ -224,32 +287,36 @@ class Bench {
     cfg.datatype = o_.dtype;
     cfg.algorithm = o_.algo;
     const std::uint64_t n = call_count(count);
-    CHECK_WIA(wia_group_start());
-    for (int r = 0; r < o_.ranks; ++r) {
-      Rank& k = ranks_[r];
+    if (!distributed_) CHECK_WIA(wia_group_start());
+    for (Rank& k : ranks_) {
+      const int r = k.rank;
       char* send = in_place ? k.out : k.in;
       if (in_place && o_.op == WIA_COLLECTIVE_ALLGATHER) send = k.out + r * n * es_;
       char* recv = k.out;
       if (in_place && o_.op == WIA_COLLECTIVE_REDUCE_SCATTER) recv = k.out + r * n * es_;
+      wia_status_t st = WIA_SUCCESS;
       switch (o_.op) {
-        case WIA_COLLECTIVE_ALLREDUCE: wia_all_reduce(comm_, send, recv, n, &cfg, k.stream); break;
-        case WIA_COLLECTIVE_BROADCAST: wia_broadcast_ex(comm_, send, recv, n, 0, &cfg, k.stream); break;
-        case WIA_COLLECTIVE_REDUCE: wia_reduce(comm_, send, recv, n, 0, &cfg, k.stream); break;
-        case WIA_COLLECTIVE_ALLGATHER: wia_all_gather_ex(comm_, send, recv, n, &cfg, k.stream); break;
-        case WIA_COLLECTIVE_REDUCE_SCATTER: wia_reduce_scatter(comm_, send, recv, n, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_ALLREDUCE: st = wia_all_reduce(comm_, send, recv, n, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_BROADCAST: st = wia_broadcast_ex(comm_, send, recv, n, 0, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_REDUCE: st = wia_reduce(comm_, send, recv, n, 0, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_ALLGATHER: st = wia_all_gather_ex(comm_, send, recv, n, &cfg, k.stream); break;
+        case WIA_COLLECTIVE_REDUCE_SCATTER: st = wia_reduce_scatter(comm_, send, recv, n, &cfg, k.stream); break;
         case WIA_COLLECTIVE_ALLTOALL:
-          k.in_shards.resize(o_.ranks);
-          k.out_shards.resize(o_.ranks);
-          for (int j = 0; j < o_.ranks; ++j) {
+          k.in_shards.resize(nranks_);
+          k.out_shards.resize(nranks_);
+          for (int j = 0; j < nranks_; ++j) {
             k.in_shards[j] = send + j * n * es_;
             k.out_shards[j] = recv + j * n * es_;
           }
-          wia_all_to_all(comm_, k.in_shards.data(), k.out_shards.data(), n, &cfg, k.stream);
+          st = wia_all_to_all(comm_, k.in_shards.data(), k.out_shards.data(), n, &cfg, k.stream);
           break;
         default: break;
       }
+      // In a group the calls only queue; errors surface at group end. Across
+      // processes a failed post is final (the communicator is broken).
+      if (distributed_ && st != WIA_SUCCESS) die("posting the collective", st);
     }
-    CHECK_WIA(wia_group_end());
+    if (!distributed_) CHECK_WIA(wia_group_end());
   }
 
   void sync() {
@@ -263,8 +330,8 @@ class Bench {
 
   void fill(std::uint64_t count, bool in_place) {
     const std::uint64_t n = call_count(count);
-    for (int r = 0; r < o_.ranks; ++r) {
-      Rank& k = ranks_[r];
+    for (Rank& k : ranks_) {
+      const int r = k.rank;
       char* input = in_place ? k.out : k.in;
       std::uint64_t elems = in_elems(count);
       if (in_place && o_.op == WIA_COLLECTIVE_ALLGATHER) input = k.out + r * n * es_;
@@ -274,10 +341,10 @@ class Bench {
     }
   }
 
-  // Number of wrong output elements over all ranks.
+  // Number of wrong output elements over the ranks of this process.
   std::uint64_t verify(std::uint64_t count) const {
     const std::uint64_t n = call_count(count);
-    const int p = o_.ranks;
+    const int p = nranks_;
     const bool is_float = o_.dtype == WIA_FLOAT16 || o_.dtype == WIA_BFLOAT16 ||
                           o_.dtype == WIA_FLOAT32 || o_.dtype == WIA_FLOAT64;
     auto reduced = [&](std::uint64_t i) {
@@ -303,8 +370,9 @@ class Bench {
       const double tol = is_float ? 1e-2 * std::max(1.0, std::fabs(want)) : 0;
       if (!(std::fabs(got - want) <= tol)) ++wrong;
     };
-    for (int r = 0; r < p; ++r) {
-      const char* out = ranks_[r].out;
+    for (const Rank& k : ranks_) {
+      const int r = k.rank;
+      const char* out = k.out;
       switch (o_.op) {
         case WIA_COLLECTIVE_ALLREDUCE:
           for (std::uint64_t i = 0; i < n; ++i) expect(out, i, reduced(i));
@@ -334,66 +402,352 @@ class Bench {
     return wrong;
   }
 
-  // Median time per call in microseconds over `iters` back-to-back posts.
+  // Median time per call in microseconds over `iters` back-to-back posts;
+  // across processes each repetition starts after a barrier and counts the
+  // slowest rank. Records the algorithm the timed calls ran.
   double time_us(std::uint64_t count, bool in_place, int iters) {
     for (int i = 0; i < o_.warmup; ++i) post(count, in_place);
     sync();
     std::vector<double> samples;
     for (int rep = 0; rep < 3; ++rep) {
+      barrier();
       const auto t0 = Clock::now();
       for (int i = 0; i < iters; ++i) post(count, in_place);
       sync();
       samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
     }
+    const wia_algorithm_t algo = wia_get_selected_algorithm(comm_);
+    last_algorithm_ = algo.name ? algo.name : "?";
+    max_over_ranks(samples);
     std::sort(samples.begin(), samples.end());
     return samples[1];
   }
 
+  // Wrong elements over all ranks of the job.
   std::uint64_t check(std::uint64_t count, bool in_place) {
     last_in_place_ = in_place;
     fill(count, in_place);
     post(count, in_place);
     sync();
-    return verify(count);
+    return sum_over_ranks(verify(count));
   }
 
-  // The bound: every rank copies its input to its output once, all ranks in
-  // parallel (one thread each, as the collective has), median of 3.
+  // The bound: every rank copies its input to its output once, all ranks at
+  // once (one thread each in-process, one process each across processes,
+  // as the collective has), median of 3.
   double copy_bound_us(std::uint64_t count, int iters) {
     const std::uint64_t bytes = std::max(in_elems(count), out_elems(count)) * es_;
-    const int p = o_.ranks;
+    const int local = static_cast<int>(ranks_.size());
     std::vector<double> samples;
     for (int rep = 0; rep < 3; ++rep) {
+      barrier();
       std::atomic<int> ready{0};
       std::vector<std::thread> threads;
       const auto t0 = Clock::now();
-      for (int r = 0; r < p; ++r)
+      for (int r = 0; r < local; ++r)
         threads.emplace_back([&, r] {
           ready.fetch_add(1);
-          while (ready.load() < p) std::this_thread::yield();
+          while (ready.load() < local) std::this_thread::yield();
           for (int i = 0; i < iters; ++i) std::memcpy(ranks_[r].out, ranks_[r].in, bytes);
         });
       for (auto& t : threads) t.join();
       samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
     }
+    max_over_ranks(samples);
     std::sort(samples.begin(), samples.end());
     return samples[1];
   }
 
+  const std::string& last_algorithm() const { return last_algorithm_; }
   wia_communicator_t comm() const { return comm_; }
 
  private:
+  void allocate(Rank& k, wia_device_t dev) {
+    const std::uint64_t cap = buffer_bytes(o_.max_bytes);
+    CHECK_WIA(wia_malloc_on(dev, reinterpret_cast<void**>(&k.in), cap));
+    CHECK_WIA(wia_malloc_on(dev, reinterpret_cast<void**>(&k.out), cap));
+    std::memset(k.in, 0, cap);  // fault pages in outside the timing
+    std::memset(k.out, 0, cap);
+  }
+
+  // Small all-reduces on the benchmarked communicator that gather the
+  // figures across processes (no-ops in-process).
+  void reduce_small(void* data, std::size_t count, wia_datatype_t type, wia_reduce_op_t op) {
+    if (!distributed_) return;
+    wia_collective_config_t cfg{};
+    cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
+    cfg.datatype = type;
+    cfg.reduction_op = op;
+    CHECK_WIA(wia_all_reduce(comm_, data, data, count, &cfg, nullptr));
+    CHECK_WIA(wia_stream_synchronize(nullptr));
+  }
+  void barrier() {
+    std::int32_t token = 1;
+    reduce_small(&token, 1, WIA_INT32, WIA_REDUCE_SUM);
+  }
+  void max_over_ranks(std::vector<double>& v) {
+    reduce_small(v.data(), v.size(), WIA_FLOAT64, WIA_REDUCE_MAX);
+  }
+  std::uint64_t sum_over_ranks(std::uint64_t v) {
+    reduce_small(&v, 1, WIA_UINT64, WIA_REDUCE_SUM);
+    return v;
+  }
+
   Options o_;
   std::size_t es_;
+  int nranks_ = 0;
   wia_communicator_t comm_ = nullptr;
+  bool distributed_ = false;
   std::vector<Rank> ranks_;
   bool last_in_place_ = false;
+  std::string last_algorithm_ = "?";
 };
+
+// The sweep and the table, printed by rank 0 (the only rank in-process).
+int run_sweep(const Options& o, Bench& bench, bool print) {
+  const std::size_t es = wia::kernels::dtype_size(o.dtype);
+  const int p = bench.nranks();
+  if (print) {
+    if (!bench.distributed()) {
+      std::printf("# wia-bench: %s  ranks %d (in-process host devices)  dtype %s  redop %s\n",
+                  op_name(o.op), p, wia::kernels::dtype_name(o.dtype),
+                  wia::kernels::reduce_op_name(o.redop));
+      std::printf("# bound = busbw of every rank copying its data once (memcpy, all ranks in "
+                  "parallel), measured in this run; ratio = out-of-place busbw / bound\n");
+    } else {
+      const char* transport = std::getenv("WIA_TRANSPORT");
+      std::printf("# wia-bench: %s  ranks %d (processes, one rank each, %d node(s), transport "
+                  "%s)  dtype %s  redop %s\n",
+                  op_name(o.op), p, wia_comm_node_count(bench.comm()),
+                  transport && *transport ? transport : "auto: shm inside a node, tcp between",
+                  wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop));
+      std::printf("# time = slowest rank (median of 3 repetitions, each after a barrier); "
+                  "#wrong = sum over ranks\n");
+      std::printf("# bound = busbw of every rank copying its data once (memcpy, each rank in its "
+                  "own process, all at once after a barrier, slowest rank), measured in this run; "
+                  "ratio = out-of-place busbw / bound\n");
+    }
+    std::printf("#%11s %12s %8s %6s %18s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "size",
+                "count", "type", "redop", "algorithm", "time(us)", "algbw", "busbw", "#wrong",
+                "time(us)", "algbw", "busbw", "#wrong", "bound", "ratio");
+    std::printf("#%11s %12s %8s %6s %18s | %36s | %36s | %8s %6s\n", "(B)", "(elements)", "", "",
+                "", "out-of-place (GB/s)", "in-place (GB/s)", "(GB/s)", "");
+    std::fflush(stdout);
+  }
+  std::vector<std::uint64_t> sizes = o.sizes;
+  if (sizes.empty())
+    for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;
+         bytes = std::max<std::uint64_t>(bytes + 1, static_cast<std::uint64_t>(bytes * o.factor)))
+      sizes.push_back(bytes);
+  std::uint64_t total_wrong = 0;
+  for (const std::uint64_t bytes : sizes) {
+    std::uint64_t count = bytes / es;
+    // Vector sizes must split evenly for the per-rank collectives.
+    if (o.op == WIA_COLLECTIVE_ALLGATHER || o.op == WIA_COLLECTIVE_REDUCE_SCATTER ||
+        o.op == WIA_COLLECTIVE_ALLTOALL)
+      count -= count % p;
+    if (count == 0) continue;
+    const int iters = o.iters > 0 ? o.iters
+                                  : static_cast<int>(std::clamp<std::uint64_t>(
+                                        (256ull << 20) / (count * es), 5, 1000));
+    const std::uint64_t wrong_oop = o.check ? bench.check(count, false) : 0;
+    const double t_oop = bench.time_us(count, false, iters);
+    const std::string algo = bench.last_algorithm();
+    const std::uint64_t wrong_ip = o.check ? bench.check(count, true) : 0;
+    const double t_ip = bench.time_us(count, true, iters);
+    const double t_bound = bench.copy_bound_us(count, iters);
+    const double gb = static_cast<double>(count * es) / 1e3;  // bytes/us -> GB/s
+    const double bf = bus_factor(o.op, p);
+    const double busbw_oop = gb / t_oop * bf;
+    const double bound = gb / t_bound * bf;
+    if (print) {
+      std::printf("%12llu %12llu %8s %6s %18s | %9.2f %8.2f %8.2f %6llu | %9.2f %8.2f %8.2f %6llu "
+                  "| %8.2f %6.2f\n",
+                  static_cast<unsigned long long>(count * es), static_cast<unsigned long long>(count),
+                  wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop),
+                  algo.c_str(), t_oop, gb / t_oop, busbw_oop,
+                  static_cast<unsigned long long>(wrong_oop), t_ip, gb / t_ip, gb / t_ip * bf,
+                  static_cast<unsigned long long>(wrong_ip), bound,
+                  bound > 0 ? busbw_oop / bound : 0.0);  // 1 rank: no bus traffic
+      std::fflush(stdout);
+    }
+    total_wrong += wrong_oop + wrong_ip;
+  }
+  if (print)
+    std::printf("# %s: %llu wrong element(s) in all checks\n", total_wrong ? "FAILED" : "ok",
+                static_cast<unsigned long long>(total_wrong));
+  return total_wrong ? 1 : 0;
+}
+
+// Across processes, each rank on one host device unless configured.
+void default_one_device_per_process() {
+  if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
+    setenv("WIA_HOST_DEVICES", "1", 1);
+}
+
+// Variables that mark this process as one rank of a launched job.
+bool launched_by_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WIA_WORLD_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// One rank of a job: from the unique id our spawner passed, else from the
+// launcher's variables.
+int run_rank(const Options& o) {
+  default_one_device_per_process();
+  wia_communicator_t comm = nullptr;
+  if (const char* hex = std::getenv("WIA_BENCH_UNIQUE_ID")) {
+    wia_unique_id_t id{};
+    if (std::strlen(hex) != 2 * WIA_UNIQUE_ID_BYTES) {
+      std::fprintf(stderr, "wia-bench: WIA_BENCH_UNIQUE_ID has %zu hex digits, expected %d\n",
+                   std::strlen(hex), 2 * WIA_UNIQUE_ID_BYTES);
+      return 2;
+    }
+    for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
+      unsigned v = 0;
+      std::sscanf(hex + 2 * i, "%2x", &v);
+      id.internal[i] = static_cast<char>(v);
+    }
+    const int rank = env_int("WIA_RANK", -1), size = env_int("WIA_WORLD_SIZE", -1);
+    CHECK_WIA(wia_create_communicator_from_id(&id, size, rank, &comm));
+  } else {
+    CHECK_WIA(wia_create_distributed_communicator(nullptr, &comm));
+  }
+  const int rank = wia_comm_rank(comm);
+  int rc = 0;
+  {
+    Bench bench(o, comm);
+    rc = run_sweep(o, bench, rank == 0);
+  }
+  wia_finalize();
+  return rc;
+}
+
+// --procs N: fork and exec this program N times as the ranks of one job,
+// wait for them, and return the first failure (rank 0's status first).
+int spawn_ranks(const Options& o, int argc, char** argv) {
+  default_one_device_per_process();
+  wia_unique_id_t id{};
+  CHECK_WIA(wia_get_unique_id(&id));  // runs the rendezvous root in this process
+  std::string hex;
+  for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
+    char h[3];
+    std::snprintf(h, sizeof h, "%02x", static_cast<unsigned char>(id.internal[i]));
+    hex += h;
+  }
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) {
+    std::perror("wia-bench: readlink /proc/self/exe");
+    return 1;
+  }
+  self[len] = '\0';
+  // The children's arguments: ours, with --procs N replaced by --procs-from-env.
+  std::vector<std::string> args{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--procs")) {
+      ++i;
+      continue;
+    }
+    args.emplace_back(argv[i]);
+  }
+  args.emplace_back("--procs-from-env");
+  // Everything is built before fork: the child only calls execve.
+  std::vector<std::string> base_env;
+  static const char* const kOurs[] = {"WIA_RANK=", "WIA_WORLD_SIZE=", "WIA_LOCAL_RANK=",
+                                      "WIA_LOCAL_SIZE=", "WIA_BENCH_UNIQUE_ID="};
+  for (char** e = environ; *e; ++e) {
+    bool ours = false;
+    for (const char* k : kOurs) ours |= !std::strncmp(*e, k, std::strlen(k));
+    if (!ours) base_env.emplace_back(*e);
+  }
+  const int n = o.procs;
+  std::vector<std::vector<std::string>> envs(n, base_env);
+  std::vector<std::vector<char*>> envps(n);
+  std::vector<char*> argp;
+  for (auto& a : args) argp.push_back(a.data());
+  argp.push_back(nullptr);
+  for (int r = 0; r < n; ++r) {
+    for (const auto& kv : {std::string("WIA_RANK=") + std::to_string(r),
+                           std::string("WIA_WORLD_SIZE=") + std::to_string(n),
+                           std::string("WIA_LOCAL_RANK=") + std::to_string(r),
+                           std::string("WIA_LOCAL_SIZE=") + std::to_string(n),
+                           std::string("WIA_BENCH_UNIQUE_ID=") + hex})
+      envs[r].push_back(kv);
+    for (auto& e : envs[r]) envps[r].push_back(e.data());
+    envps[r].push_back(nullptr);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids(n, -1);
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      // A rank outliving its spawner (killed, timed out) would hold its
+      // peers in collectives until their timeout: it dies with the spawner.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      execve(self, argp.data(), envps[r].data());
+      _exit(127);
+    }
+    if (pid < 0) {
+      std::perror("wia-bench: fork");
+      for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL), waitpid(pids[q], nullptr, 0);
+      return 1;
+    }
+    pids[r] = pid;
+  }
+  // Wait; once a rank has failed, the others get a grace period to report
+  // the broken communicator themselves, then are killed.
+  constexpr int kRunning = -999;
+  std::vector<int> status(n, kRunning);
+  int left = n;
+  Clock::time_point give_up = Clock::time_point::max();
+  while (left > 0) {
+    bool any = false;
+    for (int r = 0; r < n; ++r) {
+      if (status[r] != kRunning) continue;
+      int st = 0;
+      if (waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
+      any = true;
+      --left;
+      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      if (status[r] != 0) {
+        std::fprintf(stderr, "wia-bench: rank %d (pid %d) %s %d\n", r, static_cast<int>(pids[r]),
+                     WIFEXITED(st) ? "exited with status" : "was killed by signal",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        if (give_up == Clock::time_point::max()) give_up = Clock::now() + std::chrono::seconds(10);
+      }
+    }
+    if (left > 0 && Clock::now() > give_up) {
+      for (int r = 0; r < n; ++r)
+        if (status[r] == kRunning) {
+          std::fprintf(stderr, "wia-bench: killing rank %d (pid %d), still running 10 s after "
+                               "another rank failed\n", r, static_cast<int>(pids[r]));
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+          status[r] = 128 + SIGKILL;
+          --left;
+        }
+    }
+    if (!any && left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int r = 0; r < n; ++r)
+    if (status[r] != 0) return status[r];
+  return 0;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o = parse(argc, argv);
+  if (o.procs > 0) return spawn_ranks(o, argc, argv);
+  if (o.procs_from_env || (!o.ranks_given && launched_by_launcher())) return run_rank(o);
   // In-process host devices: one per rank unless the user configured some.
   if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
     setenv("WIA_HOST_DEVICES", std::to_string(o.ranks).c_str(), 1);
@@ -404,51 +758,6 @@ int main(int argc, char** argv) {
                  o.ranks, o.ranks, ndev);
     return 1;
   }
-  const std::size_t es = wia::kernels::dtype_size(o.dtype);
   Bench bench(o);
-  std::printf("# wia-bench: %s  ranks %d (in-process host devices)  dtype %s  redop %s\n",
-              op_name(o.op), o.ranks, wia::kernels::dtype_name(o.dtype),
-              wia::kernels::reduce_op_name(o.redop));
-  std::printf("# bound = busbw of every rank copying its data once (memcpy, all ranks in "
-              "parallel), measured in this run; ratio = out-of-place busbw / bound\n");
-  std::printf("#%11s %12s %8s %6s %18s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "size",
-              "count", "type", "redop", "algorithm", "time(us)", "algbw", "busbw", "#wrong",
-              "time(us)", "algbw", "busbw", "#wrong", "bound", "ratio");
-  std::printf("#%11s %12s %8s %6s %18s | %36s | %36s | %8s %6s\n", "(B)", "(elements)", "", "",
-              "", "out-of-place (GB/s)", "in-place (GB/s)", "(GB/s)", "");
-  std::uint64_t total_wrong = 0;
-  for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;
-       bytes = std::max<std::uint64_t>(bytes + 1, static_cast<std::uint64_t>(bytes * o.factor))) {
-    std::uint64_t count = bytes / es;
-    // Vector sizes must split evenly for the per-rank collectives.
-    if (o.op == WIA_COLLECTIVE_ALLGATHER || o.op == WIA_COLLECTIVE_REDUCE_SCATTER ||
-        o.op == WIA_COLLECTIVE_ALLTOALL)
-      count -= count % o.ranks;
-    if (count == 0) continue;
-    const int iters = o.iters > 0 ? o.iters
-                                  : static_cast<int>(std::clamp<std::uint64_t>(
-                                        (256ull << 20) / (count * es), 5, 1000));
-    const std::uint64_t wrong_oop = o.check ? bench.check(count, false) : 0;
-    const double t_oop = bench.time_us(count, false, iters);
-    const wia_algorithm_t algo = wia_get_selected_algorithm(bench.comm());
-    const std::uint64_t wrong_ip = o.check ? bench.check(count, true) : 0;
-    const double t_ip = bench.time_us(count, true, iters);
-    const double t_bound = bench.copy_bound_us(count, iters);
-    const double gb = static_cast<double>(count * es) / 1e3;  // bytes/us -> GB/s
-    const double bf = bus_factor(o.op, o.ranks);
-    const double busbw_oop = gb / t_oop * bf;
-    const double bound = gb / t_bound * bf;
-    std::printf("%12llu %12llu %8s %6s %18s | %9.2f %8.2f %8.2f %6llu | %9.2f %8.2f %8.2f %6llu "
-                "| %8.2f %6.2f\n",
-                static_cast<unsigned long long>(count * es), static_cast<unsigned long long>(count),
-                wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop),
-                algo.name, t_oop, gb / t_oop, busbw_oop, static_cast<unsigned long long>(wrong_oop),
-                t_ip, gb / t_ip, gb / t_ip * bf, static_cast<unsigned long long>(wrong_ip), bound,
-                busbw_oop / bound);
-    std::fflush(stdout);
-    total_wrong += wrong_oop + wrong_ip;
-  }
-  std::printf("# %s: %llu wrong element(s) in all checks\n", total_wrong ? "FAILED" : "ok",
-              static_cast<unsigned long long>(total_wrong));
-  return total_wrong ? 1 : 0;
+  return run_sweep(o, bench, true);
 }

@@ -111,3 +111,8 @@ add_test(NAME tool_wia_bw COMMAND sh -c "\
 set_tests_properties(tool_wia_info_explain tool_wia_info_explain_1024 tool_wia_info_lint
                      tool_wia_info_topology_diff tool_wia_info_place tool_wia_bw
                      PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
+# wia-bench across processes: it spawns 2 ranks itself; every rank checks its data.
+add_test(NAME tool_wia_bench_procs COMMAND sh -c "\
+  ${_wia_bench} --procs 2 -b 8 -e 64K -f 8 -n 2 -w 1 | tee /dev/stderr | grep -q '# ok: 0 wrong'")
+set_tests_properties(tool_wia_bench_procs PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")

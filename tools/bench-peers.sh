@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# libwia across processes against its peers, all measured in the same run
+# on this machine (float32 sum all-reduce, 2 and 4 processes, one per rank):
+#   Open MPI MPI_Allreduce (default shared-memory path)   vs libwia WIA_TRANSPORT=shm
+#   Gloo ring-chunked all-reduce over TCP                  vs libwia WIA_TRANSPORT=tcp
+# and tcp point to point: wia-transport-bench --provider tcp vs iperf3 over
+# loopback. Prints busbw (GB/s; the 8-byte row in microseconds) and the
+# ratios libwia-shm / Open MPI and libwia-tcp / Gloo (> 1: libwia faster).
+# Not part of CI; a few minutes.
+#
+#   tools/bench-peers.sh [BUILD_DIR]     (default build/bench, built if needed)
+#   BENCH_PEERS_NPS="2 4"  BENCH_PEERS_SIZES="8 65536 ..."  override the sweep
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build/bench}
+case $build in /*) ;; *) build=$PWD/$build ;; esac
+nps=${BENCH_PEERS_NPS-2 4}
+sizes=${BENCH_PEERS_SIZES:-8 65536 1048576 16777216 67108864}
+peers=$build/bench-peers
+mkdir -p "$peers"
+
+# --- peers: install what is missing (Debian), build the tiny programs ----------
+missing=()
+command -v mpirun >/dev/null || missing+=(openmpi-bin)
+command -v mpicc >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] || missing+=(libopenmpi-dev)
+[ -e /usr/include/gloo/allreduce_ring_chunked.h ] || missing+=(libgloo-dev)
+command -v iperf3 >/dev/null || missing+=(iperf3)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "# installing ${missing[*]}"
+  sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_=sudo
+  $sudo_ apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+gloo_lib=$(ls /usr/lib/libgloo.so /usr/lib/libgloo.so.0 /usr/lib/*/libgloo.so 2>/dev/null | head -n 1 || true)
+[ -n "$gloo_lib" ] || { echo "bench-peers: libgloo not found after installing libgloo-dev" >&2; exit 1; }
+src=$root/tools/bench-peers
+[ "$peers/mpi_allreduce" -nt "$src/mpi_allreduce.c" ] ||
+  mpicc -O2 -Wall -o "$peers/mpi_allreduce" "$src/mpi_allreduce.c"
+# Link the library file itself (Debian installs it in /usr/lib, outside the multiarch dir).
+[ "$peers/gloo_allreduce" -nt "$src/gloo_allreduce.cpp" ] ||
+  g++ -O2 -std=c++17 -Wall -o "$peers/gloo_allreduce" "$src/gloo_allreduce.cpp" "$gloo_lib" -lpthread
+
+# --- libwia: configure and build the benchmarks if needed ----------------------
+if [ ! -x "$build/bin/wia-bench" ] || [ ! -x "$build/bin/wia-transport-bench" ]; then
+  echo "# building libwia in $build"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+ninja -C "$build" wia-bench wia-transport-bench wia-provider-host wia-provider-tcp \
+  $(ninja -C "$build" -t targets all 2>/dev/null | grep -o '^wia-provider-shm' | head -n 1) >/dev/null
+wia_bench=$build/bin/wia-bench
+
+# --- the runs ------------------------------------------------------------------
+out=$(mktemp -d /tmp/wia-bench-peers-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+sizes_csv=$(echo $sizes | tr ' ' ',')
+export WIA_LOG_LEVEL=error
+
+# Each runner leaves "<bytes> <time_us> <busbw> <wrong>" lines in $out/<name>.<np>.
+run_mpi() {  # np
+  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$1" "$peers/mpi_allreduce" $sizes \
+    >"$out/mpi.$1" 2>"$out/mpi.$1.err" || { echo "# Open MPI np $1 failed:"; tail -5 "$out/mpi.$1.err"; }
+}
+run_gloo() {  # np
+  local store=$out/gloo-store-$1 r pids=()
+  rm -rf "$store"; mkdir -p "$store"
+  for ((r = 0; r < $1; ++r)); do
+    timeout 600 "$peers/gloo_allreduce" $r "$1" "$store" $sizes >"$out/gloo.$1.r$r" 2>&1 &
+    pids+=($!)
+  done
+  local ok=1
+  for p in "${pids[@]}"; do wait "$p" || ok=0; done
+  [ $ok -eq 1 ] || { echo "# Gloo np $1 failed:"; tail -5 "$out"/gloo."$1".r*; }
+  cp "$out/gloo.$1.r0" "$out/gloo.$1"
+}
+run_wia() {  # transport np
+  WIA_TRANSPORT=$1 timeout 600 "$wia_bench" --procs "$2" --sizes "$sizes_csv" -w 3 \
+    >"$out/wia-$1.$2.raw" 2>"$out/wia-$1.$2.err" ||
+    { echo "# libwia $1 np $2 failed:"; tail -5 "$out/wia-$1.$2.err"; }
+  # size count type redop algorithm | time algbw busbw #wrong | time algbw busbw #wrong | bound ratio
+  awk '!/^#/ && NF >= 18 {print $1, $7, $9, $10 + $15, $5}' "$out/wia-$1.$2.raw" >"$out/wia-$1.$2"
+}
+
+start=$(date +%s)
+echo "# bench-peers: float32 sum all-reduce, $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "# busbw GB/s (nccl-tests: bytes / time * 2(n-1)/n); the 8-byte row is time in us"
+echo "# time = slowest rank, median of 3 repetitions of back-to-back calls, each after a barrier"
+for np in $nps; do
+  run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_wia tcp "$np"
+  echo
+  echo "## $np processes"
+  printf '| %9s | %9s | %9s | %9s | %9s | %11s | %9s | %s\n' size "Open MPI" "wia shm" \
+    Gloo "wia tcp" "shm/OpenMPI" "tcp/Gloo" "wrong (mpi gloo shm tcp), wia algorithms"
+  for s in $sizes; do
+    line() { awk -v s="$s" '$1 == s' "$out/$1" 2>/dev/null | head -n 1; }
+    m=$(line mpi.$np) g=$(line gloo.$np) ws=$(line wia-shm.$np) wt=$(line wia-tcp.$np)
+    awk -v s="$s" -v m="$m" -v g="$g" -v ws="$ws" -v wt="$wt" 'BEGIN {
+      split(m, M); split(g, G); split(ws, S); split(wt, T)
+      # shown: busbw, or the time in us for 8 bytes; ratios: peer time / libwia time
+      cell[1] = (s <= 8) ? M[2] " us" : M[3]; cell[2] = (s <= 8) ? S[2] " us" : S[3]
+      cell[3] = (s <= 8) ? G[2] " us" : G[3]; cell[4] = (s <= 8) ? T[2] " us" : T[3]
+      for (i = 1; i <= 4; ++i) if (cell[i] == "" || cell[i] == " us") cell[i] = "-"
+      r1 = (M[2] > 0 && S[2] > 0) ? sprintf("%.3g", M[2] / S[2]) : "-"
+      r2 = (G[2] > 0 && T[2] > 0) ? sprintf("%.3g", G[2] / T[2]) : "-"
+      label = s >= 1048576 ? (s / 1048576) " MiB" : (s >= 1024 ? (s / 1024) " KiB" : s " B")
+      printf "| %9s | %9s | %9s | %9s | %9s | %11s | %9s | %s %s %s %s, %s %s\n", label,
+             cell[1], cell[2], cell[3], cell[4], r1, r2, M[4], G[4], S[4], T[4], S[5], T[5]
+    }'
+  done
+done
+
+# --- tcp point to point --------------------------------------------------------
+echo
+echo "## tcp point to point over loopback (GB/s = 10^9 B/s, one direction)"
+port=$((20000 + $$ % 20000))
+iperf_once() {  # GB/s of one iperf3 stream over loopback, 2 s
+  iperf3 -s -1 -p $port >/dev/null 2>&1 &
+  local server=$!
+  sleep 0.5
+  iperf3 -c 127.0.0.1 -p $port -t 2 -f g 2>/dev/null |
+    awk '/receiver/ {for (i = 1; i < NF; ++i) if ($(i + 1) == "Gbits/sec") print $i / 8}'
+  wait $server 2>/dev/null || true
+}
+# iperf3 before and after libwia, their mean as the reference: the machine's
+# load drifts during a run.
+iperf_before=$(iperf_once)
+"$build/bin/wia-transport-bench" --provider tcp --sizes 1M:64M --factor 4 --time 0.3 --repeats 3 \
+  >"$out/p2p" 2>"$out/p2p.err" || { echo "# wia-transport-bench failed:"; tail -5 "$out/p2p.err"; }
+iperf_after=$(iperf_once)
+iperf_gbps=$(awk -v a="${iperf_before:-0}" -v b="${iperf_after:-0}" 'BEGIN {if (a > 0 && b > 0) print (a + b) / 2}')
+echo "iperf3 one stream (system congestion control $(cat /proc/sys/net/ipv4/tcp_congestion_control)):" \
+     "${iperf_before:-?} GB/s before, ${iperf_after:-?} GB/s after libwia"
+awk -v ip="${iperf_gbps:-0}" '
+  /^#/ {next}
+  $1 ~ /^[0-9]+$/ {printf "  wia tcp %9d B: %6.3f GB/s  (latency %s us)  wia/iperf3 %s\n", $1, $NF, $(NF - 1),
+                   (ip > 0 ? sprintf("%.2f", $NF / ip) : "-")}' "$out/p2p"
+echo "  (wia-transport-bench --provider tcp --sizes 1M:64M --factor 4 --time 0.3 --repeats 3;" \
+     "iperf3 -c 127.0.0.1 -t 2)"
+echo
+echo "# done in $(( $(date +%s) - start )) s; libwia rows from: $wia_bench --procs N --sizes $sizes_csv -w 3"
