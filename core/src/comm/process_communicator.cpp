@@ -759,6 +759,11 @@ wia_status_t ProcessCommunicator::post(int rank, Call call, wia_stream_s* stream
   if (rank != layout_.rank)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
+  post_gate(std::move(call), stream, -1, false);
+  return WIA_SUCCESS;
+}
+
+void ProcessCommunicator::post_gate(Call call, wia_stream_s* stream, int peer, bool is_send) {
   if (broken_.load()) {
     std::lock_guard<std::mutex> lock(err_mu_);
     throw Error(error_, fmt::format("the communicator is unusable after an earlier failure: {}",
@@ -769,7 +774,7 @@ wia_status_t ProcessCommunicator::post(int rank, Call call, wia_stream_s* stream
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
   }
-  auto* g = new Gate{this, seq, std::move(call), stream};
+  auto* g = new Gate{this, seq, std::move(call), stream, peer, is_send};
   in_flight_.fetch_add(1);
   const Device& d = Runtime::get().device(stream->device);
   try {
@@ -780,13 +785,12 @@ wia_status_t ProcessCommunicator::post(int rank, Call call, wia_stream_s* stream
     delete g;
     in_flight_.fetch_sub(1);
     // Its sequence number is spent; the ranks can no longer agree.
-    break_communicator(e.status(), fmt::format("could not post collective #{}: {}", seq,
+    break_communicator(e.status(), fmt::format("could not post operation #{}: {}", seq,
                                                e.what()));
     executed_.store(seq + 1);
     order_signal_.notify();
     throw;
   }
-  return WIA_SUCCESS;
 }
 
 void ProcessCommunicator::gate(void* arg) {
@@ -796,7 +800,8 @@ void ProcessCommunicator::gate(void* arg) {
 
 void ProcessCommunicator::run_gate(Gate& g) {
   std::string error;
-  const wia_status_t st = execute(g.seq, g.call, error);
+  const wia_status_t st =
+      g.peer >= 0 ? execute_p2p(g.seq, g, error) : execute(g.seq, g.call, error);
   if (st != WIA_SUCCESS) g.stream->set_async_error(st, error);
   in_flight_.fetch_sub(1);
   order_signal_.notify();
@@ -921,18 +926,119 @@ void ProcessCommunicator::run_now(Call call) {
   if (st != WIA_SUCCESS) throw Error(st, error);
 }
 
-void ProcessCommunicator::post_send(int, int, const void*, std::uint64_t, wia_datatype_t,
-                                    std::uint32_t, wia_stream_s*) {
-  throw Error(WIA_ERROR_NOT_SUPPORTED,
-              "wia_comm_send/wia_comm_recv on process communicators are not supported in this "
-              "release; use collectives");
+// Point to point: the n-th send from a to b meets the n-th receive on b
+// from a (one transport tag for all of them, matched in order), run in
+// posting order with the rank's collectives.
+void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf,
+                                   std::uint64_t count, wia_datatype_t dtype,
+                                   std::uint32_t timeout_ms, wia_stream_s* stream) {
+  if (rank != layout_.rank)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
+  if (peer < 0 || peer >= size() || peer == rank)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("rank {}: peer {} is not another rank of [0, {})", rank, peer, size()));
+  if (count > 0 && buf == nullptr)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("rank {}: buffer is NULL but count is {}", rank, count));
+  Call call;
+  call.collective = coll::Collective::kSendRecv;
+  call.count = count;
+  call.dtype = dtype;
+  call.timeout_ms = timeout_ms;
+  call.buffers.send = call.buffers.recv = static_cast<char*>(buf);
+  post_gate(std::move(call), stream, peer, is_send);
 }
 
-void ProcessCommunicator::post_recv(int, int, void*, std::uint64_t, wia_datatype_t,
-                                    std::uint32_t, wia_stream_s*) {
-  throw Error(WIA_ERROR_NOT_SUPPORTED,
-              "wia_comm_send/wia_comm_recv on process communicators are not supported in this "
-              "release; use collectives");
+void ProcessCommunicator::post_send(int rank, int peer, const void* buf, std::uint64_t count,
+                                    wia_datatype_t dtype, std::uint32_t timeout_ms,
+                                    wia_stream_s* stream) {
+  post_p2p(rank, peer, true, const_cast<void*>(buf), count, dtype, timeout_ms, stream);
+}
+
+void ProcessCommunicator::post_recv(int rank, int peer, void* buf, std::uint64_t count,
+                                    wia_datatype_t dtype, std::uint32_t timeout_ms,
+                                    wia_stream_s* stream) {
+  post_p2p(rank, peer, false, buf, count, dtype, timeout_ms, stream);
+}
+
+wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::string& error) {
+  const std::uint32_t timeout_ms = g.call.timeout_ms ? g.call.timeout_ms : default_timeout_ms_;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const bool in_order = order_signal_.wait_until(
+      [&] { return executed_.load(std::memory_order_acquire) >= seq; }, deadline, false, true);
+  struct Advance {
+    ProcessCommunicator& c;
+    std::uint64_t seq;
+    ~Advance() {
+      c.executed_.store(std::max(c.executed_.load(), seq + 1), std::memory_order_release);
+      c.order_signal_.notify();
+    }
+  } advance{*this, seq};
+  const int me = layout_.rank;
+  const std::uint64_t bytes = g.call.count * kernels::dtype_size(g.call.dtype);
+  const std::string what =
+      fmt::format("rank {}: {} of {} B {} rank {}", me, g.is_send ? "send" : "receive", bytes,
+                  g.is_send ? "to" : "from", g.peer);
+  if (!in_order) {
+    error = fmt::format("{} timed out after {} ms waiting for this rank's earlier work", what,
+                        timeout_ms);
+    break_communicator(WIA_ERROR_TIMEOUT, error);
+    return WIA_ERROR_TIMEOUT;
+  }
+  if (broken_.load()) {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    error = fmt::format("the communicator is unusable after an earlier failure: {}",
+                        error_message_);
+    return error_;
+  }
+  constexpr std::uint64_t kP2PTag = 1ull << 36;
+  const engine::NetLink& l = peers_[g.peer].link;
+  Control control(*this);
+  try {
+    running_.store(static_cast<std::int64_t>(seq));
+    wia_request_t r = nullptr;
+    for (std::uint32_t idle = 0; !r; ++idle) {
+      transport_call(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return g.is_send ? t.isend(ctx, l.conn, g.call.buffers.send, bytes, kP2PTag, nullptr, &r)
+                         : t.irecv(ctx, l.conn, g.call.buffers.recv, bytes, kP2PTag, nullptr, &r);
+      });
+      if (!r && Clock::now() > deadline)
+        throw Error(WIA_ERROR_TIMEOUT, fmt::format("{}: the transport had no resources for {} ms",
+                                                   what, timeout_ms));
+      if (!r && idle > 64) sleep_us(50);
+    }
+    std::uint64_t got = 0;
+    for (std::uint32_t idle = 0;; ++idle) {
+      std::int32_t done = 0;
+      transport_call(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.test(ctx, r, &done, &got);
+      });
+      if (done) break;
+      if ((idle & 31) == 31) {
+        if (const std::string reason = control.poll(); !reason.empty())
+          throw Error(WIA_ERROR_REMOTE, reason);
+        if (Clock::now() > deadline)
+          throw Error(WIA_ERROR_TIMEOUT,
+                      fmt::format("{} timed out after {} ms: rank {} has not posted the matching "
+                                  "{}",
+                                  what, timeout_ms, g.peer, g.is_send ? "receive" : "send"));
+      }
+      if (idle > 256) sleep_us(idle > 4096 ? 100 : 10);
+    }
+    running_.store(-1);
+    if (!g.is_send && got != bytes)
+      throw Error(WIA_ERROR_MISMATCH,
+                  fmt::format("{}: rank {} sent {} B (the two calls differ in count or "
+                              "datatype)",
+                              what, g.peer, got));
+    return WIA_SUCCESS;
+  } catch (const Error& e) {
+    running_.store(-1);
+    error = e.what();
+    break_communicator(e.status(), error);
+    return e.status();
+  }
 }
 
 bool ProcessCommunicator::drain() {

@@ -140,6 +140,10 @@ class ProcessCommunicator final : public CommunicatorBase {
   class Control;
   struct Gate;
   static void gate(void* arg);
+  void post_gate(Call call, wia_stream_s* stream, int peer, bool is_send);
+  void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
+                wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
+  wia_status_t execute_p2p(std::uint64_t seq, Gate& g, std::string& error);
   void run_gate(Gate& g);
   // Runs `call` as collective `seq` once every earlier one has run.
   // Returns the status; on failure the communicator is broken.
