@@ -318,7 +318,7 @@ class ProcessCommunicator::Control final : public engine::ControlChannel {
   // At most one control message in flight per peer; a newer one waits for
   // the previous (they are tiny, so this rarely happens).
   void progress_send(Peer& p) {
-    if (!p.send_req) return;
+    if (!p.send_req || !p.link.conn) return;
     std::int32_t done = 0;
     std::uint64_t size = 0;
     const auto* t = p.link.provider->transport();
@@ -682,6 +682,7 @@ void ProcessCommunicator::close_all() noexcept {
     peer.link.provider->transport()->close(peer.link.provider->ctx(), peer.link.conn);
     peer.link.conn = nullptr;
     peer.control_req = nullptr;  // released by close()
+    peer.send_req = nullptr;
   }
 }
 

@@ -23,7 +23,6 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/bootstrap.hpp"
 
 namespace {
 
@@ -90,28 +89,67 @@ std::vector<int> run_ranks(int nranks, const std::string& yaml, const RankBody& 
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::remove(cfg.c_str());
+  for (auto& [k, v] : env)
+    if (k == "TEST_WIA_ID") std::remove(v.c_str());
   return status;
 }
 
+// The unique id is made by rank 0 (wia_get_unique_id) and handed to the
+// others through a file, as an application would through MPI or a store:
+// the test process itself starts no thread, so forking stays safe (a
+// sanitizer's allocator is not fork-safe with threads running).
 std::string unique_id_env() {
-  const wia::bootstrap::UniqueId id = wia::bootstrap::create_unique_id();
+  char path[] = "/tmp/wia-proc-id-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  std::remove(path);
+  return path;
+}
+
+std::string to_hex(const wia_unique_id_t& id) {
   std::string hex;
-  for (unsigned char b : id.bytes) {
+  for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
     char h[3];
-    std::snprintf(h, sizeof(h), "%02x", b);
+    std::snprintf(h, sizeof(h), "%02x", static_cast<unsigned char>(id.internal[i]));
     hex += h;
   }
   return hex;
 }
 
-wia_unique_id_t parse_id(const char* hex) {
+wia_unique_id_t parse_id(const std::string& hex) {
   wia_unique_id_t id{};
   for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
     unsigned v = 0;
-    std::sscanf(hex + 2 * i, "%2x", &v);
+    std::sscanf(hex.c_str() + 2 * i, "%2x", &v);
     id.internal[i] = static_cast<char>(v);
   }
   return id;
+}
+
+// Rank 0 publishes the id; the others wait for the file (bounded).
+bool exchange_id(int rank, const std::string& path, wia_unique_id_t* id) {
+  if (rank == 0) {
+    if (wia_get_unique_id(id) != WIA_SUCCESS) return false;
+    const std::string tmp = path + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return false;
+    std::fputs(to_hex(*id).c_str(), f);
+    std::fclose(f);
+    return std::rename(tmp.c_str(), path.c_str()) == 0;
+  }
+  for (int i = 0; i < 6000; ++i) {
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      char buf[2 * WIA_UNIQUE_ID_BYTES + 1] = {};
+      const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+      std::fclose(f);
+      if (n == 2 * WIA_UNIQUE_ID_BYTES) {
+        *id = parse_id(buf);
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
 }
 
 // Joins the job: through the unique id in TEST_WIA_ID when set, else the
@@ -119,8 +157,12 @@ wia_unique_id_t parse_id(const char* hex) {
 wia_communicator_t join(int rank, int nranks) {
   wia_communicator_t comm = nullptr;
   wia_status_t st;
-  if (const char* hex = std::getenv("TEST_WIA_ID")) {
-    const wia_unique_id_t id = parse_id(hex);
+  if (const char* path = std::getenv("TEST_WIA_ID")) {
+    wia_unique_id_t id;
+    if (!exchange_id(rank, path, &id)) {
+      std::fprintf(stderr, "rank %d: no unique id in %s\n", rank, path);
+      return nullptr;
+    }
     st = wia_create_communicator_from_id(&id, nranks, rank, &comm);
   } else {
     st = wia_create_distributed_communicator(nullptr, &comm);
