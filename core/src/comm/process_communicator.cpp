@@ -808,21 +808,24 @@ void ProcessCommunicator::run_gate(Gate& g) {
   order_signal_.notify();
 }
 
+// Operations run in posting order, whatever streams they were posted on.
+ProcessCommunicator::Turn::Turn(ProcessCommunicator& c, std::uint64_t seq,
+                                std::chrono::steady_clock::time_point deadline)
+    : c_(c), seq_(seq) {
+  reached_ = c.order_signal_.wait_until(
+      [&] { return c.executed_.load(std::memory_order_acquire) >= seq; }, deadline, false, true);
+}
+
+ProcessCommunicator::Turn::~Turn() {
+  c_.executed_.store(std::max(c_.executed_.load(), seq_ + 1), std::memory_order_release);
+  c_.order_signal_.notify();
+}
+
 wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::string& error) {
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  // Collectives run in posting order, whatever streams they were posted on.
-  const bool in_order = order_signal_.wait_until(
-      [&] { return executed_.load(std::memory_order_acquire) >= seq; }, deadline, false, true);
-  struct Advance {
-    ProcessCommunicator& c;
-    std::uint64_t seq;
-    ~Advance() {
-      c.executed_.store(std::max(c.executed_.load(), seq + 1), std::memory_order_release);
-      c.order_signal_.notify();
-    }
-  } advance{*this, seq};
-  if (!in_order) {
+  const Turn turn(*this, seq, deadline);
+  if (!turn.reached()) {
     error = fmt::format("rank {}: collective #{} timed out after {} ms waiting for this rank's "
                         "earlier collectives (posted on other streams) to finish",
                         layout_.rank, seq, timeout_ms);
@@ -966,22 +969,13 @@ void ProcessCommunicator::post_recv(int rank, int peer, void* buf, std::uint64_t
 wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::string& error) {
   const std::uint32_t timeout_ms = g.call.timeout_ms ? g.call.timeout_ms : default_timeout_ms_;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  const bool in_order = order_signal_.wait_until(
-      [&] { return executed_.load(std::memory_order_acquire) >= seq; }, deadline, false, true);
-  struct Advance {
-    ProcessCommunicator& c;
-    std::uint64_t seq;
-    ~Advance() {
-      c.executed_.store(std::max(c.executed_.load(), seq + 1), std::memory_order_release);
-      c.order_signal_.notify();
-    }
-  } advance{*this, seq};
+  const Turn turn(*this, seq, deadline);
   const int me = layout_.rank;
   const std::uint64_t bytes = g.call.count * kernels::dtype_size(g.call.dtype);
   const std::string what =
       fmt::format("rank {}: {} of {} B {} rank {}", me, g.is_send ? "send" : "receive", bytes,
                   g.is_send ? "to" : "from", g.peer);
-  if (!in_order) {
+  if (!turn.reached()) {
     error = fmt::format("{} timed out after {} ms waiting for this rank's earlier work", what,
                         timeout_ms);
     break_communicator(WIA_ERROR_TIMEOUT, error);

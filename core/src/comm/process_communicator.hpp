@@ -139,6 +139,21 @@ class ProcessCommunicator final : public CommunicatorBase {
   void post_control_recv(Peer& peer);
   class Control;
   struct Gate;
+  // Waits (bounded) until every operation posted before `seq` has run;
+  // hands the turn to the next one when destroyed, whatever happened.
+  class Turn {
+   public:
+    Turn(ProcessCommunicator& c, std::uint64_t seq, std::chrono::steady_clock::time_point deadline);
+    ~Turn();
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+    bool reached() const { return reached_; }
+
+   private:
+    ProcessCommunicator& c_;
+    std::uint64_t seq_;
+    bool reached_ = false;
+  };
   static void gate(void* arg);
   void post_gate(Call call, wia_stream_s* stream, int peer, bool is_send);
   void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
