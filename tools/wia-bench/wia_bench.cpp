@@ -14,10 +14,9 @@
 //    communicator over all of them;
 //  - --procs N: N processes on this machine, one rank each on host device 0,
 //    over a process communicator (shm inside the node, tcp between nodes;
-//    WIA_TRANSPORT forces one). The tool forks and execs itself N times with
-//    WIA_RANK, WIA_WORLD_SIZE, WIA_LOCAL_RANK, WIA_LOCAL_SIZE and a unique id
-//    (wia_get_unique_id, hex in WIA_BENCH_UNIQUE_ID) that leads to the
-//    rendezvous root this process runs;
+//    WIA_TRANSPORT forces one). The tool forks and execs itself N times
+//    (tools/common/tool_ranks.hpp: rank variables and a unique id that
+//    leads to the rendezvous root this process runs);
 //  - --procs-from-env: one rank of a job a launcher started (mpirun, srun,
 //    torchrun, or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR); detected without the
 //    option when OMPI_COMM_WORLD_SIZE, PMI_SIZE or WIA_WORLD_SIZE is set.
@@ -26,11 +25,6 @@
 // gathered with small all-reduces on the same communicator, outside the
 // timed loops).
 #include <wia/wia.h>
-
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,8 +39,7 @@
 
 #include "kernels/cpu_reduce.hpp"
 #include "kernels/element_access.hpp"
-
-extern char** environ;  // the children's environment is built from ours
+#include "tool_ranks.hpp"
 
 namespace {
 
@@ -579,46 +572,12 @@ int run_sweep(const Options& o, Bench& bench, bool print) {
   return total_wrong ? 1 : 0;
 }
 
-// Across processes, each rank on one host device unless configured.
-void default_one_device_per_process() {
-  if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
-    setenv("WIA_HOST_DEVICES", "1", 1);
-}
-
-// Variables that mark this process as one rank of a launched job.
-bool launched_by_launcher() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WIA_WORLD_SIZE"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-
 // One rank of a job: from the unique id our spawner passed, else from the
 // launcher's variables.
 int run_rank(const Options& o) {
-  default_one_device_per_process();
+  wia::tools::default_one_device_per_process();
   wia_communicator_t comm = nullptr;
-  if (const char* hex = std::getenv("WIA_BENCH_UNIQUE_ID")) {
-    wia_unique_id_t id{};
-    if (std::strlen(hex) != 2 * WIA_UNIQUE_ID_BYTES) {
-      std::fprintf(stderr, "wia-bench: WIA_BENCH_UNIQUE_ID has %zu hex digits, expected %d\n",
-                   std::strlen(hex), 2 * WIA_UNIQUE_ID_BYTES);
-      return 2;
-    }
-    for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
-      unsigned v = 0;
-      std::sscanf(hex + 2 * i, "%2x", &v);
-      id.internal[i] = static_cast<char>(v);
-    }
-    const int rank = env_int("WIA_RANK", -1), size = env_int("WIA_WORLD_SIZE", -1);
-    CHECK_WIA(wia_create_communicator_from_id(&id, size, rank, &comm));
-  } else {
-    CHECK_WIA(wia_create_distributed_communicator(nullptr, &comm));
-  }
+  CHECK_WIA(wia::tools::join_job("wia-bench", &comm));
   const int rank = wia_comm_rank(comm);
   int rc = 0;
   {
@@ -629,125 +588,13 @@ int run_rank(const Options& o) {
   return rc;
 }
 
-// --procs N: fork and exec this program N times as the ranks of one job,
-// wait for them, and return the first failure (rank 0's status first).
-int spawn_ranks(const Options& o, int argc, char** argv) {
-  default_one_device_per_process();
-  wia_unique_id_t id{};
-  CHECK_WIA(wia_get_unique_id(&id));  // runs the rendezvous root in this process
-  std::string hex;
-  for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
-    char h[3];
-    std::snprintf(h, sizeof h, "%02x", static_cast<unsigned char>(id.internal[i]));
-    hex += h;
-  }
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) {
-    std::perror("wia-bench: readlink /proc/self/exe");
-    return 1;
-  }
-  self[len] = '\0';
-  // The children's arguments: ours, with --procs N replaced by --procs-from-env.
-  std::vector<std::string> args{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--procs")) {
-      ++i;
-      continue;
-    }
-    args.emplace_back(argv[i]);
-  }
-  args.emplace_back("--procs-from-env");
-  // Everything is built before fork: the child only calls execve.
-  std::vector<std::string> base_env;
-  static const char* const kOurs[] = {"WIA_RANK=", "WIA_WORLD_SIZE=", "WIA_LOCAL_RANK=",
-                                      "WIA_LOCAL_SIZE=", "WIA_BENCH_UNIQUE_ID="};
-  for (char** e = environ; *e; ++e) {
-    bool ours = false;
-    for (const char* k : kOurs) ours |= !std::strncmp(*e, k, std::strlen(k));
-    if (!ours) base_env.emplace_back(*e);
-  }
-  const int n = o.procs;
-  std::vector<std::vector<std::string>> envs(n, base_env);
-  std::vector<std::vector<char*>> envps(n);
-  std::vector<char*> argp;
-  for (auto& a : args) argp.push_back(a.data());
-  argp.push_back(nullptr);
-  for (int r = 0; r < n; ++r) {
-    for (const auto& kv : {std::string("WIA_RANK=") + std::to_string(r),
-                           std::string("WIA_WORLD_SIZE=") + std::to_string(n),
-                           std::string("WIA_LOCAL_RANK=") + std::to_string(r),
-                           std::string("WIA_LOCAL_SIZE=") + std::to_string(n),
-                           std::string("WIA_BENCH_UNIQUE_ID=") + hex})
-      envs[r].push_back(kv);
-    for (auto& e : envs[r]) envps[r].push_back(e.data());
-    envps[r].push_back(nullptr);
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids(n, -1);
-  for (int r = 0; r < n; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      // A rank outliving its spawner (killed, timed out) would hold its
-      // peers in collectives until their timeout: it dies with the spawner.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      execve(self, argp.data(), envps[r].data());
-      _exit(127);
-    }
-    if (pid < 0) {
-      std::perror("wia-bench: fork");
-      for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL), waitpid(pids[q], nullptr, 0);
-      return 1;
-    }
-    pids[r] = pid;
-  }
-  // Wait; once a rank has failed, the others get a grace period to report
-  // the broken communicator themselves, then are killed.
-  constexpr int kRunning = -999;
-  std::vector<int> status(n, kRunning);
-  int left = n;
-  Clock::time_point give_up = Clock::time_point::max();
-  while (left > 0) {
-    bool any = false;
-    for (int r = 0; r < n; ++r) {
-      if (status[r] != kRunning) continue;
-      int st = 0;
-      if (waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
-      any = true;
-      --left;
-      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      if (status[r] != 0) {
-        std::fprintf(stderr, "wia-bench: rank %d (pid %d) %s %d\n", r, static_cast<int>(pids[r]),
-                     WIFEXITED(st) ? "exited with status" : "was killed by signal",
-                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-        if (give_up == Clock::time_point::max()) give_up = Clock::now() + std::chrono::seconds(10);
-      }
-    }
-    if (left > 0 && Clock::now() > give_up) {
-      for (int r = 0; r < n; ++r)
-        if (status[r] == kRunning) {
-          std::fprintf(stderr, "wia-bench: killing rank %d (pid %d), still running 10 s after "
-                               "another rank failed\n", r, static_cast<int>(pids[r]));
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], nullptr, 0);
-          status[r] = 128 + SIGKILL;
-          --left;
-        }
-    }
-    if (!any && left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  for (int r = 0; r < n; ++r)
-    if (status[r] != 0) return status[r];
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
-  if (o.procs > 0) return spawn_ranks(o, argc, argv);
-  if (o.procs_from_env || (!o.ranks_given && launched_by_launcher())) return run_rank(o);
+  if (o.procs > 0) return wia::tools::spawn_local_ranks("wia-bench", o.procs, argc, argv);
+  if (o.procs_from_env || (!o.ranks_given && wia::tools::launched_by_launcher()))
+    return run_rank(o);
   // In-process host devices: one per rank unless the user configured some.
   if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
     setenv("WIA_HOST_DEVICES", std::to_string(o.ranks).c_str(), 1);

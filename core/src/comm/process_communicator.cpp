@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "comm/process_communicator.hpp"
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -25,6 +27,7 @@
 #include "runtime/device_call.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
+#include "tuner/link_file.hpp"
 
 namespace wia::comm {
 
@@ -46,6 +49,9 @@ struct RankRecord {
   std::uint32_t count;
   char host[64];  // node name, for selector groups
   HandleSlot slots[kMaxTransports];
+  // The measured link figures this rank read (tuner.link_file), as a
+  // digest; 0 = none. Every rank uses them only when all digests agree.
+  std::uint64_t link_file_digest;
 };
 
 // What a rank can use, from its record (every rank derives the same).
@@ -79,6 +85,48 @@ const HandleSlot* find_slot(const RankRecord& r, const std::string& name) {
     if (name == std::string(r.slots[i].name, strnlen(r.slots[i].name, sizeof(r.slots[i].name))))
       return &r.slots[i];
   return nullptr;
+}
+
+// Measured links for a communicator of `nranks` ranks: the file of config
+// key tuner.link_file when it has exactly one device per rank (rank r on
+// device r, as wia-bw --procs writes it).
+struct MeasuredLinks {
+  std::string path;  // "" = key not set
+  std::optional<tuner::LinkModel> model;
+  std::uint64_t digest = 0;  // of the figures; 0 = no model
+  std::string why_not;       // when the key is set but no model
+  bool bad_file = false;     // why_not is a read or format error
+};
+
+MeasuredLinks read_measured_links(const Config& config, int nranks) {
+  MeasuredLinks m;
+  m.path = config.get_string("tuner.link_file");
+  if (m.path.empty() || nranks < 2) return m;
+  try {
+    const topo::Topology t = topo::load_yaml(m.path);
+    if (t.n != nranks) {
+      m.why_not =
+          fmt::format("{} has {} device(s), this communicator has {} ranks", m.path, t.n, nranks);
+      return m;
+    }
+    std::vector<int> device_of_rank(static_cast<std::size_t>(nranks));
+    for (int r = 0; r < nranks; ++r) device_of_rank[static_cast<std::size_t>(r)] = r;
+    m.model = tuner::link_model_from_topology(t, device_of_rank, m.path);
+  } catch (const Error& e) {
+    m.why_not = e.what();
+    m.bad_file = true;
+    return m;
+  }
+  // FNV-1a over the figures every rank will cost schedules with.
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::vector<double>& v) {
+    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+    for (std::size_t i = 0; i < v.size() * sizeof(double); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  mix(m.model->alpha_matrix_us);
+  mix(m.model->gbps_matrix);
+  m.digest = h == 0 ? 1 : h;
+  return m;
 }
 
 void sleep_us(long us) {
@@ -232,7 +280,7 @@ class ProcessCommunicator::Control final : public engine::ControlChannel {
         ControlHeader r;
         r.type = kReply;
         r.seq = h.seq;
-        r.completed = c_.executed_.load();
+        r.completed = c_.collectives_done_.load();
         r.running = c_.running_.load();
         send(p, r);
       } else if (h.type == kReply) {
@@ -349,6 +397,20 @@ void ProcessCommunicator::post_control_recv(Peer& peer) {
                  });
 }
 
+// A collective in progress and everything its NetExecution refers to.
+struct ProcessCommunicator::Running {
+  explicit Running(ProcessCommunicator& c) : control(c) {}
+  std::uint64_t seq = 0;    // among all operations of this rank
+  std::uint64_t index = 0;  // among collectives: the same on every rank
+  std::shared_ptr<const engine::ExecPlan> plan;
+  engine::RankBuffers buffers;
+  engine::Descriptor descriptor;
+  std::vector<engine::NetLink> links;
+  Control control;
+  engine::NetExecOptions options;
+  std::unique_ptr<engine::NetExecution> execution;
+};
+
 struct ProcessCommunicator::Gate {
   ProcessCommunicator* comm;
   std::uint64_t seq;
@@ -357,6 +419,10 @@ struct ProcessCommunicator::Gate {
   // Point-to-point instead of a collective: peer >= 0.
   int peer = -1;
   bool is_send = false;
+  // A collective the posting thread started and handed over.
+  std::unique_ptr<Running> running;
+  // Counted in large_in_flight_.
+  bool large = false;
 };
 
 ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& exchange,
@@ -376,6 +442,10 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
                 fmt::format("device {} ({}) cannot run host functions on its streams", device,
                             d.provider->name()));
   default_timeout_ms_ = static_cast<std::uint32_t>(rt.config().get_int("collectives.timeout_ms"));
+  post_progress_ =
+      std::chrono::microseconds(rt.config().get_int("collectives.post_progress_us"));
+  post_progress_max_bytes_ =
+      static_cast<std::uint64_t>(rt.config().get_int("collectives.post_progress_max_bytes"));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int local_size = 0;
   for (int r = 0; r < layout_.size; ++r)
@@ -460,6 +530,10 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
     for (auto& l : listening) l.provider->transport()->close_listener(l.provider->ctx(), l.listener);
   };
 
+  // Read before the exchange, so that every rank learns whether all of
+  // them hold the same measured figures.
+  const MeasuredLinks measured = read_measured_links(rt.config(), p);
+  mine.link_file_digest = measured.digest;
   std::vector<std::uint8_t> blob(sizeof(RankRecord));
   std::memcpy(blob.data(), &mine, sizeof(mine));
   std::vector<std::uint8_t> all;
@@ -618,7 +692,53 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
       overhead = std::max(overhead, f.message_overhead_us);
       if (!same_node) inter_gbps = f.gbps;
     }
-  if (layout_.nnodes > 1 && probe_inter_node_) {
+  // Measured links (wia-bw --procs --output, tuner.link_file) replace the
+  // transport figures, and the probe below, when every rank read the same
+  // figures for exactly this communicator's ranks; otherwise no rank uses
+  // them, so that all ranks still cost schedules alike.
+  int differs = -1;
+  for (int r = 1; r < p && differs < 0; ++r)
+    if (records[r].link_file_digest != records[0].link_file_digest) differs = r;
+  const bool use_measured = measured.model.has_value() && differs < 0;
+  if (use_measured) {
+    model.alpha_matrix_us = measured.model->alpha_matrix_us;
+    model.gbps_matrix = measured.model->gbps_matrix;
+    // A NIC carries at least what one link was measured to carry alone.
+    inter_gbps = 0;
+    double gbps_lo = 0, gbps_hi = 0, us_lo = 0, us_hi = 0;
+    for (int a = 0; a < p; ++a)
+      for (int b = 0; b < p; ++b) {
+        if (a == b) continue;
+        const double g = model.bandwidth(a, b), us = model.alpha(a, b);
+        const bool first = gbps_hi == 0;
+        gbps_lo = first ? g : std::min(gbps_lo, g), gbps_hi = std::max(gbps_hi, g);
+        us_lo = first ? us : std::min(us_lo, us), us_hi = std::max(us_hi, us);
+        if (layout_.node_of_rank[a] != layout_.node_of_rank[b])
+          inter_gbps = std::max(inter_gbps, g);
+      }
+    if (me == 0)
+      log::info("comm",
+                "communicator of {} ranks: link figures from {} (tuner.link_file, "
+                "measured): {:.4g}..{:.4g} GB/s, {:.4g}..{:.4g} us",
+                p, measured.path, gbps_lo, gbps_hi, us_lo, us_hi);
+  } else if ((differs >= 0 || !measured.path.empty()) && p > 1 && me == 0) {
+    const std::string defaults =
+        layout_.nnodes > 1 && probe_inter_node_
+            ? "the transports' default figures (links between nodes probed)"
+            : "the transports' default figures";
+    if (differs >= 0)
+      log::warn("comm",
+                "communicator of {} ranks: {}, not measured links (tuner.link_file): "
+                "rank {} read other figures than rank 0 ('{}'), or none",
+                p, defaults, differs, measured.path);
+    else if (measured.bad_file)
+      log::warn("comm", "communicator of {} ranks: {}: tuner.link_file not used: {}", p, defaults,
+                measured.why_not);
+    else
+      log::info("comm", "communicator of {} ranks: {}: tuner.link_file not used: {}", p, defaults,
+                measured.why_not);
+  }
+  if (layout_.nnodes > 1 && probe_inter_node_ && !use_measured) {
     // Figures for links between nodes are measured, not assumed: the first
     // ranks of nodes 0 and 1 time their link and everyone adopts the
     // result, so a slow or shaped network is seen for what it is.
@@ -731,6 +851,17 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
                                                                       bool in_place,
                                                                       double* estimate,
                                                                       std::string* reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const PlanMemo& m : plan_memo_)
+      if (m.plan && m.collective == call.collective && m.requested == call.algorithm &&
+          m.op == call.op && m.dtype == call.dtype && m.count == call.count &&
+          m.root == call.root && m.num_chunks == call.num_chunks && m.in_place == in_place) {
+        if (estimate) *estimate = m.estimate;
+        if (reason) *reason = m.reason;
+        return m.plan;
+      }
+  }
   coll::CollArgs args;
   args.collective = call.collective;
   args.op = call.op;
@@ -751,6 +882,9 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
     plan = engine::make_plan(coll::build_schedule(args), choice.estimated_ms);
     plans_.insert(args, choice.algorithm, plan);
   }
+  plan_memo_[plan_memo_next_++ % plan_memo_.size()] =
+      PlanMemo{call.collective, call.algorithm, call.op, call.dtype, call.count, call.root,
+               call.num_chunks, in_place, plan, choice.estimated_ms, choice.reason};
   if (estimate) *estimate = choice.estimated_ms;
   if (reason) *reason = choice.reason;
   return plan;
@@ -760,8 +894,79 @@ wia_status_t ProcessCommunicator::post(int rank, Call call, wia_stream_s* stream
   if (rank != layout_.rank)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
-  post_gate(std::move(call), stream, -1, false);
+  if (!try_post_inline(call, stream)) post_gate(std::move(call), stream, -1, false);
   return WIA_SUCCESS;
+}
+
+bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream) {
+  if (post_progress_.count() == 0 || broken_.load() ||
+      call.count * kernels::dtype_size(call.dtype) > post_progress_max_bytes_)
+    return false;
+  const Device& d = Runtime::get().device(stream->device);
+  // The stream must have nothing before the collective, so that running
+  // it now keeps stream order; nothing of this communicator may be
+  // pending either (every sequence number handed out has run).
+  auto idle = [&] {
+    return executed_.load(std::memory_order_acquire) == next_seq_ &&
+           device_call(d, "stream_query", [&](const wia_device_ops_v1_t& o, void* ctx) {
+             return o.stream_query(ctx, stream->ps);
+           }) == WIA_SUCCESS;
+  };
+  auto now = Clock::now();
+  if (!idle()) {
+    // Only small collectives of ours are ahead (a burst of them, the
+    // first handed over because a peer was late): wait a little for them
+    // rather than queue this one too, or every later one of the burst
+    // would pay a hand-over as well. Bounded, so posting stays quick.
+    if (large_in_flight_.load() > 0) return false;
+    const auto until = now + post_progress_;
+    for (std::uint32_t i = 1;; ++i) {
+      if (i & 7) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        sched_yield();
+      }
+      if (idle()) break;
+      if ((i & 15) == 0 && Clock::now() > until) return false;
+    }
+    now = Clock::now();
+  }
+  std::uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (executed_.load(std::memory_order_acquire) != next_seq_) return false;
+    seq = next_seq_++;
+  }
+  in_flight_.fetch_add(1);
+  const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
+  std::string error;
+  wia_status_t st = WIA_SUCCESS;
+  std::unique_ptr<Running> r =
+      begin(seq, call, now + std::chrono::milliseconds(timeout_ms), st, error);
+  if (r) st = proceed(*r, now + post_progress_, error);
+  if (st == WIA_IN_PROGRESS) {
+    // Peers are late: the stream's worker goes on from here.
+    auto* g = new Gate{this, seq, Call{}, stream, -1, false, std::move(r), false};
+    try {
+      device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
+        return o.launch_host_func(ctx, stream->ps, &ProcessCommunicator::gate, g);
+      });
+      return true;
+    } catch (const Error& e) {
+      delete g;
+      st = e.status();
+      error = fmt::format("could not hand collective #{} to its stream: {}", seq, e.what());
+      break_communicator(st, error);
+    }
+  }
+  // Failures are reported like those of a collective run by the stream.
+  if (st != WIA_SUCCESS) stream->set_async_error(st, error);
+  release_turn(seq);
+  in_flight_.fetch_sub(1);
+  order_signal_.notify();
+  return true;
 }
 
 void ProcessCommunicator::post_gate(Call call, wia_stream_s* stream, int peer, bool is_send) {
@@ -775,8 +980,11 @@ void ProcessCommunicator::post_gate(Call call, wia_stream_s* stream, int peer, b
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
   }
-  auto* g = new Gate{this, seq, std::move(call), stream, peer, is_send};
+  const bool large = peer >= 0 || call.count * kernels::dtype_size(call.dtype) >
+                                       post_progress_max_bytes_;
+  auto* g = new Gate{this, seq, std::move(call), stream, peer, is_send, nullptr, large};
   in_flight_.fetch_add(1);
+  if (large) large_in_flight_.fetch_add(1);
   const Device& d = Runtime::get().device(stream->device);
   try {
     device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
@@ -785,6 +993,7 @@ void ProcessCommunicator::post_gate(Call call, wia_stream_s* stream, int peer, b
   } catch (const Error& e) {
     delete g;
     in_flight_.fetch_sub(1);
+    if (large) large_in_flight_.fetch_sub(1);
     // Its sequence number is spent; the ranks can no longer agree.
     break_communicator(e.status(), fmt::format("could not post operation #{}: {}", seq,
                                                e.what()));
@@ -801,9 +1010,15 @@ void ProcessCommunicator::gate(void* arg) {
 
 void ProcessCommunicator::run_gate(Gate& g) {
   std::string error;
-  const wia_status_t st =
-      g.peer >= 0 ? execute_p2p(g.seq, g, error) : execute(g.seq, g.call, error);
+  wia_status_t st;
+  if (g.running) {
+    st = proceed(*g.running, Clock::time_point::max(), error);
+    release_turn(g.seq);
+  } else {
+    st = g.peer >= 0 ? execute_p2p(g.seq, g, error) : execute(g.seq, g.call, error);
+  }
   if (st != WIA_SUCCESS) g.stream->set_async_error(st, error);
+  if (g.large) large_in_flight_.fetch_sub(1);
   in_flight_.fetch_sub(1);
   order_signal_.notify();
 }
@@ -816,9 +1031,11 @@ ProcessCommunicator::Turn::Turn(ProcessCommunicator& c, std::uint64_t seq,
       [&] { return c.executed_.load(std::memory_order_acquire) >= seq; }, deadline, false, true);
 }
 
-ProcessCommunicator::Turn::~Turn() {
-  c_.executed_.store(std::max(c_.executed_.load(), seq_ + 1), std::memory_order_release);
-  c_.order_signal_.notify();
+ProcessCommunicator::Turn::~Turn() { c_.release_turn(seq_); }
+
+void ProcessCommunicator::release_turn(std::uint64_t seq) {
+  executed_.store(std::max(executed_.load(), seq + 1), std::memory_order_release);
+  order_signal_.notify();
 }
 
 wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::string& error) {
@@ -838,12 +1055,25 @@ wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::st
                         error_message_);
     return error_;
   }
+  std::unique_ptr<Running> r;
+  wia_status_t st = WIA_SUCCESS;
+  r = begin(seq, call, deadline, st, error);
+  return r ? proceed(*r, Clock::time_point::max(), error) : st;
+}
+
+std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
+    std::uint64_t seq, Call& call, Clock::time_point deadline, wia_status_t& status,
+    std::string& error) {
+  const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   try {
     const int me = layout_.rank;
     double estimate = 0;
     std::string reason;
     std::shared_ptr<const engine::ExecPlan> plan = plan_for(call, false, &estimate, &reason);
-    engine::RankBuffers b = call.buffers;
+    auto r = std::make_unique<Running>(*this);
+    r->seq = seq;
+    engine::RankBuffers& b = r->buffers;
+    b = call.buffers;
     if (call.in_place) {
       // An in-place schedule is used when its messages are the same as the
       // out-of-place one's, so peers that made out-of-place calls still
@@ -883,8 +1113,11 @@ wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::st
     const std::uint64_t staging = engine::staging_bytes(*plan, me);
     if (staging_.size() < staging) staging_.resize(staging);
 
-    engine::Descriptor desc;
-    desc.seq = seq;
+    // Ranks agree on collectives, not on operations: point to point
+    // involves some ranks only, so the descriptor counts collectives.
+    r->index = collectives_begun_++;
+    engine::Descriptor& desc = r->descriptor;
+    desc.seq = r->index;
     desc.count = call.count;
     desc.collective = static_cast<std::uint8_t>(call.collective);
     desc.algorithm = static_cast<std::uint8_t>(plan->schedule.algorithm);
@@ -895,28 +1128,37 @@ wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::st
                     ? call.root
                     : 0;
     desc.num_chunks = plan->schedule.num_chunks;
-    log::debug("coll", "rank {} collective #{}: {} chosen by {} (estimate {:.3f} ms)", me, seq,
-               plan->schedule.describe(), reason, estimate);
+    if (log::enabled(log::Level::debug))  // describe() formats: not on every call
+      log::debug("coll", "rank {} collective #{}: {} chosen by {} (estimate {:.3f} ms)", me, seq,
+                 plan->schedule.describe(), reason, estimate);
 
-    std::vector<engine::NetLink> links(peers_.size());
-    for (std::size_t q = 0; q < peers_.size(); ++q) links[q] = peers_[q].link;
-    Control control(*this);
-    engine::NetExecOptions options;
-    options.deadline = deadline;
-    options.timeout_ms = timeout_ms;
-    options.oversubscribed = oversubscribed_;
-    running_.store(static_cast<std::int64_t>(seq));
-    const wia_status_t st =
-        engine::execute_rank_over_network(*plan, me, b, desc, links, staging_.data(), control,
-                                          options, error);
-    running_.store(-1);
-    if (st != WIA_SUCCESS) break_communicator(st, error);
-    return st;
+    r->links.resize(peers_.size());
+    for (std::size_t q = 0; q < peers_.size(); ++q) r->links[q] = peers_[q].link;
+    r->options.deadline = deadline;
+    r->options.timeout_ms = timeout_ms;
+    r->options.oversubscribed = oversubscribed_;
+    r->plan = std::move(plan);
+    r->execution = std::make_unique<engine::NetExecution>(
+        *r->plan, me, r->buffers, r->descriptor, r->links, staging_.data(), r->control,
+        r->options);
+    running_.store(static_cast<std::int64_t>(r->index));
+    return r;
   } catch (const Error& e) {
     error = e.what();
-    break_communicator(e.status(), error);
-    return e.status();
+    status = e.status();
+    break_communicator(status, error);
+    return nullptr;
   }
+}
+
+wia_status_t ProcessCommunicator::proceed(Running& r, Clock::time_point give_up_at,
+                                          std::string& error) {
+  const wia_status_t st = r.execution->progress(give_up_at, error);
+  if (st == WIA_IN_PROGRESS) return st;
+  running_.store(-1);
+  collectives_done_.store(r.index + 1);
+  if (st != WIA_SUCCESS) break_communicator(st, error);
+  return st;
 }
 
 void ProcessCommunicator::run_now(Call call) {
@@ -991,7 +1233,6 @@ wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::s
   const engine::NetLink& l = peers_[g.peer].link;
   Control control(*this);
   try {
-    running_.store(static_cast<std::int64_t>(seq));
     wia_request_t r = nullptr;
     for (std::uint32_t idle = 0; !r; ++idle) {
       transport_call(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
@@ -1021,7 +1262,6 @@ wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::s
       }
       if (idle > 256) sleep_us(idle > 4096 ? 100 : 10);
     }
-    running_.store(-1);
     if (!g.is_send && got != bytes)
       throw Error(WIA_ERROR_MISMATCH,
                   fmt::format("{}: rank {} sent {} B (the two calls differ in count or "
@@ -1029,7 +1269,6 @@ wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::s
                               what, g.peer, got));
     return WIA_SUCCESS;
   } catch (const Error& e) {
-    running_.store(-1);
     error = e.what();
     break_communicator(e.status(), error);
     return e.status();

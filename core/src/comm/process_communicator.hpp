@@ -13,7 +13,12 @@
 // Execution: a collective posts a gate (a host function) on the caller's
 // stream; when the stream reaches it, the gate runs this rank's program of
 // the schedule over the connections (engine/net_exec.hpp), in posting
-// order. Every rank builds the same schedule from the same arguments and
+// order. A small collective posted on an idle stream while nothing else
+// of the communicator is pending is started by the posting thread itself
+// and driven for up to collectives.post_progress_us: waking the stream's
+// worker costs about 50 us here (MACHINE-FACTS), far more than the
+// collective. If peers are late it is handed to the stream where it
+// stopped, so posting never blocks for long and stream order holds. Every rank builds the same schedule from the same arguments and
 // the same link model (gathered, not measured locally), and a descriptor
 // check catches ranks that did not.
 //
@@ -26,6 +31,7 @@
 // user buffer.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -139,6 +145,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   void post_control_recv(Peer& peer);
   class Control;
   struct Gate;
+  struct Running;
   // Waits (bounded) until every operation posted before `seq` has run;
   // hands the turn to the next one when destroyed, whatever happened.
   class Turn {
@@ -160,6 +167,19 @@ class ProcessCommunicator final : public CommunicatorBase {
                 wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
   wia_status_t execute_p2p(std::uint64_t seq, Gate& g, std::string& error);
   void run_gate(Gate& g);
+  // The posting-thread path (see the file comment); false when `call`
+  // must go through the stream.
+  bool try_post_inline(Call& call, wia_stream_s* stream);
+  // Everything a collective needs to run, its NetExecution started; null
+  // on failure (status and error set, communicator broken).
+  std::unique_ptr<Running> begin(std::uint64_t seq, Call& call,
+                                 std::chrono::steady_clock::time_point deadline,
+                                 wia_status_t& status, std::string& error);
+  // Drives it until done, failed or `give_up_at` (WIA_IN_PROGRESS).
+  wia_status_t proceed(Running& r, std::chrono::steady_clock::time_point give_up_at,
+                       std::string& error);
+  // Operation `seq` is over: the next one may run.
+  void release_turn(std::uint64_t seq);
   // Runs `call` as collective `seq` once every earlier one has run.
   // Returns the status; on failure the communicator is broken.
   wia_status_t execute(std::uint64_t seq, Call& call, std::string& error);
@@ -179,18 +199,43 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Measure the link between nodes at setup (WIA_PROBE_LINKS=0 skips it).
   bool probe_inter_node_ = true;
   std::uint32_t default_timeout_ms_ = 0;
+  std::chrono::microseconds post_progress_{0};
+  std::uint64_t post_progress_max_bytes_ = 0;
 
-  std::mutex mu_;                      // plans, selector, next_seq_
-  std::uint64_t next_seq_ = 0;
+  std::mutex mu_;  // plans, selector; next_seq_ is only changed under it
+  std::atomic<std::uint64_t> next_seq_{0};
   engine::PlanCache plans_;
+  // The last plans chosen, by call: a repeated call (the common case)
+  // skips the rules, the cost model and the cache key's formatting.
+  struct PlanMemo {
+    coll::Collective collective{};
+    coll::Algorithm requested{};
+    wia_reduce_op_t op{};
+    wia_datatype_t dtype{};
+    std::uint64_t count = 0;
+    int root = 0;
+    std::uint32_t num_chunks = 0;
+    bool in_place = false;
+    std::shared_ptr<const engine::ExecPlan> plan;
+    double estimate = 0;
+    std::string reason;
+  };
+  std::array<PlanMemo, 8> plan_memo_;
+  std::size_t plan_memo_next_ = 0;
   std::unique_ptr<tuner::Selector> selector_;
   // The node grouping when the communicator spans nodes (hierarchical
   // algorithms and the two-level link model use it), else nullptr.
   std::shared_ptr<const coll::RankGroups> groups_;
   std::atomic<std::uint64_t> executed_{0};  // collectives run (in order)
-  std::atomic<std::int64_t> running_{-1};   // the one running now, -1 none
+  // Collectives (not point to point, which only some ranks see): begun
+  // (in order, by whoever runs one), completed, and the one running now
+  // (-1 none); what a descriptor and a peer's "where are you?" use.
+  std::uint64_t collectives_begun_ = 0;
+  std::atomic<std::uint64_t> collectives_done_{0};
+  std::atomic<std::int64_t> running_{-1};
   engine::ProgressSignal order_signal_;
   std::atomic<int> in_flight_{0};
+  std::atomic<int> large_in_flight_{0};  // of those, not small collectives
   std::vector<char> staging_, scratch_, snapshot_;  // used by one collective at a time
 
   mutable std::mutex err_mu_;

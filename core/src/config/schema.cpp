@@ -59,6 +59,21 @@ constexpr KeySpec kCoreSchema[] = {
      .description = "Longest a rank waits inside one collective before it fails with a timeout",
      .min_value = 1,
      .max_value = 86400000},
+    {.key = "collectives.post_progress_us",
+     .type = ValueType::kInt,
+     .default_value = "200",
+     .description = "Process communicators: how long the posting thread itself drives a small "
+                    "collective posted on an idle stream before handing it to the stream "
+                    "(0 = always hand it over; docs/processes.md)",
+     .min_value = 0,
+     .max_value = 1000000},
+    {.key = "collectives.post_progress_max_bytes",
+     .type = ValueType::kInt,
+     .default_value = "262144",
+     .description = "Process communicators: the largest collective (bytes of one rank's input) "
+                    "the posting thread starts itself",
+     .min_value = 0,
+     .max_value = 1099511627776},
     {.key = "collectives.engine",
      .type = ValueType::kEnum,
      .default_value = "auto",
@@ -79,8 +94,8 @@ constexpr KeySpec kCoreSchema[] = {
     {.key = "tuner.link_file",
      .type = ValueType::kString,
      .default_value = "",
-     .description = "Measured links (wia-bw --output) the cost model uses instead of its "
-                    "default figures; empty = defaults"},
+     .description = "Measured links (wia-bw --output) that communicators' cost models and "
+                    "wia_discover_topology use instead of the default figures; empty = defaults"},
 };
 
 }  // namespace

@@ -50,11 +50,14 @@ namespace {
 // the peer when it fails.
 template <typename F>
 wia_status_t transport_call(const NetLink& link, const char* what, F&& f) {
-  return wia::transport_call(*link.provider, fmt::format("{} with {}", what, link.peer),
-                             std::forward<F>(f));
+  return wia::transport_call_lazy(
+      *link.provider, [&] { return fmt::format("{} with {}", what, link.peer); },
+      std::forward<F>(f));
 }
 
-class Executor {
+}  // namespace
+
+class NetExecution::Executor {
  public:
   Executor(const ExecPlan& plan, int rank, const RankBuffers& mine, const Descriptor& descriptor,
            std::vector<NetLink>& links, char* staging, ControlChannel& control,
@@ -82,9 +85,11 @@ class Executor {
       }
   }
 
-  void run() {
+  // Runs until the program is finished (true) or, while waiting for
+  // peers, `give_up_at` has passed (false: call again to go on).
+  bool progress(std::chrono::steady_clock::time_point give_up_at) {
     try {
-      run_steps();
+      return run_steps(give_up_at);
     } catch (const Error& e) {
       // A lost connection is often a peer that failed first and told us
       // why before closing: its reason is the better message.
@@ -106,18 +111,21 @@ class Executor {
   }
 
  private:
-  void run_steps() {
-    const int p = s_.nranks;
-    // A peer may have failed (or died) since the last collective.
-    if (const std::string reason = control_.poll(); !reason.empty())
-      throw Error(WIA_ERROR_REMOTE, reason);
-    if (p > 1) {
-      next_ = (rank_ + 1) % p;
-      prev_ = (rank_ + p - 1) % p;
-      post_descriptor();
+  bool run_steps(std::chrono::steady_clock::time_point give_up_at) {
+    if (!started_) {
+      started_ = true;
+      const int p = s_.nranks;
+      // A peer may have failed (or died) since the last collective.
+      if (const std::string reason = control_.poll(); !reason.empty())
+        throw Error(WIA_ERROR_REMOTE, reason);
+      if (p > 1) {
+        next_ = (rank_ + 1) % p;
+        prev_ = (rank_ + p - 1) % p;
+        post_descriptor();
+      }
+      for (std::uint32_t k = 0; k < prog_.steps.size(); ++k)
+        if (prog_.steps[k].kind == coll::StepKind::kRecvReduce) post(k);
     }
-    for (std::uint32_t k = 0; k < prog_.steps.size(); ++k)
-      if (prog_.steps[k].kind == coll::StepKind::kRecvReduce) post(k);
     std::uint32_t idle = 0, iteration = 0;
     while (first_ < prog_.steps.size() || desc_send_ || desc_recv_) {
       bool progressed = false;
@@ -134,11 +142,17 @@ class Executor {
         continue;
       }
       backoff(++idle);
-      if ((idle & 15) == 0 && std::chrono::steady_clock::now() > options_.deadline) {
-        const std::string where = control_.diagnose(mine_desc_.seq);
-        throw Error(WIA_ERROR_TIMEOUT, timeout_message() + (where.empty() ? "" : "; " + where));
+      if ((idle & 15) == 0) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now > options_.deadline) {
+          const std::string where = control_.diagnose(mine_desc_.seq);
+          throw Error(WIA_ERROR_TIMEOUT,
+                      timeout_message() + (where.empty() ? "" : "; " + where));
+        }
+        if (now > give_up_at) return false;
       }
     }
+    return true;
   }
 
   const NetLink& link(int peer) const { return links_[peer]; }
@@ -305,25 +319,34 @@ class Executor {
     return progressed;
   }
 
-  // Spin briefly (a message is usually microseconds away), then yield,
-  // then sleep in growing slices: a waiting rank must not take the core
-  // its peer needs (MACHINE-FACTS: spinning when oversubscribed).
-  void backoff(std::uint32_t idle) const {
-    const std::uint32_t spins = options_.oversubscribed ? 8 : 512;
-    if (idle < spins) {
+  // Waiting for a peer. A message is usually microseconds away and
+  // waking from a sleep costs about 50 us here (MACHINE-FACTS), so while
+  // the node has a core per rank we pause-spin for a while after the last
+  // progress, then yield, and only then sleep in growing slices. With more
+  // ranks than cores a spinner takes the core its peer needs, so we go
+  // straight to yielding, which runs the peer if it is queued behind us.
+  void backoff(std::uint32_t idle) {
+    using Clock = std::chrono::steady_clock;
+    if (idle == 1) idle_since_ = Clock::now(), idle_for_ = {};
+    if ((idle & 15) == 0) idle_for_ = Clock::now() - idle_since_;
+    if (!options_.oversubscribed && idle_for_ < kSpinFor) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
       return;
     }
-    if (idle < spins + 64) {
+    if (idle_for_ < kYieldUntil) {
       sched_yield();
       return;
     }
-    const long us = std::min<long>(200, 10 + (idle - spins - 64) / 8);
+    const auto slept = std::chrono::duration_cast<std::chrono::microseconds>(idle_for_ - kYieldUntil);
+    const long us = std::clamp<long>(slept.count() / 8, 10, 200);
     timespec ts{0, us * 1000};
     nanosleep(&ts, nullptr);
+    idle_for_ = Clock::now() - idle_since_;
   }
+  static constexpr std::chrono::microseconds kSpinFor{10};
+  static constexpr std::chrono::microseconds kYieldUntil{2000};
 
   std::string timeout_message() const {
     std::set<int> waiting_for;
@@ -357,31 +380,45 @@ class Executor {
   ControlChannel& control_;
   const NetExecOptions& options_;
 
+  bool started_ = false;
   int next_ = 0, prev_ = 0;
   wia_request_t desc_send_ = nullptr, desc_recv_ = nullptr;
   std::uint32_t first_ = 0;  // steps before it are all done
+  std::chrono::steady_clock::time_point idle_since_{};
+  std::chrono::steady_clock::duration idle_for_{};
   std::vector<wia_request_t> req_;
   std::vector<std::uint8_t> posted_, done_, arrived_;
   std::vector<char*> slot_;  // staging of each receive-reduce
 };
 
-}  // namespace
+NetExecution::NetExecution(const ExecPlan& plan, int rank, const RankBuffers& mine,
+                           const Descriptor& descriptor, std::vector<NetLink>& links,
+                           char* staging, ControlChannel& control, const NetExecOptions& options)
+    : rank_(rank),
+      executor_(std::make_unique<Executor>(plan, rank, mine, descriptor, links, staging, control,
+                                           options)) {}
+
+NetExecution::~NetExecution() = default;
+
+wia_status_t NetExecution::progress(std::chrono::steady_clock::time_point give_up_at,
+                                    std::string& error) {
+  try {
+    return executor_->progress(give_up_at) ? WIA_SUCCESS : WIA_IN_PROGRESS;
+  } catch (const Error& e) {
+    error = e.what();
+    return e.status();
+  } catch (const std::exception& e) {
+    error = fmt::format("rank {}: {}", rank_, e.what());
+    return WIA_ERROR_INTERNAL;
+  }
+}
 
 wia_status_t execute_rank_over_network(const ExecPlan& plan, int rank, const RankBuffers& mine,
                                        const Descriptor& descriptor, std::vector<NetLink>& links,
                                        char* staging, ControlChannel& control,
                                        const NetExecOptions& options, std::string& error) {
-  try {
-    Executor e(plan, rank, mine, descriptor, links, staging, control, options);
-    e.run();
-    return WIA_SUCCESS;
-  } catch (const Error& e) {
-    error = e.what();
-    return e.status();
-  } catch (const std::exception& e) {
-    error = fmt::format("rank {}: {}", rank, e.what());
-    return WIA_ERROR_INTERNAL;
-  }
+  NetExecution e(plan, rank, mine, descriptor, links, staging, control, options);
+  return e.progress(std::chrono::steady_clock::time_point::max(), error);
 }
 
 }  // namespace wia::engine

@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,7 +85,31 @@ struct NetExecOptions {
   bool oversubscribed = false;   // more busy processes than cores: spin less
 };
 
-// Runs `rank`'s program. `staging` must hold staging_bytes(plan, rank).
+// One rank's program of a collective in progress: progress() can be
+// called from one thread, then another (the posting thread starts it, a
+// stream's worker finishes it when peers were late). Everything passed by
+// reference must outlive it.
+class NetExecution {
+ public:
+  NetExecution(const ExecPlan& plan, int rank, const RankBuffers& mine,
+               const Descriptor& descriptor, std::vector<NetLink>& links, char* staging,
+               ControlChannel& control, const NetExecOptions& options);
+  ~NetExecution();
+  NetExecution(const NetExecution&) = delete;
+  NetExecution& operator=(const NetExecution&) = delete;
+
+  // WIA_SUCCESS when the program finished; WIA_IN_PROGRESS when it gave
+  // up waiting for peers at `give_up_at`; a negative status (the
+  // collective failed, `error` says why) otherwise.
+  wia_status_t progress(std::chrono::steady_clock::time_point give_up_at, std::string& error);
+
+ private:
+  class Executor;
+  int rank_;
+  std::unique_ptr<Executor> executor_;
+};
+
+// Runs `rank`'s program to the end. `staging` must hold staging_bytes(plan, rank).
 // Returns WIA_SUCCESS, or a negative status with `error` naming the rank,
 // the step, the peer and what went wrong. Requests still pending after a
 // failure belong to connections the caller must close before reusing

@@ -10,10 +10,10 @@
 #include <fnmatch.h>
 #include <yaml-cpp/yaml.h>
 
-#include <initializer_list>
 #include <set>
 
 #include "common/error.hpp"
+#include "common/yaml_file.hpp"
 #include "config/schema.hpp"
 #include "placement/placement.hpp"
 
@@ -23,19 +23,12 @@ namespace {
 
 constexpr int kMaxParts = 4096;
 
-class ModelReader {
+class ModelReader : private YamlFile {
  public:
-  explicit ModelReader(std::string file) : file_(std::move(file)) {}
+  explicit ModelReader(std::string file) : YamlFile(std::move(file), "model file") {}
 
   ModelFile load() {
-    YAML::Node root;
-    try {
-      root = YAML::LoadFile(file_);
-    } catch (const YAML::BadFile&) {
-      throw Error(WIA_ERROR_CONFIG, fmt::format("{}: cannot open model file", file_));
-    } catch (const YAML::ParserException& e) {
-      throw Error(WIA_ERROR_CONFIG, fmt::format("{}: YAML syntax error: {}", where(e.mark), e.msg));
-    }
+    const YAML::Node root = YamlFile::load();
     if (!root.IsMap())
       fail(root.Mark(), "", "a model file is a map with keys name, parts, traffic");
     check_keys(root, "", {"name", "parts", "traffic"});
@@ -48,31 +41,6 @@ class ModelReader {
   }
 
  private:
-  std::string where(const YAML::Mark& m) const {
-    return m.is_null() ? file_ : fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
-  }
-  [[noreturn]] void fail(const YAML::Mark& m, const std::string& key,
-                         const std::string& what) const {
-    throw Error(WIA_ERROR_CONFIG, fmt::format("{}: key '{}': {}", where(m), key, what));
-  }
-  void check_keys(const YAML::Node& map, const std::string& path,
-                  std::initializer_list<const char*> allowed) const {
-    for (const auto& kv : map) {
-      const std::string key = kv.first.Scalar();
-      bool ok = false;
-      std::string list;
-      for (const char* a : allowed) {
-        ok = ok || key == a;
-        list += (list.empty() ? "" : ", ") + std::string(a);
-      }
-      if (!ok)
-        fail(kv.first.Mark(), path + key, fmt::format("unknown key (expected one of: {})", list));
-    }
-  }
-  std::string scalar(const YAML::Node& n, const std::string& key) const {
-    if (!n.IsScalar()) fail(n.Mark(), key, "must be a single value");
-    return n.Scalar();
-  }
   std::int64_t size(const YAML::Node& n, const std::string& key) const {
     std::int64_t v = 0;
     if (!cfg::parse_size(scalar(n, key), &v) || v < 0)
@@ -161,7 +129,6 @@ class ModelReader {
     }
   }
 
-  std::string file_;
   ModelFile m_;
 };
 

@@ -19,4 +19,14 @@ wia_status_t transport_call(const Provider& p, const std::string& what, F&& f) {
   return check_provider(p, st, what.c_str());
 }
 
+// The same, for hot paths: describe() -> std::string runs only on failure,
+// so a call that succeeds formats nothing.
+template <typename Describe, typename F>
+wia_status_t transport_call_lazy(const Provider& p, Describe&& describe, F&& f) {
+  clear_provider_error();
+  const wia_status_t st = f(*p.transport(), p.ctx());
+  if (st >= 0) return st;
+  return check_provider(p, st, describe().c_str());
+}
+
 }  // namespace wia

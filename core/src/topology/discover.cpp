@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <climits>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -105,7 +108,88 @@ std::string host_name() {
   return buf;
 }
 
+std::string local_name(const std::string& full) {
+  const auto slash = full.rfind('/');
+  return slash == std::string::npos ? full : full.substr(slash + 1);
+}
+
+// Which device of `measured` each of t's devices is (-1: none), by full
+// name, else (when no full name matches) by unique device name.
+std::vector<int> match_devices(const Topology& t, const Topology& measured, bool* by_full_name) {
+  std::map<std::string, int> full, local;
+  std::map<std::string, int> local_count;
+  for (int i = 0; i < measured.n; ++i) {
+    const std::string& name = measured.device_names[static_cast<std::size_t>(i)];
+    full.emplace(name, i);
+    local.emplace(local_name(name), i);
+    ++local_count[local_name(name)];
+  }
+  std::vector<int> of(static_cast<std::size_t>(t.n), -1);
+  bool any = false;
+  for (int i = 0; i < t.n; ++i) {
+    const auto it = full.find(t.device_names[static_cast<std::size_t>(i)]);
+    if (it != full.end()) of[static_cast<std::size_t>(i)] = it->second, any = true;
+  }
+  *by_full_name = any;
+  if (any) return of;
+  for (int i = 0; i < t.n; ++i) {
+    const std::string name = local_name(t.device_names[static_cast<std::size_t>(i)]);
+    const auto it = local.find(name);
+    if (it != local.end() && local_count[name] == 1) of[static_cast<std::size_t>(i)] = it->second;
+  }
+  return of;
+}
+
+// tuner.link_file: the measured figures where they match, a warning naming
+// the file where they cannot be used.
+void use_link_file(Topology& t, const std::string& path) {
+  if (t.n < 2) return;  // no link to measure
+  Topology measured;
+  try {
+    measured = load_yaml(path);
+  } catch (const Error& e) {
+    log::warn("topology",
+              "measured links not used (tuner.link_file): {}; discovery keeps the provider "
+              "figures",
+              e.what());
+    return;
+  }
+  const int updated = apply_measured_links(t, measured);
+  if (updated == 0) {
+    log::warn("topology",
+              "measured links not used (tuner.link_file): {}: none of its {} device(s) ({}{}) "
+              "pairs with this process's devices ({}{}); discovery keeps the provider figures",
+              path, measured.n, measured.n > 0 ? measured.device_names[0] : "",
+              measured.n > 1 ? ", ..." : "", t.device_names[0], t.n > 1 ? ", ..." : "");
+    return;
+  }
+  log::info("topology",
+            "bandwidth and latency of {} of {} link(s) measured, from {} (tuner.link_file); the "
+            "others keep the provider figures",
+            updated, t.n * (t.n - 1), path);
+}
+
 }  // namespace
+
+int apply_measured_links(Topology& t, const Topology& measured) {
+  bool by_full_name = false;
+  const std::vector<int> of = match_devices(t, measured, &by_full_name);
+  int updated = 0;
+  for (int i = 0; i < t.n; ++i)
+    for (int j = 0; j < t.n; ++j) {
+      const int mi = of[static_cast<std::size_t>(i)], mj = of[static_cast<std::size_t>(j)];
+      if (i == j || mi < 0 || mj < 0 || mi == mj) continue;
+      const std::size_t m = measured.at(mi, mj);
+      if (!(measured.bandwidth[m] > 0.0)) continue;
+      t.bandwidth[t.at(i, j)] = measured.bandwidth[m];
+      t.latency[t.at(i, j)] = measured.latency[m];
+      ++updated;
+    }
+  if (updated > 0 && !by_full_name)
+    log::debug("topology",
+               "measured links matched by device name (no full node/device name matched)");
+  return updated;
+}
 
 Topology discover() {
   const auto& devices = Runtime::get().devices();
@@ -162,6 +246,8 @@ Topology discover() {
       t.hops[k] = hops_between(topo, where[ui], where[uj]);
     }
   }
+  const std::string link_file = Runtime::get().config().get_string("tuner.link_file");
+  if (!link_file.empty()) use_link_file(t, link_file);
   return t;
 }
 

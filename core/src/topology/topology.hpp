@@ -72,8 +72,21 @@ Topology from_c(const wia_topology_t& c);
 // Releases what to_c allocated and zeroes *t.
 void free_c(wia_topology_t* t) noexcept;
 
-// Discovery from the runtime's devices and hwloc (discover.cpp).
+// Discovery from the runtime's devices and hwloc (discover.cpp). When
+// config key tuner.link_file names a measured file (wia-bw --output), the
+// pairs it covers take its bandwidth and latency (apply_measured_links); a
+// file that cannot be read or matches no device is a logged warning, and
+// discovery keeps the provider figures.
 Topology discover();
+
+// Copies bandwidth and latency from `measured` into every ordered pair of
+// t's devices that both appear in it (with a positive bandwidth there);
+// other pairs and every other field keep their values. Devices are matched
+// by full name ("node/device"); when no full name matches, by device name
+// (the part after the last '/') where that name is unique in `measured`, so
+// a file measured on another host of the same build still matches. Returns
+// the number of ordered pairs updated.
+int apply_measured_links(Topology& t, const Topology& measured);
 
 // YAML files (yaml_io.cpp). Load throws wia::Error(WIA_ERROR_CONFIG) with
 // "file:line:column" and the key; export throws WIA_ERROR_IO.

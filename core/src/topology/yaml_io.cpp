@@ -9,11 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <initializer_list>
 #include <map>
 #include <optional>
 
 #include "common/error.hpp"
+#include "common/yaml_file.hpp"
 #include "topology/topology.hpp"
 
 namespace wia::topo {
@@ -23,19 +23,12 @@ namespace {
 // More than this many devices would make the n*n matrices unreasonably large.
 constexpr int kMaxDevices = 4096;
 
-class Loader {
+class Loader : private YamlFile {
  public:
-  explicit Loader(std::string file) : file_(std::move(file)) {}
+  explicit Loader(std::string file) : YamlFile(std::move(file), "topology file") {}
 
   Topology load() {
-    YAML::Node root;
-    try {
-      root = YAML::LoadFile(file_);
-    } catch (const YAML::BadFile&) {
-      throw Error(WIA_ERROR_CONFIG, fmt::format("{}: cannot open topology file", file_));
-    } catch (const YAML::ParserException& e) {
-      throw Error(WIA_ERROR_CONFIG, fmt::format("{}: YAML syntax error: {}", where(e.mark), e.msg));
-    }
+    const YAML::Node root = YamlFile::load();
     if (!root.IsMap())
       throw Error(WIA_ERROR_CONFIG,
                   fmt::format("{}: a topology file is a map with keys name, interconnect, nodes, "
@@ -56,33 +49,6 @@ class Loader {
   }
 
  private:
-  std::string where(const YAML::Mark& m) const {
-    if (m.is_null()) return file_;
-    return fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);
-  }
-  [[noreturn]] void fail(const YAML::Mark& m, const std::string& key,
-                         const std::string& what) const {
-    throw Error(WIA_ERROR_CONFIG, fmt::format("{}: key '{}': {}", where(m), key, what));
-  }
-
-  void check_keys(const YAML::Node& map, const std::string& path,
-                  std::initializer_list<const char*> allowed) const {
-    for (const auto& kv : map) {
-      const std::string key = kv.first.Scalar();
-      bool ok = false;
-      for (const char* a : allowed) ok = ok || key == a;
-      if (!ok) {
-        std::string list;
-        for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-        fail(kv.first.Mark(), path + key, fmt::format("unknown key (expected one of: {})", list));
-      }
-    }
-  }
-
-  std::string scalar(const YAML::Node& n, const std::string& key) const {
-    if (!n.IsScalar()) fail(n.Mark(), key, "must be a single value");
-    return n.Scalar();
-  }
   template <typename T>
   T as(const YAML::Node& n, const std::string& key, const char* expected) const {
     if (!n.IsScalar()) fail(n.Mark(), key, fmt::format("must be {}", expected));
@@ -295,7 +261,6 @@ class Loader {
                                : "inter_node"));
   }
 
-  std::string file_;
   Topology t_;
   std::map<std::string, int> index_;
   std::vector<int> numa_, process_;  // per device, in listing order

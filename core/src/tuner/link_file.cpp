@@ -13,7 +13,11 @@
 namespace wia::tuner {
 
 LinkModel link_model_from_file(const std::string& path, std::span<const int> device_of_rank) {
-  const topo::Topology t = topo::load_yaml(path);
+  return link_model_from_topology(topo::load_yaml(path), device_of_rank, path);
+}
+
+LinkModel link_model_from_topology(const topo::Topology& t, std::span<const int> device_of_rank,
+                                   const std::string& path) {
   const auto nranks = static_cast<std::int32_t>(device_of_rank.size());
   if (nranks < 1) throw Error(WIA_ERROR_INVALID_ARGUMENT, "link model for 0 ranks");
   for (std::int32_t r = 0; r < nranks; ++r) {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "topology/topology.hpp"
 #include "tuner/cost_model.hpp"
 
 namespace wia::tuner {
@@ -23,6 +24,9 @@ namespace wia::tuner {
 // WIA_ERROR_INVALID_ARGUMENT for a rank whose device is not in the file or
 // a used link without bandwidth.
 LinkModel link_model_from_file(const std::string& path, std::span<const int> device_of_rank);
+// The same from a topology already loaded from `path` (named in errors).
+LinkModel link_model_from_topology(const topo::Topology& t, std::span<const int> device_of_rank,
+                                   const std::string& path);
 // Rank r on device r (nranks <= devices in the file).
 LinkModel link_model_from_file(const std::string& path, std::int32_t nranks);
 // The model from config key tuner.link_file, nullopt when the key is empty

@@ -569,3 +569,86 @@ TEST_CASE("point to point between processes: ordered matching, and a size mismat
       {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
   check_all(st, kSawError);
 }
+
+// Point to point involves some ranks only: a collective after it must still
+// match on every rank (the descriptor counts collectives, not operations).
+TEST_CASE("point to point between some ranks, then collectives on all of them") {
+  const auto st = run_ranks(
+      3, base_yaml(10000),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        int ok = 1;
+        std::int32_t msg[2] = {rank == 0 ? 41 : -1, rank == 0 ? 42 : -1};
+        if (rank == 0) {
+          ok &= wia_comm_send(comm, &msg[0], 1, WIA_INT32, 1, nullptr) == WIA_SUCCESS;
+          ok &= wia_comm_send(comm, &msg[1], 1, WIA_INT32, 1, nullptr) == WIA_SUCCESS;
+        } else if (rank == 1) {
+          ok &= wia_comm_recv(comm, &msg[0], 1, WIA_INT32, 0, nullptr) == WIA_SUCCESS;
+          ok &= wia_comm_recv(comm, &msg[1], 1, WIA_INT32, 0, nullptr) == WIA_SUCCESS;
+        }
+        // A small all-reduce (run by the posting thread) and a large one
+        // (through the stream), each summing rank + 1.
+        for (const std::size_t n : {std::size_t{3}, std::size_t{200000}}) {
+          std::vector<double> v(n, rank + 1.0);
+          wia_collective_config_t cfg{};
+          cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
+          cfg.datatype = WIA_FLOAT64;
+          cfg.reduction_op = WIA_REDUCE_SUM;
+          ok &= wia_all_reduce(comm, v.data(), v.data(), n, &cfg, nullptr) == WIA_SUCCESS;
+          ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+          const double want = nranks * (nranks + 1) / 2.0;
+          for (double x : v) ok &= x == want;
+        }
+        if (rank == 1) ok &= msg[0] == 41 && msg[1] == 42;
+        if (!ok) std::fprintf(stderr, "rank %d: %s\n", rank, wia_get_last_error());
+        wia_destroy_communicator(comm);
+        return ok ? kOk : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st, kOk);
+}
+
+// A small collective posted on an idle stream is started by the posting
+// thread; when a peer is late it is handed to the stream where it stopped.
+// Work posted after it on the same stream must still see its result, with
+// or without the hand-over, and a burst of calls must all complete.
+TEST_CASE("collectives started by the posting thread keep stream order when peers are late") {
+  const auto st = run_ranks(
+      2, base_yaml(10000),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        int ok = 1;
+        wia_collective_config_t cfg{};
+        cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
+        cfg.datatype = WIA_INT64;
+        cfg.reduction_op = WIA_REDUCE_SUM;
+        for (int round = 0; round < 3; ++round) {
+          // Rank 1 arrives 30 ms late in round 1: rank 0's call is handed over.
+          if (rank == 1 && round == 1) usleep(30000);
+          std::int64_t v[4] = {rank + 1, 10 * (rank + 1), round, 7};
+          std::int64_t copy[4] = {0, 0, 0, 0};
+          ok &= wia_all_reduce(comm, v, v, 4, &cfg, nullptr) == WIA_SUCCESS;
+          // Queued behind the collective on the same stream.
+          ok &= wia_memcpy_async(copy, v, sizeof(v), nullptr) == WIA_SUCCESS;
+          ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+          ok &= copy[0] == 3 && copy[1] == 30 && copy[2] == 2 * round && copy[3] == 14;
+        }
+        // A burst of 200 back-to-back calls, one synchronize at the end;
+        // rank 0 starts late so that the first calls are handed over.
+        if (rank == 0) usleep(20000);
+        std::vector<std::int64_t> burst(200 * 2);
+        for (int i = 0; i < 200; ++i) {
+          burst[2 * i] = i, burst[2 * i + 1] = rank;
+          ok &= wia_all_reduce(comm, &burst[2 * i], &burst[2 * i], 2, &cfg, nullptr) == WIA_SUCCESS;
+        }
+        ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+        for (int i = 0; i < 200; ++i) ok &= burst[2 * i] == 2 * i && burst[2 * i + 1] == 1;
+        if (!ok) std::fprintf(stderr, "rank %d: %s\n", rank, wia_get_last_error());
+        wia_destroy_communicator(comm);
+        return ok ? kOk : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st, kOk);
+}

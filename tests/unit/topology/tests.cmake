@@ -24,3 +24,11 @@ set_tests_properties(topology_spec_c PROPERTIES TIMEOUT 120
 # for the tuner (tuner.link_file).
 wia_add_unit_test(topology_links SOURCES ${CMAKE_CURRENT_LIST_DIR}/links_test.cpp
   LIBS wia_core_internal TIMEOUT 120)
+
+# Discovery with measured links (tuner.link_file): matched pairs, provider
+# figures elsewhere, warnings for files it cannot use.
+wia_add_unit_test(topology_discover_link_file
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/discover_link_file_test.cpp LIBS wia::core TIMEOUT 60)
+if(TARGET wia-provider-host)
+  add_dependencies(test_topology_discover_link_file wia-provider-host)
+endif()

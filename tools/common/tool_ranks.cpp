@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tool_ranks.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;  // the children's environment is built from ours
+
+namespace wia::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kIdVariable = "WIA_TOOL_UNIQUE_ID";
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+void default_one_device_per_process() {
+  if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
+    setenv("WIA_HOST_DEVICES", "1", 1);
+}
+
+bool launched_by_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WIA_WORLD_SIZE"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+wia_status_t join_job(const char* tool, wia_communicator_t* comm) {
+  const char* hex = std::getenv(kIdVariable);
+  if (!hex) return wia_create_distributed_communicator(nullptr, comm);
+  wia_unique_id_t id{};
+  if (std::strlen(hex) != 2 * WIA_UNIQUE_ID_BYTES) {
+    std::fprintf(stderr, "%s: %s has %zu hex digits, expected %d\n", tool, kIdVariable,
+                 std::strlen(hex), 2 * WIA_UNIQUE_ID_BYTES);
+    return WIA_ERROR_INVALID_ARGUMENT;
+  }
+  for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
+    unsigned v = 0;
+    if (std::sscanf(hex + 2 * i, "%2x", &v) != 1) {
+      std::fprintf(stderr, "%s: %s: '%.2s' at digit %d is not hex\n", tool, kIdVariable,
+                   hex + 2 * i, 2 * i);
+      return WIA_ERROR_INVALID_ARGUMENT;
+    }
+    id.internal[i] = static_cast<char>(v);
+  }
+  const int rank = env_int("WIA_RANK", -1), size = env_int("WIA_WORLD_SIZE", -1);
+  return wia_create_communicator_from_id(&id, size, rank, comm);
+}
+
+int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv) {
+  default_one_device_per_process();
+  wia_unique_id_t id{};
+  // Runs the rendezvous root in this process.
+  if (const wia_status_t st = wia_get_unique_id(&id); st != WIA_SUCCESS) {
+    std::fprintf(stderr, "%s: wia_get_unique_id: %s\n  %s\n", tool, wia_status_string(st),
+                 wia_get_last_error());
+    return 1;
+  }
+  std::string hex;
+  for (int i = 0; i < WIA_UNIQUE_ID_BYTES; ++i) {
+    char h[3];
+    std::snprintf(h, sizeof h, "%02x", static_cast<unsigned char>(id.internal[i]));
+    hex += h;
+  }
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len <= 0) {
+    std::fprintf(stderr, "%s: readlink /proc/self/exe: %s\n", tool, std::strerror(errno));
+    return 1;
+  }
+  self[len] = '\0';
+  // The children's arguments: ours, with --procs N replaced by --procs-from-env.
+  std::vector<std::string> args{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--procs")) {
+      ++i;
+      continue;
+    }
+    args.emplace_back(argv[i]);
+  }
+  args.emplace_back("--procs-from-env");
+  // Everything is built before fork: the child only calls execve.
+  std::vector<std::string> base_env;
+  const std::string id_prefix = std::string(kIdVariable) + "=";
+  const char* const ours[] = {
+      "WIA_RANK=", "WIA_WORLD_SIZE=", "WIA_LOCAL_RANK=", "WIA_LOCAL_SIZE=", id_prefix.c_str()};
+  for (char** e = environ; *e; ++e) {
+    bool mine = false;
+    for (const char* k : ours) mine |= !std::strncmp(*e, k, std::strlen(k));
+    if (!mine) base_env.emplace_back(*e);
+  }
+  const int n = nprocs;
+  std::vector<std::vector<std::string>> envs(n, base_env);
+  std::vector<std::vector<char*>> envps(n);
+  std::vector<char*> argp;
+  for (auto& a : args) argp.push_back(a.data());
+  argp.push_back(nullptr);
+  for (int r = 0; r < n; ++r) {
+    for (const auto& kv : {std::string("WIA_RANK=") + std::to_string(r),
+                           std::string("WIA_WORLD_SIZE=") + std::to_string(n),
+                           std::string("WIA_LOCAL_RANK=") + std::to_string(r),
+                           std::string("WIA_LOCAL_SIZE=") + std::to_string(n), id_prefix + hex})
+      envs[r].push_back(kv);
+    for (auto& e : envs[r]) envps[r].push_back(e.data());
+    envps[r].push_back(nullptr);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids(n, -1);
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      // A rank outliving its spawner (killed, timed out) would hold its
+      // peers in collectives until their timeout: it dies with the spawner.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      execve(self, argp.data(), envps[r].data());
+      _exit(127);
+    }
+    if (pid < 0) {
+      std::fprintf(stderr, "%s: fork: %s\n", tool, std::strerror(errno));
+      for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL), waitpid(pids[q], nullptr, 0);
+      return 1;
+    }
+    pids[r] = pid;
+  }
+  // Wait; once a rank has failed, the others get a grace period to report
+  // the broken communicator themselves, then are killed.
+  constexpr int kRunning = -999;
+  std::vector<int> status(n, kRunning);
+  int left = n;
+  Clock::time_point give_up = Clock::time_point::max();
+  while (left > 0) {
+    bool any = false;
+    for (int r = 0; r < n; ++r) {
+      if (status[r] != kRunning) continue;
+      int st = 0;
+      if (waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
+      any = true;
+      --left;
+      status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      if (status[r] != 0) {
+        std::fprintf(stderr, "%s: rank %d (pid %d) %s %d\n", tool, r, static_cast<int>(pids[r]),
+                     WIFEXITED(st) ? "exited with status" : "was killed by signal",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        if (give_up == Clock::time_point::max()) give_up = Clock::now() + std::chrono::seconds(10);
+      }
+    }
+    if (left > 0 && Clock::now() > give_up) {
+      for (int r = 0; r < n; ++r)
+        if (status[r] == kRunning) {
+          std::fprintf(stderr,
+                       "%s: killing rank %d (pid %d), still running 10 s after another rank "
+                       "failed\n",
+                       tool, r, static_cast<int>(pids[r]));
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+          status[r] = 128 + SIGKILL;
+          --left;
+        }
+    }
+    if (!any && left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int r = 0; r < n; ++r)
+    if (status[r] != 0) return status[r];
+  return 0;
+}
+
+}  // namespace wia::tools

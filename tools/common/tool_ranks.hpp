@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// Running a tool as the ranks of one job, as wia-bench and wia-bw do:
+//  - `--procs N`: spawn_local_ranks forks and execs this program N times on
+//    this machine, with WIA_RANK, WIA_WORLD_SIZE, WIA_LOCAL_RANK,
+//    WIA_LOCAL_SIZE and a unique id (wia_get_unique_id, hex in
+//    WIA_TOOL_UNIQUE_ID) that leads to the rendezvous root this process
+//    runs; the children get the same arguments with `--procs N` replaced by
+//    `--procs-from-env`;
+//  - `--procs-from-env`: join_job makes this process one rank: from that
+//    unique id when set, else from the launcher's variables (mpirun, srun,
+//    torchrun, or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR; docs/processes.md).
+#pragma once
+
+#include <wia/wia.h>
+
+namespace wia::tools {
+
+// Across processes each rank drives one host device, unless the user
+// configured devices (WIA_HOST_DEVICES or WIA_CONFIG set).
+void default_one_device_per_process();
+
+// True when a launcher's variables mark this process as one rank of a job
+// (OMPI_COMM_WORLD_SIZE, PMI_SIZE or WIA_WORLD_SIZE).
+bool launched_by_launcher();
+
+// Forks and execs this program `nprocs` times as the ranks of one job,
+// waits for them, and returns the first non-zero exit status in rank order
+// (0 when all succeeded). Once a rank has failed, the others have 10 s to
+// report the broken communicator themselves, then are killed; a rank also
+// dies with this process. `tool` prefixes messages.
+int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv);
+
+// Creates this rank's process communicator (collective over the job).
+// WIA_ERROR_INVALID_ARGUMENT for a malformed WIA_TOOL_UNIQUE_ID (message on
+// stderr); otherwise the status of the create call.
+wia_status_t join_job(const char* tool, wia_communicator_t* comm);
+
+}  // namespace wia::tools
