@@ -18,6 +18,7 @@
 #include "coll/registry.hpp"
 #include "comm/algorithm_choice.hpp"
 #include "comm/transport_choice.hpp"
+#include "engine/backoff.hpp"
 #include "selector/selector.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -409,6 +410,13 @@ struct ProcessCommunicator::Running {
   Control control;
   engine::NetExecOptions options;
   std::unique_ptr<engine::NetExecution> execution;
+  // Point to point instead (peer >= 0): the one transport request.
+  int peer = -1;
+  bool is_send = false;
+  char* buf = nullptr;
+  std::uint64_t bytes = 0;
+  wia_request_t request = nullptr;
+  std::string what;  // "rank 0: send of 8 B to rank 1", for messages
 };
 
 struct ProcessCommunicator::Gate {
@@ -894,11 +902,12 @@ wia_status_t ProcessCommunicator::post(int rank, Call call, wia_stream_s* stream
   if (rank != layout_.rank)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
-  if (!try_post_inline(call, stream)) post_gate(std::move(call), stream, -1, false);
+  if (!try_post_inline(call, stream, -1, false)) post_gate(std::move(call), stream, -1, false);
   return WIA_SUCCESS;
 }
 
-bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream) {
+bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int peer,
+                                          bool is_send) {
   if (post_progress_.count() == 0 || broken_.load() ||
       call.count * kernels::dtype_size(call.dtype) > post_progress_max_bytes_)
     return false;
@@ -943,12 +952,13 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream) {
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   std::string error;
   wia_status_t st = WIA_SUCCESS;
-  std::unique_ptr<Running> r =
-      begin(seq, call, now + std::chrono::milliseconds(timeout_ms), st, error);
+  const auto deadline = now + std::chrono::milliseconds(timeout_ms);
+  std::unique_ptr<Running> r = peer >= 0 ? begin_p2p(seq, call, peer, is_send, deadline, st, error)
+                                         : begin(seq, call, deadline, st, error);
   if (r) st = proceed(*r, now + post_progress_, error);
   if (st == WIA_IN_PROGRESS) {
     // Peers are late: the stream's worker goes on from here.
-    auto* g = new Gate{this, seq, Call{}, stream, -1, false, std::move(r), false};
+    auto* g = new Gate{this, seq, Call{}, stream, peer, is_send, std::move(r), false};
     try {
       device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
         return o.launch_host_func(ctx, stream->ps, &ProcessCommunicator::gate, g);
@@ -980,8 +990,7 @@ void ProcessCommunicator::post_gate(Call call, wia_stream_s* stream, int peer, b
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
   }
-  const bool large = peer >= 0 || call.count * kernels::dtype_size(call.dtype) >
-                                       post_progress_max_bytes_;
+  const bool large = call.count * kernels::dtype_size(call.dtype) > post_progress_max_bytes_;
   auto* g = new Gate{this, seq, std::move(call), stream, peer, is_send, nullptr, large};
   in_flight_.fetch_add(1);
   if (large) large_in_flight_.fetch_add(1);
@@ -1153,6 +1162,7 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
 
 wia_status_t ProcessCommunicator::proceed(Running& r, Clock::time_point give_up_at,
                                           std::string& error) {
+  if (r.peer >= 0) return proceed_p2p(r, give_up_at, error);
   const wia_status_t st = r.execution->progress(give_up_at, error);
   if (st == WIA_IN_PROGRESS) return st;
   running_.store(-1);
@@ -1193,7 +1203,8 @@ void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf,
   call.dtype = dtype;
   call.timeout_ms = timeout_ms;
   call.buffers.send = call.buffers.recv = static_cast<char*>(buf);
-  post_gate(std::move(call), stream, peer, is_send);
+  if (!try_post_inline(call, stream, peer, is_send))
+    post_gate(std::move(call), stream, peer, is_send);
 }
 
 void ProcessCommunicator::post_send(int rank, int peer, const void* buf, std::uint64_t count,
@@ -1212,14 +1223,10 @@ wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::s
   const std::uint32_t timeout_ms = g.call.timeout_ms ? g.call.timeout_ms : default_timeout_ms_;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const Turn turn(*this, seq, deadline);
-  const int me = layout_.rank;
-  const std::uint64_t bytes = g.call.count * kernels::dtype_size(g.call.dtype);
-  const std::string what =
-      fmt::format("rank {}: {} of {} B {} rank {}", me, g.is_send ? "send" : "receive", bytes,
-                  g.is_send ? "to" : "from", g.peer);
   if (!turn.reached()) {
-    error = fmt::format("{} timed out after {} ms waiting for this rank's earlier work", what,
-                        timeout_ms);
+    error = fmt::format("rank {}: {} with rank {} timed out after {} ms waiting for this rank's "
+                        "earlier work",
+                        layout_.rank, g.is_send ? "send" : "receive", g.peer, timeout_ms);
     break_communicator(WIA_ERROR_TIMEOUT, error);
     return WIA_ERROR_TIMEOUT;
   }
@@ -1229,46 +1236,81 @@ wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::s
                         error_message_);
     return error_;
   }
+  wia_status_t st = WIA_SUCCESS;
+  std::unique_ptr<Running> r = begin_p2p(seq, g.call, g.peer, g.is_send, deadline, st, error);
+  return r ? proceed(*r, Clock::time_point::max(), error) : st;
+}
+
+std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin_p2p(
+    std::uint64_t seq, const Call& call, int peer, bool is_send, Clock::time_point deadline,
+    wia_status_t& status, std::string& error) {
+  auto r = std::make_unique<Running>(*this);
+  r->seq = seq;
+  r->peer = peer;
+  r->is_send = is_send;
+  r->buf = is_send ? call.buffers.send : call.buffers.recv;
+  r->bytes = call.count * kernels::dtype_size(call.dtype);
+  r->options.deadline = deadline;
+  r->options.timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
+  r->options.oversubscribed = oversubscribed_;
+  r->what = fmt::format("rank {}: {} of {} B {} rank {}", layout_.rank,
+                        is_send ? "send" : "receive", r->bytes, is_send ? "to" : "from", peer);
+  (void)status, (void)error;  // posting is retried in proceed_p2p; nothing fails here
+  return r;
+}
+
+// Point to point: one request on the peer's connection, all of them on one
+// tag (matched in posting order).
+wia_status_t ProcessCommunicator::proceed_p2p(Running& r, Clock::time_point give_up_at,
+                                              std::string& error) {
   constexpr std::uint64_t kP2PTag = 1ull << 36;
-  const engine::NetLink& l = peers_[g.peer].link;
-  Control control(*this);
+  const engine::NetLink& l = peers_[r.peer].link;
+  const auto& what = r.what;
   try {
-    wia_request_t r = nullptr;
-    for (std::uint32_t idle = 0; !r; ++idle) {
+    engine::Backoff backoff(r.options.oversubscribed);
+    auto clock_checks = [&] {
+      if (!backoff.read_clock()) return false;
+      if (const std::string reason = r.control.poll(); !reason.empty())
+        throw Error(WIA_ERROR_REMOTE, reason);
+      if (backoff.now() > r.options.deadline)
+        throw Error(WIA_ERROR_TIMEOUT,
+                    r.request ? fmt::format("{} timed out after {} ms: rank {} has not posted "
+                                            "the matching {}",
+                                            what, r.options.timeout_ms, r.peer,
+                                            r.is_send ? "receive" : "send")
+                              : fmt::format("{}: the transport had no resources for {} ms",
+                                            what, r.options.timeout_ms));
+      return backoff.now() > give_up_at;
+    };
+    while (!r.request) {
       transport_call(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
-        return g.is_send ? t.isend(ctx, l.conn, g.call.buffers.send, bytes, kP2PTag, nullptr, &r)
-                         : t.irecv(ctx, l.conn, g.call.buffers.recv, bytes, kP2PTag, nullptr, &r);
+        return r.is_send ? t.isend(ctx, l.conn, r.buf, r.bytes, kP2PTag, nullptr, &r.request)
+                         : t.irecv(ctx, l.conn, r.buf, r.bytes, kP2PTag, nullptr, &r.request);
       });
-      if (!r && Clock::now() > deadline)
-        throw Error(WIA_ERROR_TIMEOUT, fmt::format("{}: the transport had no resources for {} ms",
-                                                   what, timeout_ms));
-      if (!r && idle > 64) sleep_us(50);
+      if (r.request) break;
+      backoff.wait();
+      if (clock_checks()) return WIA_IN_PROGRESS;
     }
+    backoff.reset();
     std::uint64_t got = 0;
-    for (std::uint32_t idle = 0;; ++idle) {
+    for (;;) {
       std::int32_t done = 0;
       transport_call(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
-        return t.test(ctx, r, &done, &got);
+        return t.test(ctx, r.request, &done, &got);
       });
       if (done) break;
-      if ((idle & 31) == 31) {
-        if (const std::string reason = control.poll(); !reason.empty())
-          throw Error(WIA_ERROR_REMOTE, reason);
-        if (Clock::now() > deadline)
-          throw Error(WIA_ERROR_TIMEOUT,
-                      fmt::format("{} timed out after {} ms: rank {} has not posted the matching "
-                                  "{}",
-                                  what, timeout_ms, g.peer, g.is_send ? "receive" : "send"));
-      }
-      if (idle > 256) sleep_us(idle > 4096 ? 100 : 10);
+      backoff.wait();
+      if (clock_checks()) return WIA_IN_PROGRESS;
     }
-    if (!g.is_send && got != bytes)
+    r.request = nullptr;
+    if (!r.is_send && got != r.bytes)
       throw Error(WIA_ERROR_MISMATCH,
                   fmt::format("{}: rank {} sent {} B (the two calls differ in count or "
                               "datatype)",
-                              what, g.peer, got));
+                              what, r.peer, got));
     return WIA_SUCCESS;
   } catch (const Error& e) {
+    r.request = nullptr;  // a failed request is released by the provider
     error = e.what();
     break_communicator(e.status(), error);
     return e.status();

@@ -169,12 +169,18 @@ class ProcessCommunicator final : public CommunicatorBase {
   void run_gate(Gate& g);
   // The posting-thread path (see the file comment); false when `call`
   // must go through the stream.
-  bool try_post_inline(Call& call, wia_stream_s* stream);
+  bool try_post_inline(Call& call, wia_stream_s* stream, int peer, bool is_send);
   // Everything a collective needs to run, its NetExecution started; null
   // on failure (status and error set, communicator broken).
   std::unique_ptr<Running> begin(std::uint64_t seq, Call& call,
                                  std::chrono::steady_clock::time_point deadline,
                                  wia_status_t& status, std::string& error);
+  // The same for a point-to-point operation.
+  std::unique_ptr<Running> begin_p2p(std::uint64_t seq, const Call& call, int peer, bool is_send,
+                                     std::chrono::steady_clock::time_point deadline,
+                                     wia_status_t& status, std::string& error);
+  wia_status_t proceed_p2p(Running& r, std::chrono::steady_clock::time_point give_up_at,
+                           std::string& error);
   // Drives it until done, failed or `give_up_at` (WIA_IN_PROGRESS).
   wia_status_t proceed(Running& r, std::chrono::steady_clock::time_point give_up_at,
                        std::string& error);

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/net_exec.hpp"
 
-#include <sched.h>
-#include <time.h>
-
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -11,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "engine/backoff.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "provider/transport_call.hpp"
 
@@ -126,7 +124,8 @@ class NetExecution::Executor {
       for (std::uint32_t k = 0; k < prog_.steps.size(); ++k)
         if (prog_.steps[k].kind == coll::StepKind::kRecvReduce) post(k);
     }
-    std::uint32_t idle = 0, iteration = 0;
+    Backoff backoff(options_.oversubscribed);
+    std::uint32_t iteration = 0;
     while (first_ < prog_.steps.size() || desc_send_ || desc_recv_) {
       bool progressed = false;
       for (std::uint32_t k = first_; k < prog_.steps.size(); ++k)
@@ -138,12 +137,12 @@ class NetExecution::Executor {
         if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
       }
       if (progressed) {
-        idle = 0;
+        backoff.reset();
         continue;
       }
-      backoff(++idle);
-      if ((idle & 15) == 0) {
-        const auto now = std::chrono::steady_clock::now();
+      backoff.wait();
+      if (backoff.read_clock()) {
+        const auto now = backoff.now();
         if (now > options_.deadline) {
           const std::string where = control_.diagnose(mine_desc_.seq);
           throw Error(WIA_ERROR_TIMEOUT,
@@ -319,35 +318,6 @@ class NetExecution::Executor {
     return progressed;
   }
 
-  // Waiting for a peer. A message is usually microseconds away and
-  // waking from a sleep costs about 50 us here (MACHINE-FACTS), so while
-  // the node has a core per rank we pause-spin for a while after the last
-  // progress, then yield, and only then sleep in growing slices. With more
-  // ranks than cores a spinner takes the core its peer needs, so we go
-  // straight to yielding, which runs the peer if it is queued behind us.
-  void backoff(std::uint32_t idle) {
-    using Clock = std::chrono::steady_clock;
-    if (idle == 1) idle_since_ = Clock::now(), idle_for_ = {};
-    if ((idle & 15) == 0) idle_for_ = Clock::now() - idle_since_;
-    if (!options_.oversubscribed && idle_for_ < kSpinFor) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-      return;
-    }
-    if (idle_for_ < kYieldUntil) {
-      sched_yield();
-      return;
-    }
-    const auto slept = std::chrono::duration_cast<std::chrono::microseconds>(idle_for_ - kYieldUntil);
-    const long us = std::clamp<long>(slept.count() / 8, 10, 200);
-    timespec ts{0, us * 1000};
-    nanosleep(&ts, nullptr);
-    idle_for_ = Clock::now() - idle_since_;
-  }
-  static constexpr std::chrono::microseconds kSpinFor{10};
-  static constexpr std::chrono::microseconds kYieldUntil{2000};
-
   std::string timeout_message() const {
     std::set<int> waiting_for;
     std::string first;
@@ -384,8 +354,6 @@ class NetExecution::Executor {
   int next_ = 0, prev_ = 0;
   wia_request_t desc_send_ = nullptr, desc_recv_ = nullptr;
   std::uint32_t first_ = 0;  // steps before it are all done
-  std::chrono::steady_clock::time_point idle_since_{};
-  std::chrono::steady_clock::duration idle_for_{};
   std::vector<wia_request_t> req_;
   std::vector<std::uint8_t> posted_, done_, arrived_;
   std::vector<char*> slot_;  // staging of each receive-reduce
