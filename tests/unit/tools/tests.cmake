@@ -116,3 +116,16 @@ set_tests_properties(tool_wia_info_explain tool_wia_info_explain_1024 tool_wia_i
 add_test(NAME tool_wia_bench_procs COMMAND sh -c "\
   ${_wia_bench} --procs 2 -b 8 -e 64K -f 8 -n 2 -w 1 | tee /dev/stderr | grep -q '# ok: 0 wrong'")
 set_tests_properties(tool_wia_bench_procs PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
+# A whole job under a real Open MPI mpirun: 3 ranks find each other from
+# OMPI_COMM_WORLD_* (file rendezvous on one node), build the shm mesh and
+# check every element of all-reduce and all-gather. Skipped, with the
+# reason, where mpirun is not installed.
+add_test(NAME tool_wia_bench_mpirun COMMAND sh -c "\
+  command -v mpirun >/dev/null 2>&1 || { echo 'SKIPPED: mpirun is not installed (scripts/install-deps.sh installs openmpi-bin)'; exit 77; }; \
+  for op in allreduce allgather; do \
+    timeout 120 mpirun --oversubscribe --allow-run-as-root -np 3 ${_wia_bench} --procs-from-env --op $op -b 8 -e 1M -f 128 -n 2 -w 1 \
+      | tee /dev/stderr | grep -q '# ok: 0 wrong' || exit 1; \
+  done")
+set_tests_properties(tool_wia_bench_mpirun PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "WIA_LOG_LEVEL=error")
