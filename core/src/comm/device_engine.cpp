@@ -16,6 +16,9 @@
 // internal stream rather than by a thread polling events: on this class of
 // machine a polling thread costs a core (docs/performance.md), while the
 // callback wakes exactly the gate that waits.
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "comm/communicator.hpp"
@@ -83,12 +86,37 @@ void Communicator::init_device_engine() {
 
 void Communicator::shutdown_device_engine() noexcept {
   Runtime& rt = Runtime::get();
+  bool abandoned = false;
   for (std::size_t r = 0; r < internal_streams_.size(); ++r) {
     if (!internal_streams_[r]) continue;
     const Device& d = rt.device(devices_[r]);
-    ops_of(d).stream_synchronize(d.provider->ctx(), internal_streams_[r]);
+    // Bounded: drain() already waited for every gate, so the stream is
+    // normally idle; a provider whose stream never finishes is reported
+    // and its stream left alive (a bounded leak) instead of hanging here.
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(std::uint64_t(default_timeout_ms_) + 1000);
+    wia_status_t st;
+    while ((st = ops_of(d).stream_query(d.provider->ctx(), internal_streams_[r])) ==
+               WIA_IN_PROGRESS &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (st == WIA_IN_PROGRESS) {
+      log::error("coll",
+                 "device engine: the internal stream of rank {} (device {}, {}) did not finish "
+                 "within {} ms of the communicator's destruction; it is abandoned",
+                 r, devices_[r], d.provider->name(), default_timeout_ms_ + 1000);
+      internal_streams_[r] = nullptr;
+      abandoned = true;
+      continue;
+    }
     ops_of(d).stream_destroy(d.provider->ctx(), internal_streams_[r]);
     internal_streams_[r] = nullptr;
+  }
+  // An abandoned stream may still use the pooled events and staging
+  // buffers: they are leaked with it.
+  if (abandoned) {
+    (void)pools_.release();
+    return;
   }
   {
     std::lock_guard<std::mutex> lock(enqueue_mu_);
