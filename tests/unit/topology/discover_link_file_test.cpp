@@ -16,30 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.hpp"
+
+using wia::test::TempDir;
+
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/wia_discover_links_XXXXXX";
-    REQUIRE(mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    for (const auto& f : files) std::remove(f.c_str());
-    rmdir(path.c_str());
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string p = file(name);
-    std::ofstream(p) << text;
-    return p;
-  }
-  std::string file(const std::string& name) {
-    files.push_back(path + "/" + name);
-    return files.back();
-  }
-  std::vector<std::string> files;
-};
 
 std::string read(const std::string& path) {
   std::ifstream in(path);
@@ -132,7 +114,7 @@ void check_measured_pair_only(const Figures& got, const Figures& provider) {
 TEST_CASE(
     "discovery takes measured figures for the pair the link file names, provider figures "
     "for the others") {
-  TempDir dir;
+  TempDir dir("wia_discover_links");
   const Figures provider = discover(dir, "", dir.file("provider.log"));
   REQUIRE(provider.n == 3);
   REQUIRE(provider.bw(0, 1) != 123.5);
@@ -154,7 +136,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a link file measured on another host of the same build matches by device name") {
-  TempDir dir;
+  TempDir dir("wia_discover_links");
   const Figures provider = discover(dir, "", dir.file("provider.log"));
   const std::string file = dir.write("other-host.yaml", measured_file("not-" + host_name()));
   check_measured_pair_only(
@@ -164,7 +146,7 @@ TEST_CASE("a link file measured on another host of the same build matches by dev
 TEST_CASE(
     "a link file that matches no device is a warning naming it; discovery keeps the "
     "provider figures") {
-  TempDir dir;
+  TempDir dir("wia_discover_links");
   const Figures provider = discover(dir, "", dir.file("provider.log"));
   // One device per rank, as wia-bw --procs writes: no device of this process.
   const std::string file =
@@ -188,7 +170,7 @@ TEST_CASE(
 TEST_CASE(
     "a malformed or missing link file is a warning with file:line:column; discovery keeps "
     "the provider figures") {
-  TempDir dir;
+  TempDir dir("wia_discover_links");
   const Figures provider = discover(dir, "", dir.file("provider.log"));
   const std::string bad = dir.write("bad.yaml",
                                     "nodes:\n"

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "../temp_dir.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "topology/diff.hpp"
@@ -16,29 +17,12 @@
 
 using namespace wia;
 
+using wia::test::TempDir;
+
 namespace {
 
 const std::string kTopologies = std::string(WIA_TEST_SOURCE_DIR) + "/config/topologies/";
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/wia_links_XXXXXX";
-    REQUIRE(mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    for (const auto& f : files) std::remove(f.c_str());
-    rmdir(path.c_str());
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string p = path + "/" + name;
-    std::ofstream(p) << text;
-    files.push_back(p);
-    return p;
-  }
-  std::vector<std::string> files;
-};
 
 const char* kTwoBoxes = R"(nodes:
   - name: box
@@ -56,7 +40,7 @@ links:
 }  // namespace
 
 TEST_CASE("topology files place devices on NUMA nodes and in processes") {
-  TempDir dir;
+  TempDir dir("wia_links");
   const topo::Topology t = topo::load_yaml(dir.write("two.yaml", kTwoBoxes));
   REQUIRE(t.n == 8);
   CHECK(t.numa(0) == 0);
@@ -93,7 +77,7 @@ TEST_CASE("topology files place devices on NUMA nodes and in processes") {
 }
 
 TEST_CASE("topology diff reports missing and extra devices and links beyond tolerance") {
-  TempDir dir;
+  TempDir dir("wia_links");
   const topo::Topology declared = topo::load_yaml(kTopologies + "4node-ib-hdr.yaml");
   // Same machine, one node short, and IB measured at 20 instead of 25 GB/s.
   const topo::Topology detected = topo::load_yaml(dir.write("seen.yaml", R"(nodes:
@@ -117,7 +101,7 @@ links:
 }
 
 TEST_CASE("tuner: measured links become per-link alpha and bandwidth") {
-  TempDir dir;
+  TempDir dir("wia_links");
   const std::string file = dir.write("measured.yaml", R"(nodes:
   - {name: h, devices: 3}
 links:
