@@ -344,28 +344,21 @@ class PairBench {
   }
   void sync(wia_stream_t s) { check(wia_stream_synchronize(s), me_, "wia_stream_synchronize"); }
 
-  // There and back: the measuring rank times the round trip.
-  void ping_pong(int peer, bool measuring, std::size_t n) {
+  // n bytes there and `reply` bytes back; the measuring rank times it.
+  void exchange(int peer, bool measuring, std::size_t n, std::size_t reply) {
     if (measuring) {
       send(data_, send_, n, peer, forward_stream_);
-      recv(data_, recv_, n, peer, forward_stream_);
+      recv(data_, recv_, reply, peer, forward_stream_);
     } else {
       recv(data_, recv_, n, peer, forward_stream_);
-      send(data_, send_, n, peer, forward_stream_);
+      send(data_, send_, reply, peer, forward_stream_);
     }
     sync(forward_stream_);
   }
+  // There and back: the round trip.
+  void ping_pong(int peer, bool measuring, std::size_t n) { exchange(peer, measuring, n, n); }
   // One message and a 1-byte acknowledgement: complete at the receiver.
-  void one_way(int peer, bool measuring, std::size_t n) {
-    if (measuring) {
-      send(data_, send_, n, peer, forward_stream_);
-      recv(data_, recv_, 1, peer, forward_stream_);
-    } else {
-      recv(data_, recv_, n, peer, forward_stream_);
-      send(data_, send_, 1, peer, forward_stream_);
-    }
-    sync(forward_stream_);
-  }
+  void one_way(int peer, bool measuring, std::size_t n) { exchange(peer, measuring, n, 1); }
   // A 1-byte ping-pong lines both ranks up (the untimed peer starts first,
   // by at most one small message), then one message each way at once.
   void both_ways(int peer, bool measuring, std::size_t n) {
