@@ -973,6 +973,7 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   }
   // Failures are reported like those of a collective run by the stream.
   if (st != WIA_SUCCESS) stream->set_async_error(st, error);
+  recycle(std::move(r));
   release_turn(seq);
   in_flight_.fetch_sub(1);
   order_signal_.notify();
@@ -1022,6 +1023,7 @@ void ProcessCommunicator::run_gate(Gate& g) {
   wia_status_t st;
   if (g.running) {
     st = proceed(*g.running, Clock::time_point::max(), error);
+    recycle(std::move(g.running));
     release_turn(g.seq);
   } else {
     st = g.peer >= 0 ? execute_p2p(g.seq, g, error) : execute(g.seq, g.call, error);
@@ -1064,10 +1066,11 @@ wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::st
                         error_message_);
     return error_;
   }
-  std::unique_ptr<Running> r;
   wia_status_t st = WIA_SUCCESS;
-  r = begin(seq, call, deadline, st, error);
-  return r ? proceed(*r, Clock::time_point::max(), error) : st;
+  std::unique_ptr<Running> r = begin(seq, call, deadline, st, error);
+  if (r) st = proceed(*r, Clock::time_point::max(), error);
+  recycle(std::move(r));
+  return st;
 }
 
 std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
@@ -1079,7 +1082,7 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
     double estimate = 0;
     std::string reason;
     std::shared_ptr<const engine::ExecPlan> plan = plan_for(call, false, &estimate, &reason);
-    auto r = std::make_unique<Running>(*this);
+    std::unique_ptr<Running> r = take_running();
     r->seq = seq;
     engine::RankBuffers& b = r->buffers;
     b = call.buffers;
@@ -1160,6 +1163,36 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
   }
 }
 
+// One Running is kept for reuse: a collective after another (the common
+// case) then allocates nothing here and copies the links' names in place.
+std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::take_running() {
+  std::unique_ptr<Running> r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    r = std::move(spare_running_);
+  }
+  if (!r) return std::make_unique<Running>(*this);
+  r->seq = r->index = 0;
+  r->buffers = {};
+  r->descriptor = {};
+  r->options = {};
+  r->peer = -1;
+  r->is_send = false;
+  r->buf = nullptr;
+  r->bytes = 0;
+  r->request = nullptr;
+  r->what.clear();
+  return r;
+}
+
+void ProcessCommunicator::recycle(std::unique_ptr<Running> r) {
+  if (!r) return;
+  r->execution.reset();
+  r->plan.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  spare_running_ = std::move(r);
+}
+
 wia_status_t ProcessCommunicator::proceed(Running& r, Clock::time_point give_up_at,
                                           std::string& error) {
   if (r.peer >= 0) return proceed_p2p(r, give_up_at, error);
@@ -1238,13 +1271,15 @@ wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::s
   }
   wia_status_t st = WIA_SUCCESS;
   std::unique_ptr<Running> r = begin_p2p(seq, g.call, g.peer, g.is_send, deadline, st, error);
-  return r ? proceed(*r, Clock::time_point::max(), error) : st;
+  if (r) st = proceed(*r, Clock::time_point::max(), error);
+  recycle(std::move(r));
+  return st;
 }
 
 std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin_p2p(
     std::uint64_t seq, const Call& call, int peer, bool is_send, Clock::time_point deadline,
     wia_status_t& status, std::string& error) {
-  auto r = std::make_unique<Running>(*this);
+  std::unique_ptr<Running> r = take_running();
   r->seq = seq;
   r->peer = peer;
   r->is_send = is_send;

@@ -184,6 +184,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Drives it until done, failed or `give_up_at` (WIA_IN_PROGRESS).
   wia_status_t proceed(Running& r, std::chrono::steady_clock::time_point give_up_at,
                        std::string& error);
+  std::unique_ptr<Running> take_running();
+  void recycle(std::unique_ptr<Running> r);
   // Operation `seq` is over: the next one may run.
   void release_turn(std::uint64_t seq);
   // Runs `call` as collective `seq` once every earlier one has run.
@@ -227,6 +229,7 @@ class ProcessCommunicator final : public CommunicatorBase {
     std::string reason;
   };
   std::array<PlanMemo, 8> plan_memo_;
+  std::unique_ptr<Running> spare_running_;  // take_running()
   std::size_t plan_memo_next_ = 0;
   std::unique_ptr<tuner::Selector> selector_;
   // The node grouping when the communicator spans nodes (hierarchical
