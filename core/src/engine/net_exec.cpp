@@ -71,14 +71,10 @@ class NetExecution::Executor {
         control_(control),
         options_(options) {
     const std::size_t n = prog_.steps.size();
-    req_.assign(n, nullptr);
-    posted_.assign(n, 0);
-    done_.assign(n, 0);
-    arrived_.assign(n, 0);
-    slot_.assign(n, nullptr);
+    st_.assign(n, StepState{});
     for (std::size_t k = 0; k < n; ++k)
       if (prog_.steps[k].kind == coll::StepKind::kRecvReduce) {
-        slot_[k] = staging;
+        st_[k].slot = staging;
         staging += prog_.steps[k].count * es_;
       }
   }
@@ -129,8 +125,8 @@ class NetExecution::Executor {
     while (first_ < prog_.steps.size() || desc_send_ || desc_recv_) {
       bool progressed = false;
       for (std::uint32_t k = first_; k < prog_.steps.size(); ++k)
-        if (!done_[k]) progressed |= advance(k);
-      while (first_ < prog_.steps.size() && done_[first_]) ++first_;
+        if (!st_[k].done) progressed |= advance(k);
+      while (first_ < prog_.steps.size() && st_[first_].done) ++first_;
       progressed |= advance_descriptor();
       if (!progressed || (++iteration & 31) == 0) {
         const std::string reason = control_.poll();
@@ -161,7 +157,7 @@ class NetExecution::Executor {
   bool deps_done(const coll::Step& st) const {
     const std::uint32_t* deps = prog_.deps_of(st);
     for (std::uint32_t i = 0; i < st.dep_count; ++i)
-      if (!done_[deps[i]]) return false;
+      if (!st_[deps[i]].done) return false;
     return true;
   }
 
@@ -176,14 +172,14 @@ class NetExecution::Executor {
         return t.isend(ctx, l.conn, at(st.src), bytes(st), st.tag, nullptr, &r);
       });
     } else {
-      void* dst = st.kind == coll::StepKind::kRecvReduce ? slot_[k] : at(st.dst);
+      void* dst = st.kind == coll::StepKind::kRecvReduce ? st_[k].slot : at(st.dst);
       transport_call(l, "irecv", [&](const wia_transport_ops_v1_t& t, void* ctx) {
         return t.irecv(ctx, l.conn, dst, bytes(st), st.tag, nullptr, &r);
       });
     }
     if (!r) return false;
-    req_[k] = r;
-    posted_[k] = 1;
+    st_[k].req = r;
+    st_[k].posted = true;
     return true;
   }
 
@@ -195,16 +191,16 @@ class NetExecution::Executor {
     std::uint64_t size = 0;
     try {
       transport_call(l, "test", [&](const wia_transport_ops_v1_t& t, void* ctx) {
-        return t.test(ctx, req_[k], &done, &size);
+        return t.test(ctx, st_[k].req, &done, &size);
       });
     } catch (const Error& e) {
-      req_[k] = nullptr;  // a failed request is released by the provider
+      st_[k].req = nullptr;  // a failed request is released by the provider
       throw Error(e.status(), fmt::format("rank {} step {} ({} of {} B {} rank {}): {}", rank_, k,
                                           st.is_send() ? "send" : "receive", bytes(st),
                                           st.is_send() ? "to" : "from", st.peer, e.what()));
     }
     if (!done) return false;
-    req_[k] = nullptr;
+    st_[k].req = nullptr;
     if (!st.is_send() && size != bytes(st))
       throw Error(WIA_ERROR_MISMATCH,
                   fmt::format("rank {} step {}: received {} B from rank {} where the schedule "
@@ -219,39 +215,39 @@ class NetExecution::Executor {
       case coll::StepKind::kSend:
       case coll::StepKind::kRecv: {
         bool progressed = false;
-        if (!posted_[k]) {
+        if (!st_[k].posted) {
           if (!deps_done(st) || !post(k)) return false;
           progressed = true;
         }
         if (!test(k)) return progressed;
-        done_[k] = 1;
+        st_[k].done = true;
         return true;
       }
       case coll::StepKind::kRecvReduce: {
         bool progressed = false;
-        if (!posted_[k]) {
+        if (!st_[k].posted) {
           if (!post(k)) return false;
           progressed = true;
         }
-        if (!arrived_[k]) {
+        if (!st_[k].arrived) {
           if (!test(k)) return progressed;
-          arrived_[k] = 1;
+          st_[k].arrived = true;
           progressed = true;
         }
         if (!deps_done(st)) return progressed;
-        reduce(st, at(st.dst), at(st.src), slot_[k]);
-        done_[k] = 1;
+        reduce(st, at(st.dst), at(st.src), st_[k].slot);
+        st_[k].done = true;
         return true;
       }
       case coll::StepKind::kCopy:
         if (!deps_done(st)) return false;
         std::memmove(at(st.dst), at(st.src), bytes(st));
-        done_[k] = 1;
+        st_[k].done = true;
         return true;
       case coll::StepKind::kReduce:
         if (!deps_done(st)) return false;
         reduce(st, at(st.dst), at(st.dst), at(st.src));
-        done_[k] = 1;
+        st_[k].done = true;
         return true;
     }
     return false;
@@ -323,7 +319,7 @@ class NetExecution::Executor {
     std::string first;
     for (std::uint32_t k = first_; k < prog_.steps.size(); ++k) {
       const coll::Step& st = prog_.steps[k];
-      if (done_[k] || !st.is_recv() || arrived_[k] || !posted_[k]) continue;
+      if (st_[k].done || !st.is_recv() || st_[k].arrived || !st_[k].posted) continue;
       waiting_for.insert(st.peer);
       if (first.empty())
         first = fmt::format("step {}: receive of {} B from rank {}", k, bytes(st), st.peer);
@@ -354,9 +350,13 @@ class NetExecution::Executor {
   int next_ = 0, prev_ = 0;
   wia_request_t desc_send_ = nullptr, desc_recv_ = nullptr;
   std::uint32_t first_ = 0;  // steps before it are all done
-  std::vector<wia_request_t> req_;
-  std::vector<std::uint8_t> posted_, done_, arrived_;
-  std::vector<char*> slot_;  // staging of each receive-reduce
+  // Per step, in one allocation (one collective's worth of state).
+  struct StepState {
+    wia_request_t req = nullptr;
+    char* slot = nullptr;  // staging of a receive-reduce
+    bool posted = false, done = false, arrived = false;
+  };
+  std::vector<StepState> st_;
 };
 
 NetExecution::NetExecution(const ExecPlan& plan, int rank, const RankBuffers& mine,
