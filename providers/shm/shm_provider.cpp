@@ -25,6 +25,7 @@
 //    length, ids); a bad record fails the connection, never overflows.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -33,9 +34,11 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -52,9 +55,9 @@
 #include <new>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "shm_queues.hpp"
 #include "shm_wire.hpp"
 
 #ifndef SYS_pidfd_open
@@ -165,6 +168,44 @@ bool parse_size(const char* text, std::uint64_t* out) {
 }
 
 // ---------------------------------------------------------------------------
+// Per-connection lock
+
+// Serialises the calls on one connection. Held for one bounded progress
+// step, and nearly always uncontended (the ABI allows concurrent test()
+// calls, the core rarely makes them), where pthread_mutex_lock/unlock
+// cost as much as the rest of a small send. Waiters spin briefly, then
+// yield, then sleep: an oversubscribed machine does not burn the holder's
+// core, and a holder of lower real-time priority still gets to run.
+class SpinLock {
+ public:
+  void lock() noexcept {
+    for (unsigned spins = 0; locked_.exchange(true, std::memory_order_acquire);) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        if (++spins < 128) {
+          cpu_relax();
+        } else if (spins < 256) {
+          sched_yield();
+        } else {
+          const timespec pause{0, 20'000};
+          nanosleep(&pause, nullptr);
+        }
+      }
+    }
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+  }
+  std::atomic<bool> locked_{false};
+};
+
+// ---------------------------------------------------------------------------
 // Rings
 
 struct TxRing {
@@ -172,6 +213,7 @@ struct TxRing {
   std::uint8_t* data = nullptr;
   std::uint64_t size = 0;
   std::uint64_t head = 0;         // our own head (the shared one lags until commit)
+  std::uint64_t pos = 0;          // head % size, kept so the hot path needs no division
   std::uint64_t cached_tail = 0;  // last tail read from the consumer
   std::uint32_t seq = 0;
 
@@ -180,7 +222,6 @@ struct TxRing {
   // or nullptr when the ring is too full now. Writes stay inside the ring
   // whatever the (untrusted) consumer tail says.
   RecordHeader* reserve(std::uint64_t span) {
-    const std::uint64_t pos = head % size;
     const std::uint64_t contig = size - pos;
     const std::uint64_t need = span <= contig ? span : contig + span;
     if (need > size - (head - cached_tail)) {
@@ -191,11 +232,14 @@ struct TxRing {
       auto* pad = reinterpret_cast<RecordHeader*>(data + pos);
       *pad = RecordHeader{wire::kPad, 0, seq++, 0, contig - sizeof(RecordHeader), 0, 0, 0};
       head += contig;
+      pos = 0;
     }
-    return reinterpret_cast<RecordHeader*>(data + head % size);
+    return reinterpret_cast<RecordHeader*>(data + pos);
   }
   void commit(std::uint64_t span) {
     head += span;
+    pos += span;  // span <= size - pos: reserve() made room before the end
+    if (pos == size) pos = 0;
     ctl->head.store(head, std::memory_order_release);
   }
 };
@@ -205,6 +249,7 @@ struct RxRing {
   const std::uint8_t* data = nullptr;
   std::uint64_t size = 0;
   std::uint64_t tail = 0;
+  std::uint64_t pos = 0;  // tail % size, kept so the hot path needs no division
   std::uint64_t cached_head = 0;
   std::uint32_t seq = 0;
 
@@ -225,7 +270,6 @@ struct RxRing {
                  cached_head, tail, size);
       return Peek::kCorrupt;
     }
-    const std::uint64_t pos = tail % size;
     const std::uint64_t contig = size - pos;
     std::memcpy(h, data + pos, sizeof(*h));
     if (h->seq != seq) {
@@ -249,7 +293,10 @@ struct RxRing {
     return Peek::kRecord;
   }
   void consume(const RecordHeader& h) {
-    tail += wire::record_span(h.len);
+    const std::uint64_t span = wire::record_span(h.len);
+    tail += span;
+    pos += span;  // next() checked that the record ends inside the ring
+    if (pos == size) pos = 0;
     ++seq;
     ctl->tail.store(tail, std::memory_order_release);
   }
@@ -272,6 +319,9 @@ enum class Stage : std::uint8_t {
 
 struct Request {
   Conn* conn = nullptr;
+  Request* qnext = nullptr;  // the one queue it waits in (out_sends, streaming, cma_recvs, posted)
+  Request* live_prev = nullptr;  // Conn::live: every request not yet released by test()
+  Request* live_next = nullptr;
   bool is_send = false;
   Stage stage = Stage::kQueued;
   std::uint8_t* buf = nullptr;  // const for sends; never written then
@@ -286,16 +336,33 @@ struct Request {
   std::string error;
 };
 
-// A message that arrived before its receive was posted.
+// A message that arrived before its receive was posted. Small eager
+// payloads stay inside the node (nodes are recycled), larger ones get a
+// heap buffer.
+constexpr std::uint64_t kInlineUnexpected = 256;
 struct Unexpected {
+  Unexpected* qnext = nullptr;
   std::uint16_t type = 0;  // kEager or kRts
   std::uint16_t flags = 0;
   std::uint64_t msg_size = 0;
   std::uint64_t send_id = 0;
   std::uint64_t addr = 0;
-  std::unique_ptr<std::uint8_t[]> data;  // eager payload
+  std::unique_ptr<std::uint8_t[]> data;  // eager payload above kInlineUnexpected bytes
   std::uint64_t capacity = 0;            // bytes allocated at data
+  alignas(16) std::uint8_t inline_data[kInlineUnexpected];
+
+  const std::uint8_t* payload() const { return data ? data.get() : inline_data; }
 };
+
+// Objects kept for reuse per connection, beyond which released ones are
+// freed: enough for every request of a collective step, and bounded so a
+// burst does not pin memory for the connection's life.
+constexpr std::size_t kMaxFreeRequests = 1024;
+constexpr std::size_t kMaxFreeUnexpected = 256;
+// An idle progress step reads the clock only every this many calls (the
+// clock read was the largest single cost of a polling test()); the peer
+// check still runs at most every liveness_interval_us.
+constexpr std::uint32_t kIdleStepsPerClockRead = 64;
 
 // A record to write that is not a message of ours (CTS, FIN).
 struct Control {
@@ -306,7 +373,7 @@ enum class ConnState { kConnecting, kUp, kFailed };
 
 struct Conn {
   Provider* provider = nullptr;
-  std::mutex mu;  // test() of two requests of one connection may run concurrently
+  SpinLock mu;  // test() of two requests of one connection may run concurrently
   ConnState state = ConnState::kConnecting;
   int sock = -1;
   int peer_pid = 0;
@@ -326,24 +393,46 @@ struct Conn {
   std::uint64_t eager_size = 0;
   std::uint64_t chunk_size = 0;
 
-  std::deque<Request*> out_sends;   // in isend order: EAGER/RTS records not yet written
+  Fifo<Request> out_sends;          // in isend order: EAGER/RTS records not yet written
   std::deque<Control> out_control;  // CTS/FIN records not yet written
-  std::deque<Request*> streaming;   // sends cleared by CTS, in CTS order
-  std::unordered_map<std::uint64_t, Request*> sends_waiting;  // by send id
-  std::unordered_map<std::uint64_t, Request*> recvs_staged;   // by recv id
-  std::deque<Request*> cma_recvs;
-  std::unordered_map<std::uint64_t, std::deque<Request*>> posted;  // by tag
-  std::unordered_map<std::uint64_t, std::deque<Unexpected>> unexpected;
+  Fifo<Request> streaming;          // sends cleared by CTS, in CTS order
+  std::unordered_map<std::uint64_t, Request*> sends_waiting;  // by send id (large messages only)
+  std::unordered_map<std::uint64_t, Request*> recvs_staged;   // by recv id (large messages only)
+  Fifo<Request> cma_recvs;
+  TagQueues<Request> posted;         // by tag, in post order
+  TagQueues<Unexpected> unexpected;  // by tag, in arrival order
   std::uint64_t unexpected_bytes = 0;
   // Buffers of consumed unexpected messages, kept for the next ones: a
   // fresh heap block per message costs page faults (glibc trims and
   // re-grows the heap), which made unexpected 64 KiB messages 3x slower.
   std::vector<std::pair<std::unique_ptr<std::uint8_t[]>, std::uint64_t>> spare_buffers;
   bool warned_unexpected_limit = false;
-  std::unordered_set<Request*> live;  // every request not yet released by test()
+  Request* live = nullptr;  // every request not yet released by test(), via live_next
+  std::size_t live_count = 0;
+  Request* free_requests = nullptr;  // released requests for reuse, via qnext
+  std::size_t free_request_count = 0;
+  Unexpected* free_unexpected = nullptr;  // consumed nodes for reuse, via qnext
+  std::size_t free_unexpected_count = 0;
+  std::uint32_t idle_steps = 0;  // idle progress steps since the last clock read
   std::string failure;
 
   ~Conn() {
+    for (Request* r = live; r != nullptr;) {
+      Request* next = r->live_next;
+      delete r;
+      r = next;
+    }
+    for (Request* r = free_requests; r != nullptr;) {
+      Request* next = r->qnext;
+      delete r;
+      r = next;
+    }
+    unexpected.drain([](Unexpected* u) { delete u; });
+    for (Unexpected* u = free_unexpected; u != nullptr;) {
+      Unexpected* next = u->qnext;
+      delete u;
+      u = next;
+    }
     if (segment != MAP_FAILED) munmap(segment, segment_len);
     if (sock >= 0) ::close(sock);
     if (peer_pidfd >= 0) ::close(peer_pidfd);
@@ -386,7 +475,7 @@ void fail_conn(Conn* c, const std::string& why) {
   c->failure = why;
   if (c->sock >= 0) shutdown(c->sock, SHUT_RDWR);
   std::size_t pending = 0;
-  for (Request* r : c->live)
+  for (Request* r = c->live; r != nullptr; r = r->live_next)
     if (r->stage != Stage::kDone) {
       fail_request(r, why);
       ++pending;
@@ -439,13 +528,32 @@ void start_large_recv(Conn* c, Request* r, std::uint64_t msg_size, std::uint64_t
   queue_control(c, wire::kCts, 0, r->tag, msg_size, send_id, r->id);
 }
 
-Request* pop_posted(Conn* c, std::uint64_t tag) {
-  auto it = c->posted.find(tag);
-  if (it == c->posted.end()) return nullptr;
-  Request* r = it->second.front();
-  it->second.pop_front();
-  if (it->second.empty()) c->posted.erase(it);
-  return r;
+Request* pop_posted(Conn* c, std::uint64_t tag) { return c->posted.pop(tag); }
+
+Unexpected* new_unexpected(Conn* c) {
+  if (Unexpected* u = c->free_unexpected) {
+    c->free_unexpected = u->qnext;
+    --c->free_unexpected_count;
+    u->qnext = nullptr;
+    return u;
+  }
+  return new (std::nothrow) Unexpected;
+}
+
+// A consumed unexpected message: its heap buffer goes to the spares, the
+// node to the free list.
+void release_unexpected(Conn* c, Unexpected* u) {
+  if (u->data && c->spare_buffers.size() < 32)
+    c->spare_buffers.emplace_back(std::move(u->data), u->capacity);
+  u->data.reset();
+  u->capacity = 0;
+  if (c->free_unexpected_count >= kMaxFreeUnexpected) {
+    delete u;
+    return;
+  }
+  u->qnext = c->free_unexpected;
+  c->free_unexpected = u;
+  ++c->free_unexpected_count;
 }
 
 void take_buffer(Conn* c, std::uint64_t len, Unexpected* u) {
@@ -499,20 +607,32 @@ bool handle_record(Conn* c, const RecordHeader& h, const std::uint8_t* payload) 
         }
         return false;
       }
-      Unexpected u;
-      u.type = wire::kEager;
-      u.msg_size = h.len;
-      if (h.len > 0) {
-        take_buffer(c, h.len, &u);
-        if (!u.data) {
+      Unexpected* u = new_unexpected(c);
+      if (u == nullptr) {
+        fail_conn(c, "out of memory buffering an unexpected message");
+        return false;
+      }
+      u->type = wire::kEager;
+      u->flags = 0;
+      u->msg_size = h.len;
+      if (h.len > kInlineUnexpected) {
+        take_buffer(c, h.len, u);
+        if (!u->data) {
+          release_unexpected(c, u);
           fail_conn(c, format("out of memory buffering an unexpected message of %" PRIu64 " bytes",
                               h.len));
           return false;
         }
-        std::memcpy(u.data.get(), payload, h.len);
+        std::memcpy(u->data.get(), payload, h.len);
+      } else if (h.len > 0) {
+        std::memcpy(u->inline_data, payload, h.len);
+      }
+      if (!c->unexpected.push(h.tag, u)) {
+        release_unexpected(c, u);
+        fail_conn(c, "out of memory queueing an unexpected message");
+        return false;
       }
       c->unexpected_bytes += h.len;
-      c->unexpected[h.tag].push_back(std::move(u));
       return true;
     }
     case wire::kRts: {
@@ -526,13 +646,17 @@ bool handle_record(Conn* c, const RecordHeader& h, const std::uint8_t* payload) 
         start_large_recv(c, r, h.msg_size, h.id, h.addr, h.flags);
         return true;
       }
-      Unexpected u;
-      u.type = wire::kRts;
-      u.flags = h.flags;
-      u.msg_size = h.msg_size;
-      u.send_id = h.id;
-      u.addr = h.addr;
-      c->unexpected[h.tag].push_back(std::move(u));
+      Unexpected* u = new_unexpected(c);
+      if (u == nullptr || !c->unexpected.push(h.tag, u)) {
+        if (u != nullptr) release_unexpected(c, u);
+        fail_conn(c, "out of memory queueing an unexpected RTS");
+        return false;
+      }
+      u->type = wire::kRts;
+      u->flags = h.flags;
+      u->msg_size = h.msg_size;
+      u->send_id = h.id;
+      u->addr = h.addr;
       return true;
     }
     case wire::kCts: {
@@ -592,11 +716,11 @@ bool handle_record(Conn* c, const RecordHeader& h, const std::uint8_t* payload) 
 
 bool drain_rx(Conn* c) {
   bool work = false;
+  std::string why;  // set only when a record is corrupt
   // Bounded so that one test() call stays short even under a flood.
   for (int budget = 0; budget < 512 && c->state == ConnState::kUp; ++budget) {
     RecordHeader h;
     const std::uint8_t* payload = nullptr;
-    std::string why;
     switch (c->rx.next(&h, &payload, &why)) {
       case RxRing::Peek::kEmpty:
         return work;
@@ -657,8 +781,7 @@ bool run_cma(Conn* c) {
                c->peer_pid, errno_text(e).c_str()));
     c->cma_readable = false;
     while (!c->cma_recvs.empty()) {
-      Request* q = c->cma_recvs.front();
-      c->cma_recvs.pop_front();
+      Request* q = c->cma_recvs.pop_front();
       q->stage = Stage::kStaged;
       q->offset = 0;
       q->id = c->next_id++;
@@ -746,18 +869,27 @@ void check_liveness(Conn* c) {
   while (drain_rx(c)) {
   }
   std::size_t still_pending = 0;
-  for (Request* r : c->live) still_pending += r->stage != Stage::kDone ? 1 : 0;
+  for (Request* r = c->live; r != nullptr; r = r->live_next)
+    still_pending += r->stage != Stage::kDone ? 1 : 0;
   if (still_pending > 0 || c->state == ConnState::kUp)
     fail_conn(c, format("peer pid %d %s (exited or was killed)", c->peer_pid, how.c_str()));
 }
 
-void progress(Conn* c) {
+// One bounded progress step. `sending`: called by isend, which writes its
+// record before looking at what came in (the peer is waiting for it).
+void progress(Conn* c, bool sending = false) {
   if (c->state != ConnState::kUp) return;
-  bool work = drain_rx(c);
-  work |= run_cma(c);
-  work |= flush_tx(c);
+  bool work = sending && flush_tx(c);
+  bool got = drain_rx(c);
+  if (!c->cma_recvs.empty()) got |= run_cma(c);
+  // Records drained may have queued CTS/FIN or cleared sends to stream.
+  if (got || !sending) work |= flush_tx(c);
+  work |= got;
   if (c->state != ConnState::kUp) return;
-  if (!work) {
+  if (work) {
+    c->idle_steps = 0;
+  } else if (++c->idle_steps >= kIdleStepsPerClockRead) {
+    c->idle_steps = 0;
     const std::uint64_t now = monotonic_ns();
     if (now - c->last_liveness_ns >= c->provider->cfg.liveness_interval_ns) {
       c->last_liveness_ns = now;
@@ -1284,18 +1416,57 @@ wia_status_t dereg_mr(void*, wia_mr_t mr) {
   return WIA_SUCCESS;
 }
 
+// A request from the connection's free list (or the heap), linked into
+// `live` until test() releases it.
 Request* new_request(Conn* c, bool is_send, const void* buf, std::uint64_t size,
                      std::uint64_t tag) {
-  if (c->live.size() >= (1u << 16)) return nullptr;  // max_requests: the caller retries
-  auto* r = new (std::nothrow) Request;
-  if (r == nullptr) return nullptr;
+  if (c->live_count >= (1u << 16)) return nullptr;  // max_requests: the caller retries
+  Request* r = c->free_requests;
+  if (r != nullptr) {
+    c->free_requests = r->qnext;
+    --c->free_request_count;
+  } else {
+    r = new (std::nothrow) Request;
+    if (r == nullptr) return nullptr;
+  }
   r->conn = c;
+  r->qnext = nullptr;
   r->is_send = is_send;
+  r->stage = Stage::kQueued;
   r->buf = static_cast<std::uint8_t*>(const_cast<void*>(buf));
   r->capacity = size;
   r->tag = tag;
-  c->live.insert(r);
+  r->id = 0;
+  r->msg_size = 0;
+  r->offset = 0;
+  r->peer_id = 0;
+  r->peer_addr = 0;
+  r->status = WIA_SUCCESS;
+  r->error.clear();
+  r->live_prev = nullptr;
+  r->live_next = c->live;
+  if (c->live != nullptr) c->live->live_prev = r;
+  c->live = r;
+  ++c->live_count;
   return r;
+}
+
+// Unlinks a request from `live` and keeps it for reuse (or frees it).
+void release_request(Conn* c, Request* r) {
+  if (r->live_prev != nullptr)
+    r->live_prev->live_next = r->live_next;
+  else
+    c->live = r->live_next;
+  if (r->live_next != nullptr) r->live_next->live_prev = r->live_prev;
+  --c->live_count;
+  if (c->free_request_count >= kMaxFreeRequests) {
+    delete r;
+    return;
+  }
+  r->stage = Stage::kDone;
+  r->qnext = c->free_requests;
+  c->free_requests = r;
+  ++c->free_request_count;
 }
 
 wia_status_t post_check(Provider* p, Conn* c, const void* buf, std::uint64_t size,
@@ -1314,13 +1485,13 @@ wia_status_t isend_impl(void* ctx, wia_conn_t conn, const void* buf, uint64_t si
   Provider* p = prov(ctx);
   if (conn == nullptr || request == nullptr) return WIA_ERROR_INVALID_ARGUMENT;
   Conn* c = reinterpret_cast<Conn*>(conn);
-  std::lock_guard<std::mutex> lock(c->mu);
+  std::lock_guard<SpinLock> lock(c->mu);
   *request = nullptr;
   if (wia_status_t st = post_check(p, c, buf, size, "isend"); st != WIA_SUCCESS) return st;
   Request* r = new_request(c, true, buf, size, tag);
   if (r == nullptr) return WIA_SUCCESS;  // no resources now: retry
   c->out_sends.push_back(r);
-  progress(c);
+  progress(c, /*sending=*/true);
   *request = reinterpret_cast<wia_request_t>(r);
   return WIA_SUCCESS;
 }
@@ -1330,36 +1501,33 @@ wia_status_t irecv_impl(void* ctx, wia_conn_t conn, void* buf, uint64_t size, ui
   Provider* p = prov(ctx);
   if (conn == nullptr || request == nullptr) return WIA_ERROR_INVALID_ARGUMENT;
   Conn* c = reinterpret_cast<Conn*>(conn);
-  std::lock_guard<std::mutex> lock(c->mu);
+  std::lock_guard<SpinLock> lock(c->mu);
   *request = nullptr;
   // A message that arrived before the peer went away is still delivered.
-  const bool buffered =
-      c->unexpected.count(tag) != 0 && c->unexpected[tag].front().type == wire::kEager;
+  Unexpected* u = c->unexpected.front(tag);
+  const bool buffered = u != nullptr && u->type == wire::kEager;
   if (!(buffered && c->state == ConnState::kFailed))
     if (wia_status_t st = post_check(p, c, buf, size, "irecv"); st != WIA_SUCCESS) return st;
   Request* r = new_request(c, false, buf, size, tag);
   if (r == nullptr) return WIA_SUCCESS;
   r->stage = Stage::kPosted;
-  auto it = c->unexpected.find(tag);
-  if (it != c->unexpected.end()) {
-    Unexpected u = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) c->unexpected.erase(it);
-    if (u.type == wire::kEager) {
-      c->unexpected_bytes -= u.msg_size;
-      if (u.msg_size > size) {
-        fail_request(r, too_small(c, u.msg_size, size, tag));
+  if (u != nullptr) {
+    c->unexpected.pop(tag);
+    if (u->type == wire::kEager) {
+      c->unexpected_bytes -= u->msg_size;
+      if (u->msg_size > size) {
+        fail_request(r, too_small(c, u->msg_size, size, tag));
       } else {
-        if (u.msg_size > 0) std::memcpy(buf, u.data.get(), u.msg_size);
-        complete(r, u.msg_size);
+        if (u->msg_size > 0) std::memcpy(buf, u->payload(), u->msg_size);
+        complete(r, u->msg_size);
       }
-      if (u.data && c->spare_buffers.size() < 32)
-        c->spare_buffers.emplace_back(std::move(u.data), u.capacity);
     } else {
-      start_large_recv(c, r, u.msg_size, u.send_id, u.addr, u.flags);
+      start_large_recv(c, r, u->msg_size, u->send_id, u->addr, u->flags);
     }
-  } else {
-    c->posted[tag].push_back(r);
+    release_unexpected(c, u);
+  } else if (!c->posted.push(tag, r)) {
+    release_request(c, r);
+    return p->fail(WIA_ERROR_OUT_OF_MEMORY, "irecv: out of memory queueing the receive");
   }
   progress(c);
   *request = reinterpret_cast<wia_request_t>(r);
@@ -1371,19 +1539,22 @@ wia_status_t test_impl(void* ctx, wia_request_t request, int32_t* done, uint64_t
   if (request == nullptr || done == nullptr) return WIA_ERROR_INVALID_ARGUMENT;
   auto* r = reinterpret_cast<Request*>(request);
   Conn* c = r->conn;
+  wia_status_t status;
+  std::string error;
   {
-    std::lock_guard<std::mutex> lock(c->mu);
+    std::lock_guard<SpinLock> lock(c->mu);
     if (r->stage != Stage::kDone) progress(c);
     if (r->stage != Stage::kDone) {
       *done = 0;
       return WIA_SUCCESS;
     }
-    c->live.erase(r);
+    status = r->status;
+    if (size != nullptr) *size = status == WIA_SUCCESS ? r->msg_size : 0;
+    if (status != WIA_SUCCESS) error.swap(r->error);
+    release_request(c, r);
   }
-  std::unique_ptr<Request> release(r);
   *done = 1;
-  if (size != nullptr) *size = r->status == WIA_SUCCESS ? r->msg_size : 0;
-  if (r->status != WIA_SUCCESS) return p->fail(r->status, r->error);
+  if (status != WIA_SUCCESS) return p->fail(status, error);
   return WIA_SUCCESS;
 }
 
@@ -1391,11 +1562,11 @@ wia_status_t close_conn(void*, wia_conn_t conn) {
   if (conn == nullptr) return WIA_ERROR_INVALID_HANDLE;
   Conn* c = reinterpret_cast<Conn*>(conn);
   {
-    std::lock_guard<std::mutex> lock(c->mu);
-    for (Request* r : c->live) delete r;
-    c->live.clear();
+    std::lock_guard<SpinLock> lock(c->mu);  // waits out a test() still running on it
   }
-  delete c;  // unmaps the segment and closes the socket: the peer sees EOF
+  // Frees every request it still holds, unmaps the segment and closes the
+  // socket: the peer sees EOF.
+  delete c;
   return WIA_SUCCESS;
 }
 
@@ -1464,7 +1635,7 @@ wia_status_t rma(void* ctx, wia_conn_t conn, void* local, std::uint64_t size,
     return WIA_ERROR_INVALID_ARGUMENT;
   *request = nullptr;
   Conn* c = reinterpret_cast<Conn*>(conn);
-  std::lock_guard<std::mutex> lock(c->mu);
+  std::lock_guard<SpinLock> lock(c->mu);
   if (wia_status_t st = post_check(p, c, local, size, what); st != WIA_SUCCESS) return st;
   wire::Rkey k;
   std::memcpy(&k, rkey, sizeof(k));

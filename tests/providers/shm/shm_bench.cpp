@@ -7,6 +7,14 @@
 // shared 2-core machine are only comparable within one run.
 //
 //   wia-shm-bench [--reps N] [--best 0|1] [--mib M] [--sizes 65536,...] [--paths fifo,ring,cma]
+//   wia-shm-bench --cost 1 [--reps N] [--provider-dir DIR]
+//
+// --cost: the provider's own CPU time per message, with no second core
+// involved: one process connects to itself and, on one thread, posts,
+// sends and tests every request (isend + irecv + both test()s per
+// message). Stable on a busy machine where ping-pong latency is not, so
+// it is the number to watch when changing the hot path. --provider-dir
+// compares another build of libwia-provider-shm.so.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -99,12 +107,67 @@ bool exchange(Transport& t, wia_conn_t c, char* sbuf, char* rbuf, std::uint64_t 
 }
 std::uint64_t g_bytes_per_run = 2ull << 30;
 std::uint64_t g_spins_per_yield = 1u << 14;
+std::string g_provider_dir = WIA_SHM_PROVIDER_DIR;
+
+// --cost: nanoseconds of provider calls per message of `size` bytes over
+// a connection to ourselves. `recv_first`: the receive is posted before
+// the send (the matched path); otherwise the message arrives unexpected
+// (small sizes only: a large send needs the receive to make progress).
+double cost_ns(std::uint64_t size, bool recv_first, std::uint64_t messages) {
+  Transport t(descriptor(g_provider_dir), {});
+  if (t.init_status() != WIA_SUCCESS) {
+    std::fprintf(stderr, "init: %s\n", t_last_error.c_str());
+    std::exit(2);
+  }
+  std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
+  wia_listener_t l = nullptr;
+  wia_conn_t a = nullptr, b = nullptr;
+  std::uint64_t cookie = 0;
+  t.listen(handle, &l);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (bool up = false; !up || b == nullptr;) {
+    if (!up) up = t.ops()->connect(t.ctx(), 0, handle, 1, &a) == WIA_SUCCESS;
+    if (b == nullptr) t.ops()->accept(t.ctx(), l, &cookie, &b);
+    if (Clock::now() > deadline) {
+      std::fprintf(stderr, "--cost: connecting to ourselves timed out\n");
+      std::exit(2);
+    }
+  }
+  std::vector<char> sbuf(size + 1, 1), rbuf(size + 1);
+  auto run = [&](std::uint64_t n) {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      wia_status_t st;
+      wia_request_t r = nullptr, s = nullptr;
+      if (recv_first) r = t.irecv(b, rbuf.data(), size, 5, &st);
+      s = t.isend(a, sbuf.data(), size, 5, &st);
+      if (!recv_first) {
+        if (t.wait(s, nullptr, 20) != WIA_SUCCESS) std::exit(3);
+        r = t.irecv(b, rbuf.data(), size, 5, &st);
+        s = nullptr;
+      }
+      int32_t sent = s == nullptr, got = 0;
+      for (std::uint64_t spins = 0; !sent || !got; ++spins) {
+        if (!sent && t.ops()->test(t.ctx(), s, &sent, nullptr) < 0) std::exit(3);
+        if (!got && t.ops()->test(t.ctx(), r, &got, nullptr) < 0) std::exit(3);
+        if (spins > (1u << 30)) std::exit(4);
+      }
+    }
+  };
+  run(messages / 10);  // warm up: request pools, caches
+  const auto t0 = Clock::now();
+  run(messages);
+  const double ns = seconds_since(t0) * 1e9 / static_cast<double>(messages);
+  t.ops()->close(t.ctx(), a);
+  t.ops()->close(t.ctx(), b);
+  t.ops()->close_listener(t.ctx(), l);
+  return ns;
+}
 
 // One measurement: the parent sends, the forked child receives.
 // Bandwidth: `iters` messages of `size` in windows; the child acks the
 // last one. Latency: 8-byte ping-pong; returns microseconds one way.
 double measure(const PathConfig& path, Kind kind, std::uint64_t size) {
-  const wia_provider_v1_t* d = descriptor(WIA_SHM_PROVIDER_DIR);
+  const wia_provider_v1_t* d = descriptor(g_provider_dir);
   Transport t(d, path.params);
   t.spins_per_yield = g_spins_per_yield;
   if (t.init_status() != WIA_SUCCESS) {
@@ -226,9 +289,14 @@ int main(int argc, char** argv) {
   int reps = 3;
   std::vector<std::uint64_t> sizes = {64u << 10, 1u << 20, 16u << 20, 64u << 20};
   std::vector<std::string> wanted;
+  bool cost = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--reps")
+    if (a == "--cost")
+      cost = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--provider-dir")
+      g_provider_dir = argv[i + 1];
+    else if (a == "--reps")
       reps = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--best")
       g_best = std::atoi(argv[i + 1]) != 0;
@@ -246,10 +314,29 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--reps N] [--best 0|1] [--mib M] [--yield SPINS] [--sizes a,b,...] [--paths "
-          "fifo,ring,ring-1M,cma,default]\n",
+          "fifo,ring,ring-1M,cma,default] [--cost 0|1] [--provider-dir DIR]\n",
           argv[0]);
       return 2;
     }
+  }
+  if (cost) {
+    struct Case {
+      const char* name;
+      std::uint64_t size;
+      bool recv_first;
+      std::uint64_t messages;
+    };
+    const Case cases[] = {{"8 B, receive posted first", 8, true, 1000000},
+                          {"8 B, unexpected", 8, false, 1000000},
+                          {"64 KiB, receive posted first", 64u << 10, true, 20000}};
+    std::printf("provider CPU time per message, one process connected to itself (ns, %s of %d)\n",
+                g_best ? "best" : "median", reps);
+    for (const Case& k : cases) {
+      std::vector<double> v;
+      for (int r = 0; r < reps; ++r) v.push_back(cost_ns(k.size, k.recv_first, k.messages));
+      std::printf("  %-30s %10.1f\n", k.name, summary(v, false));
+    }
+    return 0;
   }
   std::vector<PathConfig> paths;
   for (auto& p : all_paths())

@@ -17,3 +17,8 @@ add_executable(wia-shm-bench ${CMAKE_CURRENT_LIST_DIR}/shm_bench.cpp)
 target_link_libraries(wia-shm-bench PRIVATE wia::plugin_api wia_warnings Threads::Threads ${CMAKE_DL_LIBS})
 target_compile_definitions(wia-shm-bench PRIVATE WIA_SHM_PROVIDER_DIR="${WIA_PROVIDER_OUTPUT_DIR}")
 add_dependencies(wia-shm-bench wia-provider-shm)
+
+# The provider's allocation-free per-tag queues against std::map + deque.
+wia_add_unit_test(shm_queues
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shm_queues.cpp
+  TIMEOUT 120)
