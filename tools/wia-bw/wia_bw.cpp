@@ -45,8 +45,11 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kSmall = 4 << 10;  // latency points, as wia_benchmark_bandwidth
 constexpr std::size_t kLarge = 1 << 20;
 constexpr std::size_t kDefaultBytes = 32 << 20;
-constexpr int kWarmup = 2;
-constexpr int kLatencyRepeats = 15;
+// Across processes a ping-pong is microseconds and its single samples
+// vary by 10x on this machine (a descheduled peer), so the latency median
+// needs many more samples than the bandwidth one.
+constexpr int kWarmup = 5;
+constexpr int kLatencyRepeats = 100;
 constexpr int kBandwidthRepeats = 5;
 
 struct Options {
@@ -54,7 +57,7 @@ struct Options {
   int procs = 0;
   bool procs_from_env = false;
   std::size_t bytes = 0;  // 0 = default
-  int repeats = 0;        // 0 = defaults (15 latency, 5 bandwidth)
+  int repeats = 0;        // 0 = defaults (100 latency, 5 bandwidth)
 };
 
 void usage(FILE* out) {
@@ -72,7 +75,7 @@ void usage(FILE* out) {
       "  --procs-from-env the same, as one rank of a job started by mpirun, srun, torchrun\n"
       "                   or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR (docs/processes.md)\n"
       "  --bytes SIZE     across processes: message size for GB/s (default 32M; K, M, G)\n"
-      "  --repeats N      across processes: timed repeats of every figure (default 15\n"
+      "  --repeats N      across processes: timed repeats of every figure (default 100\n"
       "                   for latency, 5 for GB/s)\n"
       "  --output FILE    write a topology file with the measured links (bandwidth_gbps =\n"
       "                   unidirectional, latency_us = alpha fitted through 4 KiB and\n"
