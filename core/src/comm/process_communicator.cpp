@@ -1091,7 +1091,19 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
       // out-of-place one's, so peers that made out-of-place calls still
       // match; otherwise the input is snapshotted first.
       std::shared_ptr<const engine::ExecPlan> ip = plan_for(call, true, nullptr, nullptr);
-      if (same_messages(ip->schedule, plan->schedule)) {
+      std::optional<bool> same;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (same_messages_memo_.in_place == ip && same_messages_memo_.out_of_place == plan)
+          same = same_messages_memo_.same;
+      }
+      if (!same) {
+        // Compares every rank's messages: once per pair of plans, not per call.
+        same = same_messages(ip->schedule, plan->schedule);
+        std::lock_guard<std::mutex> lock(mu_);
+        same_messages_memo_ = {ip, plan, *same};
+      }
+      if (*same) {
         plan = ip;
         if (call.collective == coll::Collective::kReduceScatter) b.recv = b.send;
         b.send = nullptr;

@@ -230,6 +230,13 @@ class ProcessCommunicator final : public CommunicatorBase {
   };
   std::array<PlanMemo, 8> plan_memo_;
   std::unique_ptr<Running> spare_running_;  // take_running()
+  // Whether the last in-place plan sends the same messages as its
+  // out-of-place twin (holding both keeps their addresses unique).
+  struct SameMessagesMemo {
+    std::shared_ptr<const engine::ExecPlan> in_place, out_of_place;
+    bool same = false;
+  };
+  SameMessagesMemo same_messages_memo_;
   std::size_t plan_memo_next_ = 0;
   std::unique_ptr<tuner::Selector> selector_;
   // The node grouping when the communicator spans nodes (hierarchical
