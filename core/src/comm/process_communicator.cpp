@@ -416,7 +416,6 @@ struct ProcessCommunicator::Running {
   char* buf = nullptr;
   std::uint64_t bytes = 0;
   wia_request_t request = nullptr;
-  std::string what;  // "rank 0: send of 8 B to rank 1", for messages
 };
 
 struct ProcessCommunicator::Gate {
@@ -953,7 +952,7 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   std::string error;
   wia_status_t st = WIA_SUCCESS;
   const auto deadline = now + std::chrono::milliseconds(timeout_ms);
-  std::unique_ptr<Running> r = peer >= 0 ? begin_p2p(seq, call, peer, is_send, deadline, st, error)
+  std::unique_ptr<Running> r = peer >= 0 ? begin_p2p(seq, call, peer, is_send, deadline)
                                          : begin(seq, call, deadline, st, error);
   if (r) st = proceed(*r, now + post_progress_, error);
   if (st == WIA_IN_PROGRESS) {
@@ -1026,7 +1025,7 @@ void ProcessCommunicator::run_gate(Gate& g) {
     recycle(std::move(g.running));
     release_turn(g.seq);
   } else {
-    st = g.peer >= 0 ? execute_p2p(g.seq, g, error) : execute(g.seq, g.call, error);
+    st = execute(g.seq, g.call, g.peer, g.is_send, error);
   }
   if (st != WIA_SUCCESS) g.stream->set_async_error(st, error);
   if (g.large) large_in_flight_.fetch_sub(1);
@@ -1049,14 +1048,19 @@ void ProcessCommunicator::release_turn(std::uint64_t seq) {
   order_signal_.notify();
 }
 
-wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::string& error) {
+wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, int peer, bool is_send,
+                                          std::string& error) {
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const Turn turn(*this, seq, deadline);
   if (!turn.reached()) {
-    error = fmt::format("rank {}: collective #{} timed out after {} ms waiting for this rank's "
-                        "earlier collectives (posted on other streams) to finish",
-                        layout_.rank, seq, timeout_ms);
+    error = fmt::format("rank {}: {} (operation #{}) timed out after {} ms waiting for this "
+                        "rank's earlier operations (posted on other streams) to finish",
+                        layout_.rank,
+                        peer < 0 ? std::string("a collective")
+                                 : fmt::format("a {} with rank {}", is_send ? "send" : "receive",
+                                               peer),
+                        seq, timeout_ms);
     break_communicator(WIA_ERROR_TIMEOUT, error);
     return WIA_ERROR_TIMEOUT;
   }
@@ -1067,7 +1071,8 @@ wia_status_t ProcessCommunicator::execute(std::uint64_t seq, Call& call, std::st
     return error_;
   }
   wia_status_t st = WIA_SUCCESS;
-  std::unique_ptr<Running> r = begin(seq, call, deadline, st, error);
+  std::unique_ptr<Running> r = peer >= 0 ? begin_p2p(seq, call, peer, is_send, deadline)
+                                         : begin(seq, call, deadline, st, error);
   if (r) st = proceed(*r, Clock::time_point::max(), error);
   recycle(std::move(r));
   return st;
@@ -1193,7 +1198,6 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::take_running(
   r->buf = nullptr;
   r->bytes = 0;
   r->request = nullptr;
-  r->what.clear();
   return r;
 }
 
@@ -1223,7 +1227,7 @@ void ProcessCommunicator::run_now(Call call) {
     seq = next_seq_++;
   }
   std::string error;
-  const wia_status_t st = execute(seq, call, error);
+  const wia_status_t st = execute(seq, call, -1, false, error);
   if (st != WIA_SUCCESS) throw Error(st, error);
 }
 
@@ -1264,33 +1268,8 @@ void ProcessCommunicator::post_recv(int rank, int peer, void* buf, std::uint64_t
   post_p2p(rank, peer, false, buf, count, dtype, timeout_ms, stream);
 }
 
-wia_status_t ProcessCommunicator::execute_p2p(std::uint64_t seq, Gate& g, std::string& error) {
-  const std::uint32_t timeout_ms = g.call.timeout_ms ? g.call.timeout_ms : default_timeout_ms_;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  const Turn turn(*this, seq, deadline);
-  if (!turn.reached()) {
-    error = fmt::format("rank {}: {} with rank {} timed out after {} ms waiting for this rank's "
-                        "earlier work",
-                        layout_.rank, g.is_send ? "send" : "receive", g.peer, timeout_ms);
-    break_communicator(WIA_ERROR_TIMEOUT, error);
-    return WIA_ERROR_TIMEOUT;
-  }
-  if (broken_.load()) {
-    std::lock_guard<std::mutex> lock(err_mu_);
-    error = fmt::format("the communicator is unusable after an earlier failure: {}",
-                        error_message_);
-    return error_;
-  }
-  wia_status_t st = WIA_SUCCESS;
-  std::unique_ptr<Running> r = begin_p2p(seq, g.call, g.peer, g.is_send, deadline, st, error);
-  if (r) st = proceed(*r, Clock::time_point::max(), error);
-  recycle(std::move(r));
-  return st;
-}
-
 std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin_p2p(
-    std::uint64_t seq, const Call& call, int peer, bool is_send, Clock::time_point deadline,
-    wia_status_t& status, std::string& error) {
+    std::uint64_t seq, const Call& call, int peer, bool is_send, Clock::time_point deadline) {
   std::unique_ptr<Running> r = take_running();
   r->seq = seq;
   r->peer = peer;
@@ -1300,9 +1279,6 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin_p2p(
   r->options.deadline = deadline;
   r->options.timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   r->options.oversubscribed = oversubscribed_;
-  r->what = fmt::format("rank {}: {} of {} B {} rank {}", layout_.rank,
-                        is_send ? "send" : "receive", r->bytes, is_send ? "to" : "from", peer);
-  (void)status, (void)error;  // posting is retried in proceed_p2p; nothing fails here
   return r;
 }
 
@@ -1312,7 +1288,12 @@ wia_status_t ProcessCommunicator::proceed_p2p(Running& r, Clock::time_point give
                                               std::string& error) {
   constexpr std::uint64_t kP2PTag = 1ull << 36;
   const engine::NetLink& l = peers_[r.peer].link;
-  const auto& what = r.what;
+  // "rank 0: send of 8 B to rank 1", formatted only for a message.
+  auto what = [&] {
+    return fmt::format("rank {}: {} of {} B {} rank {}", layout_.rank,
+                       r.is_send ? "send" : "receive", r.bytes, r.is_send ? "to" : "from",
+                       r.peer);
+  };
   try {
     engine::Backoff backoff(r.options.oversubscribed);
     auto clock_checks = [&] {
@@ -1323,14 +1304,14 @@ wia_status_t ProcessCommunicator::proceed_p2p(Running& r, Clock::time_point give
         throw Error(WIA_ERROR_TIMEOUT,
                     r.request ? fmt::format("{} timed out after {} ms: rank {} has not posted "
                                             "the matching {}",
-                                            what, r.options.timeout_ms, r.peer,
+                                            what(), r.options.timeout_ms, r.peer,
                                             r.is_send ? "receive" : "send")
                               : fmt::format("{}: the transport had no resources for {} ms",
-                                            what, r.options.timeout_ms));
+                                            what(), r.options.timeout_ms));
       return backoff.now() > give_up_at;
     };
     while (!r.request) {
-      transport_call(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      transport_call_lazy(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
         return r.is_send ? t.isend(ctx, l.conn, r.buf, r.bytes, kP2PTag, nullptr, &r.request)
                          : t.irecv(ctx, l.conn, r.buf, r.bytes, kP2PTag, nullptr, &r.request);
       });
@@ -1342,7 +1323,7 @@ wia_status_t ProcessCommunicator::proceed_p2p(Running& r, Clock::time_point give
     std::uint64_t got = 0;
     for (;;) {
       std::int32_t done = 0;
-      transport_call(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      transport_call_lazy(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
         return t.test(ctx, r.request, &done, &got);
       });
       if (done) break;
@@ -1354,7 +1335,7 @@ wia_status_t ProcessCommunicator::proceed_p2p(Running& r, Clock::time_point give
       throw Error(WIA_ERROR_MISMATCH,
                   fmt::format("{}: rank {} sent {} B (the two calls differ in count or "
                               "datatype)",
-                              what, r.peer, got));
+                              what(), r.peer, got));
     return WIA_SUCCESS;
   } catch (const Error& e) {
     r.request = nullptr;  // a failed request is released by the provider

@@ -165,7 +165,6 @@ class ProcessCommunicator final : public CommunicatorBase {
   void post_gate(Call call, wia_stream_s* stream, int peer, bool is_send);
   void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                 wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
-  wia_status_t execute_p2p(std::uint64_t seq, Gate& g, std::string& error);
   void run_gate(Gate& g);
   // The posting-thread path (see the file comment); false when `call`
   // must go through the stream.
@@ -176,9 +175,9 @@ class ProcessCommunicator final : public CommunicatorBase {
                                  std::chrono::steady_clock::time_point deadline,
                                  wia_status_t& status, std::string& error);
   // The same for a point-to-point operation.
+  // It cannot fail: posting is retried, bounded, in proceed_p2p.
   std::unique_ptr<Running> begin_p2p(std::uint64_t seq, const Call& call, int peer, bool is_send,
-                                     std::chrono::steady_clock::time_point deadline,
-                                     wia_status_t& status, std::string& error);
+                                     std::chrono::steady_clock::time_point deadline);
   wia_status_t proceed_p2p(Running& r, std::chrono::steady_clock::time_point give_up_at,
                            std::string& error);
   // Drives it until done, failed or `give_up_at` (WIA_IN_PROGRESS).
@@ -188,9 +187,11 @@ class ProcessCommunicator final : public CommunicatorBase {
   void recycle(std::unique_ptr<Running> r);
   // Operation `seq` is over: the next one may run.
   void release_turn(std::uint64_t seq);
-  // Runs `call` as collective `seq` once every earlier one has run.
-  // Returns the status; on failure the communicator is broken.
-  wia_status_t execute(std::uint64_t seq, Call& call, std::string& error);
+  // Runs operation `seq` (`call`, or a send/receive with `peer` >= 0) once
+  // every earlier one has run. Returns the status; on failure the
+  // communicator is broken.
+  wia_status_t execute(std::uint64_t seq, Call& call, int peer, bool is_send,
+                       std::string& error);
   void connect_mesh(Exchange& exchange, std::chrono::milliseconds timeout,
                     const std::string& preferred_inter_node);
   // Makes the communicator unusable and tells the peers why.

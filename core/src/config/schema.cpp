@@ -63,15 +63,15 @@ constexpr KeySpec kCoreSchema[] = {
      .type = ValueType::kInt,
      .default_value = "200",
      .description = "Process communicators: how long the posting thread itself drives a small "
-                    "collective posted on an idle stream before handing it to the stream "
-                    "(0 = always hand it over; docs/processes.md)",
+                    "collective or send/receive posted on an idle stream before handing it to "
+                    "the stream (0 = always hand it over; docs/processes.md)",
      .min_value = 0,
      .max_value = 1000000},
     {.key = "collectives.post_progress_max_bytes",
      .type = ValueType::kInt,
      .default_value = "262144",
      .description = "Process communicators: the largest collective (bytes of one rank's input) "
-                    "the posting thread starts itself",
+                    "or send/receive the posting thread starts itself",
      .min_value = 0,
      .max_value = 1099511627776},
     {.key = "collectives.engine",
