@@ -154,6 +154,7 @@ Options parse(int argc, char** argv) {
            {"recursive_halving", WIA_ALGORITHM_RECURSIVE_HALVING}, {"bruck", WIA_ALGORITHM_BRUCK},
            {"chain", WIA_ALGORITHM_CHAIN}, {"scatter_allgather", WIA_ALGORITHM_SCATTER_ALLGATHER},
            {"direct", WIA_ALGORITHM_DIRECT}, {"pairwise", WIA_ALGORITHM_PAIRWISE},
+           {"one_shot", WIA_ALGORITHM_ONE_SHOT},
            {"hierarchical", WIA_ALGORITHM_HIERARCHICAL}});
     else if (a == "-h" || a == "--help") usage(nullptr);
     else usage(("unknown option '" + a + "'").c_str());

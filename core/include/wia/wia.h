@@ -218,6 +218,7 @@ typedef enum wia_algorithm_id {
   WIA_ALGORITHM_DIRECT = 10,
   WIA_ALGORITHM_PAIRWISE = 11,
   WIA_ALGORITHM_HIERARCHICAL = 12, /* all-reduce: reduce in node, leaders, broadcast */
+  WIA_ALGORITHM_ONE_SHOT = 13,     /* all-reduce: every rank sends its vector to all */
   WIA_ALLREDUCE_RING = WIA_ALGORITHM_RING,
   WIA_ALLREDUCE_TREE = WIA_ALGORITHM_TREE,
   WIA_ALLREDUCE_RABENSEIFNER = WIA_ALGORITHM_RABENSEIFNER

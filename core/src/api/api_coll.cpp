@@ -30,7 +30,7 @@ thread_local wia_status_t t_group_error = WIA_SUCCESS;
 // The public ids and coll::Algorithm are numbered alike (checked below).
 coll::Algorithm to_algorithm(const wia_algorithm_id_t& id) {
   return static_cast<coll::Algorithm>(
-      api::checked_enum(id, WIA_ALGORITHM_HIERARCHICAL + 1, "config->algorithm"));
+      api::checked_enum(id, WIA_ALGORITHM_ONE_SHOT + 1, "config->algorithm"));
 }
 static_assert(static_cast<int>(coll::Algorithm::kRing) == WIA_ALGORITHM_RING &&
               static_cast<int>(coll::Algorithm::kTree) == WIA_ALGORITHM_TREE &&
@@ -48,7 +48,8 @@ static_assert(static_cast<int>(coll::Algorithm::kRing) == WIA_ALGORITHM_RING &&
               static_cast<int>(coll::Algorithm::kPairwise) == WIA_ALGORITHM_PAIRWISE &&
               static_cast<int>(coll::Algorithm::kHierarchical) ==
                   WIA_ALGORITHM_HIERARCHICAL &&
-              coll::kAlgorithmCount == WIA_ALGORITHM_HIERARCHICAL + 1,
+              static_cast<int>(coll::Algorithm::kOneShot) == WIA_ALGORITHM_ONE_SHOT &&
+              coll::kAlgorithmCount == WIA_ALGORITHM_ONE_SHOT + 1,
               "public algorithm ids must match coll::Algorithm");
 
 // Checks that `bytes` at p are usable: non-NULL, and inside its allocation

@@ -25,6 +25,7 @@ Schedule build_allreduce_rabenseifner(const CollArgs& args, std::int32_t only_ra
 Schedule build_allreduce_recursive_doubling(const CollArgs& args, std::int32_t only_rank);
 Schedule build_allreduce_direct(const CollArgs& args, std::int32_t only_rank);
 Schedule build_allreduce_hierarchical(const CollArgs& args, std::int32_t only_rank);
+Schedule build_allreduce_one_shot(const CollArgs& args, std::int32_t only_rank);
 Schedule build_broadcast_binomial(const CollArgs& args, std::int32_t only_rank);
 Schedule build_broadcast_chain(const CollArgs& args, std::int32_t only_rank);
 Schedule build_broadcast_scatter_allgather(const CollArgs& args, std::int32_t only_rank);

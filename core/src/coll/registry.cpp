@@ -32,6 +32,9 @@ constexpr AlgorithmInfo kAlgorithms[] = {
     {C::kAllReduce, A::kHierarchical, "hierarchical",
      "reduce inside each node, all-reduce among node leaders, broadcast inside each node",
      build_allreduce_hierarchical, true, true},
+    {C::kAllReduce, A::kOneShot, "one_shot",
+     "every rank sends its whole vector to all peers and reduces them all, one round",
+     build_allreduce_one_shot, false, true},
     {C::kBroadcast, A::kBinomial, "binomial", "binomial tree, chunk-pipelined",
      build_broadcast_binomial, true, true},
     {C::kBroadcast, A::kChain, "chain", "pipelined chain from the root", build_broadcast_chain,
@@ -85,6 +88,10 @@ const AlgorithmInfo* find_algorithm(Collective c, std::string_view name) noexcep
 
 bool tuner_candidate(const AlgorithmInfo& info, const CollArgs& args) noexcept {
   if (info.algorithm == Algorithm::kHierarchical) return is_hierarchical(args.options.groups.get());
+  // One-shot issues p-1 messages per rank; the cost model's links carry
+  // them concurrently, but each still costs its sender time to issue,
+  // which the model does not count: past a few ranks log2(p) rounds win.
+  if (info.algorithm == Algorithm::kOneShot) return args.nranks <= kOneShotMaxRanks;
   return true;
 }
 

@@ -39,7 +39,9 @@ const AlgorithmInfo* find_algorithm(Collective c, std::string_view name) noexcep
 // one it degenerates to its leader algorithm over all ranks (no grouping,
 // every rank alone) or to reduce + broadcast (one group), which an
 // explicit request still gets.
+// kOneShot is a candidate up to kOneShotMaxRanks ranks.
 bool tuner_candidate(const AlgorithmInfo& info, const CollArgs& args) noexcept;
+inline constexpr std::int32_t kOneShotMaxRanks = 8;
 
 // Pipeline depth used when Options::num_chunks is 0: chunks of about
 // 128 KiB for the pipelined tree/chain algorithms (capped at 64), one

@@ -61,6 +61,8 @@ const char* algorithm_name(Algorithm a) noexcept {
       return "pairwise";
     case Algorithm::kHierarchical:
       return "hierarchical";
+    case Algorithm::kOneShot:
+      return "one_shot";
   }
   return "invalid";
 }

@@ -141,8 +141,9 @@ enum class Algorithm : std::uint8_t {
   kDirect,             // all-reduce, all-to-all, send-recv: all peers at once
   kPairwise,           // all-to-all: one exchange per round
   kHierarchical,       // all-reduce: reduce in each group, leaders all-reduce, broadcast
+  kOneShot,            // all-reduce: every rank sends its vector to all, one round
 };
-inline constexpr int kAlgorithmCount = 13;
+inline constexpr int kAlgorithmCount = 14;
 
 const char* collective_name(Collective c) noexcept;  // "allreduce", ...
 const char* algorithm_name(Algorithm a) noexcept;    // "ring", ...

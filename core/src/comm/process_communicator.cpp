@@ -19,6 +19,7 @@
 #include "comm/algorithm_choice.hpp"
 #include "comm/transport_choice.hpp"
 #include "engine/backoff.hpp"
+#include "engine/eager_allreduce.hpp"
 #include "selector/selector.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -410,6 +411,9 @@ struct ProcessCommunicator::Running {
   Control control;
   engine::NetExecOptions options;
   std::unique_ptr<engine::NetExecution> execution;
+  // A small all-reduce on the fast path instead (execution unused).
+  engine::EagerAllReduce eager;
+  bool is_eager = false;
   // Point to point instead (peer >= 0): the one transport request.
   int peer = -1;
   bool is_send = false;
@@ -453,6 +457,8 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
       std::chrono::microseconds(rt.config().get_int("collectives.post_progress_us"));
   post_progress_max_bytes_ =
       static_cast<std::uint64_t>(rt.config().get_int("collectives.post_progress_max_bytes"));
+  one_shot_max_bytes_ =
+      static_cast<std::uint64_t>(rt.config().get_int("collectives.one_shot_max_bytes"));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int local_size = 0;
   for (int r = 0; r < layout_.size; ++r)
@@ -859,7 +865,8 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
                                                                       double* estimate,
                                                                       std::string* reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // No lock: begin(), the only caller, runs one operation at a time
+    // (each waits for its turn, see Turn).
     for (const PlanMemo& m : plan_memo_)
       if (m.plan && m.collective == call.collective && m.requested == call.algorithm &&
           m.op == call.op && m.dtype == call.dtype && m.count == call.count &&
@@ -881,7 +888,18 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
   args.options.groups = groups_;
   coll::validate_args(args);
   std::lock_guard<std::mutex> lock(mu_);
-  const AlgorithmChoice choice = choose_algorithm(args, call.algorithm, *selector_);
+  AlgorithmChoice choice = choose_algorithm(args, call.algorithm, *selector_);
+  if (choice.reason == "cost model" && call.collective == coll::Collective::kAllReduce &&
+      size() > 1 && size() <= coll::kOneShotMaxRanks &&
+      call.count * kernels::dtype_size(call.dtype) <= one_shot_max_bytes_) {
+    // The cost model does not see the descriptor messages and step
+    // bookkeeping the one-shot fast path saves, which dominate here.
+    args.algorithm = coll::Algorithm::kOneShot;
+    choice.algorithm = coll::Algorithm::kOneShot;
+    choice.num_chunks = 0;
+    choice.estimated_ms = tuner::estimate(args, selector_->model()).time_us / 1000.0;
+    choice.reason = "small all-reduce (collectives.one_shot_max_bytes)";
+  }
   args.algorithm = choice.algorithm;
   if (args.options.num_chunks == 0) args.options.num_chunks = choice.num_chunks;
   std::shared_ptr<const engine::ExecPlan> plan = plans_.find(args, choice.algorithm);
@@ -895,6 +913,25 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
   if (estimate) *estimate = choice.estimated_ms;
   if (reason) *reason = choice.reason;
   return plan;
+}
+
+bool ProcessCommunicator::eager(const Call& call, const engine::ExecPlan& plan) const {
+  return call.collective == coll::Collective::kAllReduce &&
+         plan.schedule.algorithm == coll::Algorithm::kOneShot && size() > 1 &&
+         call.count * kernels::dtype_size(call.dtype) <= one_shot_max_bytes_;
+}
+
+void ProcessCommunicator::fill_links(std::vector<engine::NetLink>& links) const {
+  // The peers' names are set once; only connections change (closed).
+  if (links.size() != peers_.size()) {
+    links.clear();
+    for (const Peer& p : peers_) links.push_back(p.link);
+    return;
+  }
+  for (std::size_t q = 0; q < peers_.size(); ++q) {
+    links[q].provider = peers_[q].link.provider;
+    links[q].conn = peers_[q].link.conn;
+  }
 }
 
 wia_status_t ProcessCommunicator::post(int rank, Call call, wia_stream_s* stream) {
@@ -941,12 +978,9 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
     }
     now = Clock::now();
   }
-  std::uint64_t seq;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (executed_.load(std::memory_order_acquire) != next_seq_) return false;
-    seq = next_seq_++;
-  }
+  // Claim the next sequence number only if every earlier one has run.
+  std::uint64_t seq = executed_.load(std::memory_order_acquire);
+  if (!next_seq_.compare_exchange_strong(seq, seq + 1)) return false;
   in_flight_.fetch_add(1);
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   std::string error;
@@ -1086,26 +1120,24 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
     const int me = layout_.rank;
     double estimate = 0;
     std::string reason;
-    std::shared_ptr<const engine::ExecPlan> plan = plan_for(call, false, &estimate, &reason);
+    std::shared_ptr<const engine::ExecPlan> plan =
+        plan_for(call, false, &estimate, log::enabled(log::Level::debug) ? &reason : nullptr);
     std::unique_ptr<Running> r = take_running();
     r->seq = seq;
+    r->is_eager = eager(call, *plan);
     engine::RankBuffers& b = r->buffers;
     b = call.buffers;
-    if (call.in_place) {
+    if (call.in_place && !r->is_eager) {
       // An in-place schedule is used when its messages are the same as the
       // out-of-place one's, so peers that made out-of-place calls still
       // match; otherwise the input is snapshotted first.
       std::shared_ptr<const engine::ExecPlan> ip = plan_for(call, true, nullptr, nullptr);
       std::optional<bool> same;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (same_messages_memo_.in_place == ip && same_messages_memo_.out_of_place == plan)
-          same = same_messages_memo_.same;
-      }
+      if (same_messages_memo_.in_place == ip && same_messages_memo_.out_of_place == plan)
+        same = same_messages_memo_.same;
       if (!same) {
         // Compares every rank's messages: once per pair of plans, not per call.
         same = same_messages(ip->schedule, plan->schedule);
-        std::lock_guard<std::mutex> lock(mu_);
         same_messages_memo_ = {ip, plan, *same};
       }
       if (*same) {
@@ -1129,18 +1161,24 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
         }
       }
     }
-    {
+    // Written only when it changes (this thread is its only writer).
+    const auto algo_id = static_cast<wia_algorithm_id_t>(plan->schedule.algorithm);
+    const char* coll_name = coll::collective_name(call.collective);
+    if (last_selected_.id != algo_id || last_selected_.collective != coll_name ||
+        last_selected_.estimated_time_ms != estimate) {
       std::lock_guard<std::mutex> lock(err_mu_);
-      last_selected_.id = static_cast<wia_algorithm_id_t>(plan->schedule.algorithm);
+      last_selected_.id = algo_id;
       last_selected_.name = coll::algorithm_name(plan->schedule.algorithm);
-      last_selected_.collective = coll::collective_name(call.collective);
+      last_selected_.collective = coll_name;
       last_selected_.estimated_time_ms = estimate;
     }
-    const std::uint64_t scratch = plan->schedule.scratch_bytes(me);
-    if (scratch_.size() < scratch) scratch_.resize(scratch);
-    b.scratch = scratch_.data();
-    const std::uint64_t staging = engine::staging_bytes(*plan, me);
-    if (staging_.size() < staging) staging_.resize(staging);
+    if (!r->is_eager) {
+      const std::uint64_t scratch = plan->schedule.scratch_bytes(me);
+      if (scratch_.size() < scratch) scratch_.resize(scratch);
+      b.scratch = scratch_.data();
+      const std::uint64_t staging = engine::staging_bytes(*plan, me);
+      if (staging_.size() < staging) staging_.resize(staging);
+    }
 
     // Ranks agree on collectives, not on operations: point to point
     // involves some ranks only, so the descriptor counts collectives.
@@ -1161,15 +1199,18 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
       log::debug("coll", "rank {} collective #{}: {} chosen by {} (estimate {:.3f} ms)", me, seq,
                  plan->schedule.describe(), reason, estimate);
 
-    r->links.resize(peers_.size());
-    for (std::size_t q = 0; q < peers_.size(); ++q) r->links[q] = peers_[q].link;
+    fill_links(r->links);
     r->options.deadline = deadline;
     r->options.timeout_ms = timeout_ms;
     r->options.oversubscribed = oversubscribed_;
     r->plan = std::move(plan);
-    r->execution = std::make_unique<engine::NetExecution>(
-        *r->plan, me, r->buffers, r->descriptor, r->links, staging_.data(), r->control,
-        r->options);
+    if (r->is_eager)
+      r->eager.start(me, desc, call.in_place ? b.recv : b.send, b.recv, call.op,
+                     one_shot_max_bytes_, r->links, r->control, r->options);
+    else
+      r->execution = std::make_unique<engine::NetExecution>(
+          *r->plan, me, r->buffers, r->descriptor, r->links, staging_.data(), r->control,
+          r->options);
     running_.store(static_cast<std::int64_t>(r->index));
     return r;
   } catch (const Error& e) {
@@ -1183,16 +1224,15 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
 // One Running is kept for reuse: a collective after another (the common
 // case) then allocates nothing here and copies the links' names in place.
 std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::take_running() {
-  std::unique_ptr<Running> r;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    r = std::move(spare_running_);
-  }
+  // No lock: operations run one at a time (Turn), and each recycles its
+  // Running before the next may start.
+  std::unique_ptr<Running> r = std::move(spare_running_);
   if (!r) return std::make_unique<Running>(*this);
   r->seq = r->index = 0;
   r->buffers = {};
   r->descriptor = {};
   r->options = {};
+  r->is_eager = false;
   r->peer = -1;
   r->is_send = false;
   r->buf = nullptr;
@@ -1205,14 +1245,14 @@ void ProcessCommunicator::recycle(std::unique_ptr<Running> r) {
   if (!r) return;
   r->execution.reset();
   r->plan.reset();
-  std::lock_guard<std::mutex> lock(mu_);
   spare_running_ = std::move(r);
 }
 
 wia_status_t ProcessCommunicator::proceed(Running& r, Clock::time_point give_up_at,
                                           std::string& error) {
   if (r.peer >= 0) return proceed_p2p(r, give_up_at, error);
-  const wia_status_t st = r.execution->progress(give_up_at, error);
+  const wia_status_t st = r.is_eager ? r.eager.progress(give_up_at, error)
+                                     : r.execution->progress(give_up_at, error);
   if (st == WIA_IN_PROGRESS) return st;
   running_.store(-1);
   collectives_done_.store(r.index + 1);

@@ -199,6 +199,11 @@ class ProcessCommunicator final : public CommunicatorBase {
   void close_all() noexcept;
   std::shared_ptr<const engine::ExecPlan> plan_for(const Call& call, bool in_place,
                                                    double* estimate, std::string* reason);
+  // Whether `call`, run as `plan`, takes the one-shot fast path
+  // (engine/eager_allreduce.hpp).
+  bool eager(const Call& call, const engine::ExecPlan& plan) const;
+  // Running's links: this communicator's, connections refreshed.
+  void fill_links(std::vector<engine::NetLink>& links) const;
 
   ProcessLayout layout_;
   wia_device_t device_;
@@ -210,6 +215,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::uint32_t default_timeout_ms_ = 0;
   std::chrono::microseconds post_progress_{0};
   std::uint64_t post_progress_max_bytes_ = 0;
+  std::uint64_t one_shot_max_bytes_ = 0;  // collectives.one_shot_max_bytes
 
   std::mutex mu_;  // plans, selector; next_seq_ is only changed under it
   std::atomic<std::uint64_t> next_seq_{0};

@@ -74,6 +74,15 @@ constexpr KeySpec kCoreSchema[] = {
                     "or send/receive the posting thread starts itself",
      .min_value = 0,
      .max_value = 1099511627776},
+    {.key = "collectives.one_shot_max_bytes",
+     .type = ValueType::kInt,
+     .default_value = "8192",
+     .description = "Process communicators: all-reduces of at most this many bytes (one rank's "
+                    "input) among at most 8 ranks, whose algorithm the cost model would choose, "
+                    "run the one-shot algorithm on the fast path that carries the descriptor "
+                    "with the data (0 = never; docs/processes.md)",
+     .min_value = 0,
+     .max_value = 1048576},
     {.key = "collectives.engine",
      .type = ValueType::kEnum,
      .default_value = "auto",

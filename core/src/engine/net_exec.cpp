@@ -9,8 +9,8 @@
 
 #include "common/error.hpp"
 #include "engine/backoff.hpp"
+#include "engine/link_call.hpp"
 #include "kernels/cpu_reduce.hpp"
-#include "provider/transport_call.hpp"
 
 namespace wia::engine {
 
@@ -41,19 +41,6 @@ std::uint64_t staging_bytes(const ExecPlan& plan, int rank) {
     if (st.kind == coll::StepKind::kRecvReduce) n += st.count;
   return n * plan.schedule.elem_size();
 }
-
-namespace {
-
-// Calls a transport entry; throws wia::Error naming the provider, what and
-// the peer when it fails.
-template <typename F>
-wia_status_t transport_call(const NetLink& link, const char* what, F&& f) {
-  return wia::transport_call_lazy(
-      *link.provider, [&] { return fmt::format("{} with {}", what, link.peer); },
-      std::forward<F>(f));
-}
-
-}  // namespace
 
 class NetExecution::Executor {
  public:
@@ -168,12 +155,12 @@ class NetExecution::Executor {
     const NetLink& l = link(st.peer);
     wia_request_t r = nullptr;
     if (st.is_send()) {
-      transport_call(l, "isend", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      link_call(l, "isend", [&](const wia_transport_ops_v1_t& t, void* ctx) {
         return t.isend(ctx, l.conn, at(st.src), bytes(st), st.tag, nullptr, &r);
       });
     } else {
       void* dst = st.kind == coll::StepKind::kRecvReduce ? st_[k].slot : at(st.dst);
-      transport_call(l, "irecv", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      link_call(l, "irecv", [&](const wia_transport_ops_v1_t& t, void* ctx) {
         return t.irecv(ctx, l.conn, dst, bytes(st), st.tag, nullptr, &r);
       });
     }
@@ -190,7 +177,7 @@ class NetExecution::Executor {
     std::int32_t done = 0;
     std::uint64_t size = 0;
     try {
-      transport_call(l, "test", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      link_call(l, "test", [&](const wia_transport_ops_v1_t& t, void* ctx) {
         return t.test(ctx, st_[k].req, &done, &size);
       });
     } catch (const Error& e) {
@@ -264,11 +251,11 @@ class NetExecution::Executor {
   void post_descriptor() {
     const NetLink& to = link(next_);
     const NetLink& from = link(prev_);
-    transport_call(to, "isend(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+    link_call(to, "isend(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
       return t.isend(ctx, to.conn, &mine_desc_, sizeof(mine_desc_), kDescriptorTag, nullptr,
                      &desc_send_);
     });
-    transport_call(from, "irecv(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+    link_call(from, "irecv(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
       return t.irecv(ctx, from.conn, &their_desc_, sizeof(their_desc_), kDescriptorTag, nullptr,
                      &desc_recv_);
     });
@@ -285,25 +272,33 @@ class NetExecution::Executor {
     bool progressed = false;
     std::int32_t done = 0;
     std::uint64_t size = 0;
+    // A failed request is released by the provider: forget it before the
+    // error propagates, or the error path would test it again.
+    auto test = [&](const NetLink& l, wia_request_t& req) {
+      try {
+        link_call(l, "test(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+          return t.test(ctx, req, &done, &size);
+        });
+      } catch (const Error&) {
+        req = nullptr;
+        throw;
+      }
+    };
     if (desc_send_) {
-      const NetLink& to = link(next_);
-      transport_call(to, "test(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
-        return t.test(ctx, desc_send_, &done, &size);
-      });
+      test(link(next_), desc_send_);
       if (done) desc_send_ = nullptr, progressed = true;
     }
     if (desc_recv_) {
       done = 0;
-      const NetLink& from = link(prev_);
-      transport_call(from, "test(descriptor)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
-        return t.test(ctx, desc_recv_, &done, &size);
-      });
+      test(link(prev_), desc_recv_);
       if (done) {
         desc_recv_ = nullptr;
         progressed = true;
-        const std::string diff = size == sizeof(their_desc_)
-                                     ? describe_difference(mine_desc_, their_desc_)
-                                     : std::string("a descriptor of the wrong size");
+        const bool same = size == sizeof(their_desc_) &&
+                          std::memcmp(&mine_desc_, &their_desc_, sizeof(their_desc_)) == 0;
+        const std::string diff = same                           ? std::string()
+                                 : size == sizeof(their_desc_) ? describe_difference(mine_desc_, their_desc_)
+                                                               : std::string("a descriptor of the wrong size");
         if (!diff.empty())
           throw Error(WIA_ERROR_MISMATCH,
                       fmt::format("collective #{} does not match across ranks: rank {} and rank "

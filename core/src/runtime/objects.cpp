@@ -11,10 +11,12 @@ namespace wia {
 void AllocationRegistry::add(const Allocation& a) {
   std::lock_guard<std::mutex> lock(mu_);
   by_base_[a.base] = a;
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::optional<Allocation> AllocationRegistry::remove(const void* p) {
   std::lock_guard<std::mutex> lock(mu_);
+  generation_.fetch_add(1, std::memory_order_release);
   auto it = by_base_.find(reinterpret_cast<std::uintptr_t>(p));
   if (it == by_base_.end()) return std::nullopt;
   Allocation a = it->second;
@@ -23,14 +25,26 @@ std::optional<Allocation> AllocationRegistry::remove(const void* p) {
 }
 
 std::optional<Allocation> AllocationRegistry::find(const void* p) const {
+  struct Found {
+    const AllocationRegistry* registry;
+    std::uint64_t generation;
+    Allocation allocation;
+  };
+  static thread_local Found found[2] = {{nullptr, 0, {}}, {nullptr, 0, {}}};
+  static thread_local unsigned next = 0;
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  auto inside = [addr](const Allocation& a) { return addr == a.base || addr - a.base < a.size; };
+  const std::uint64_t g = generation_.load(std::memory_order_acquire);
+  for (const Found& f : found)
+    if (f.registry == this && f.generation == g && inside(f.allocation)) return f.allocation;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_base_.upper_bound(addr);
   if (it == by_base_.begin()) return std::nullopt;
   --it;
   const Allocation& a = it->second;
-  if (addr == a.base || addr - a.base < a.size) return a;
-  return std::nullopt;
+  if (!inside(a)) return std::nullopt;
+  found[next++ & 1] = {this, generation_.load(std::memory_order_relaxed), a};
+  return a;
 }
 
 std::vector<Allocation> AllocationRegistry::all() const {
@@ -79,9 +93,20 @@ wia_stream_s* resolve_stream(wia_stream_t stream) {
     return stream;
   }
   const wia_device_t dev = current_device();
+  // Default streams live until wia_finalize: remember this thread's.
+  struct Last {
+    std::uint64_t generation;
+    wia_device_t device;
+    wia_stream_s* stream;
+  };
+  static thread_local Last last{0, -1, nullptr};
+  const std::uint64_t g = t.default_streams_generation.load(std::memory_order_acquire);
+  if (last.generation == g && last.device == dev && last.stream) return last.stream;
   std::lock_guard<std::mutex> lock(t.default_streams_mu);
-  auto it = t.default_streams.find(dev);
-  if (it != t.default_streams.end()) return it->second;
+  if (auto it = t.default_streams.find(dev); it != t.default_streams.end()) {
+    last = {g, dev, it->second};
+    return it->second;
+  }
   const Device& d = Runtime::get().device(dev);
   auto s = std::make_unique<wia_stream_s>();
   s->device = dev;
@@ -115,6 +140,7 @@ void release_all_objects(Runtime& rt) noexcept {
     std::lock_guard<std::mutex> lock(t.default_streams_mu);
     for (auto& [dev, s] : t.default_streams) destroy_stream(s);
     t.default_streams.clear();
+    t.default_streams_generation.fetch_add(1, std::memory_order_release);
   }
   for (wia_event_s* e : t.events.all()) {
     t.events.remove(e);

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -74,12 +75,16 @@ class AllocationRegistry {
   // Removes the allocation starting exactly at p; nullopt when none.
   std::optional<Allocation> remove(const void* p);
   // The allocation containing p (p == base for size-0 allocations).
+  // Every collective call looks up its buffers: the last two found by the
+  // calling thread are remembered until the registry next changes, so
+  // the common case takes no lock.
   std::optional<Allocation> find(const void* p) const;
   std::vector<Allocation> all() const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::uintptr_t, Allocation> by_base_;
+  std::atomic<std::uint64_t> generation_{1};  // bumped by add and remove
 };
 
 // Thread-safe set of live handles of one kind.
@@ -89,14 +94,28 @@ class HandleSet {
   void add(T* h) {
     std::lock_guard<std::mutex> lock(mu_);
     live_.insert(h);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   bool remove(T* h) {
     std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
     return live_.erase(h) == 1;
   }
+  // The last handle found live by the calling thread is remembered until
+  // the set next changes: every collective call checks its handles.
   bool contains(T* h) const {
+    struct Seen {
+      const HandleSet* set;
+      std::uint64_t generation;
+      const T* handle;
+    };
+    static thread_local Seen seen{nullptr, 0, nullptr};
+    const std::uint64_t g = generation_.load(std::memory_order_acquire);
+    if (seen.set == this && seen.generation == g && seen.handle == h && h != nullptr) return true;
     std::lock_guard<std::mutex> lock(mu_);
-    return live_.count(h) == 1;
+    if (live_.count(h) != 1) return false;
+    seen = {this, generation_.load(std::memory_order_relaxed), h};
+    return true;
   }
   std::vector<T*> all() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -106,6 +125,7 @@ class HandleSet {
  private:
   mutable std::mutex mu_;
   std::unordered_set<T*> live_;
+  std::atomic<std::uint64_t> generation_{1};  // bumped by add and remove
 };
 
 // Runtime state that the C API manipulates.
@@ -115,6 +135,8 @@ struct ObjectTables {
   HandleSet<wia_event_s> events;
   std::mutex default_streams_mu;
   std::map<wia_device_t, wia_stream_s*> default_streams;
+  // Bumped when default_streams loses entries (resolve_stream caches).
+  std::atomic<std::uint64_t> default_streams_generation{1};
 };
 
 ObjectTables& objects();

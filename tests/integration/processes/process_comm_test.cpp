@@ -652,3 +652,170 @@ TEST_CASE("collectives started by the posting thread keep stream order when peer
       {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
   check_all(st, kOk);
 }
+
+namespace {
+
+// Input of rank r at index i for the one-shot tests: small integers (exact
+// in every type, products of up to 4 ranks stay small).
+double small_input(int r, std::uint64_t i) { return static_cast<double>((r + 2 * i) % 3 + 1); }
+
+template <typename T>
+int check_small_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype_t dtype,
+                           wia_reduce_op_t op, std::uint64_t n, bool in_place) {
+  std::vector<T> in(n), out(n, T(-9));
+  for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<T>(small_input(rank, i));
+  wia_collective_config_t cfg{};
+  cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
+  cfg.datatype = dtype;
+  cfg.reduction_op = op;
+  T* dst = in_place ? in.data() : out.data();
+  if (wia_all_reduce(comm, in.data(), dst, n, &cfg, nullptr) != WIA_SUCCESS ||
+      wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+    std::fprintf(stderr, "rank %d: all_reduce: %s\n", rank, wia_get_last_error());
+    return -1;
+  }
+  int wrong = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    // The reference in double, by a different route: every rank's input
+    // recomputed here.
+    double ref = op == WIA_REDUCE_PROD ? 1 : op == WIA_REDUCE_MIN ? 1e300 : op == WIA_REDUCE_MAX ? -1e300 : 0;
+    for (int q = 0; q < nranks; ++q) {
+      const double v = small_input(q, i);
+      if (op == WIA_REDUCE_PROD) ref *= v;
+      else if (op == WIA_REDUCE_MIN) ref = std::min(ref, v);
+      else if (op == WIA_REDUCE_MAX) ref = std::max(ref, v);
+      else ref += v;
+    }
+    if (op == WIA_REDUCE_AVG) ref = std::is_integral_v<T> ? std::trunc(ref / nranks) : ref / nranks;
+    const double got = static_cast<double>(dst[i]);
+    if (std::fabs(got - ref) > 1e-6 * std::max(1.0, std::fabs(ref))) ++wrong;
+  }
+  const wia_algorithm_t algo = wia_get_selected_algorithm(comm);
+  if (!algo.name || std::string(algo.name) != "one_shot") {
+    std::fprintf(stderr, "rank %d: selected %s, not one_shot\n", rank, algo.name ? algo.name : "?");
+    ++wrong;
+  }
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE("small all-reduces run one-shot: every op, four dtypes, in and out of place") {
+  for (const char* transport : {"shm", "tcp"})
+    for (int n : {2, 3}) {
+      INFO(transport << " with " << n << " processes");
+      const auto st = run_ranks(
+          n, base_yaml(),
+          [](int rank, int nranks) {
+            wia_communicator_t comm = join(rank, nranks);
+            if (!comm) return kApiError;
+            int wrong = 0;
+            for (wia_reduce_op_t op : {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN,
+                                       WIA_REDUCE_MAX, WIA_REDUCE_AVG})
+              for (std::uint64_t count : {1, 7, 1000})
+                for (bool in_place : {false, true}) {
+                  int w = check_small_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op,
+                                                        count, in_place);
+                  w += check_small_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op,
+                                                      count, in_place);
+                  w += check_small_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op,
+                                                            count, in_place);
+                  w += check_small_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op,
+                                                            count, in_place);
+                  if (w < 0) return kApiError;
+                  wrong += w;
+                }
+            // Every rank holds the same bits, even when rounding differs
+            // with the order of the sum: gather the results and compare.
+            std::vector<float> x(64), all(64 * nranks);
+            for (int i = 0; i < 64; ++i) x[i] = 0.1f * static_cast<float>(rank + 1) + 1e-7f * i;
+            wia_collective_config_t cfg{};
+            cfg.datatype = WIA_FLOAT32;
+            cfg.reduction_op = WIA_REDUCE_SUM;
+            int ok = wia_all_reduce(comm, x.data(), x.data(), 64, &cfg, nullptr) == WIA_SUCCESS;
+            cfg.operation = WIA_COLLECTIVE_ALLGATHER;
+            ok &= wia_all_gather_ex(comm, x.data(), all.data(), 64, &cfg, nullptr) == WIA_SUCCESS;
+            ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+            for (int q = 1; q < nranks; ++q)
+              wrong += std::memcmp(all.data(), all.data() + 64 * q, 64 * sizeof(float)) != 0;
+            wia_destroy_communicator(comm);
+            if (!ok) return kApiError;
+            if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
+            return wrong ? kWrong : kOk;
+          },
+          {{"WIA_TRANSPORT", transport}, {"TEST_WIA_ID", unique_id_env()}});
+      check_all(st);
+    }
+}
+
+TEST_CASE("a rank on the one-shot path and ranks on the general path fail, never hang") {
+  // Rank 1's count is small (one-shot), the others' large (the general
+  // engine): every rank must report an error within the timeout.
+  for (int n : {2, 3}) {
+    INFO(n << " processes");
+    const auto start = std::chrono::steady_clock::now();
+    const auto st = run_ranks(
+        n, base_yaml(5000),
+        [](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          std::vector<float> b(100000, 1.0f);
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          const std::size_t count = rank == 1 ? 2 : 100000;
+          wia_all_reduce(comm, b.data(), b.data(), count, &cfg, nullptr);
+          const wia_status_t s = wia_stream_synchronize(nullptr);
+          std::fprintf(stderr, "rank %d saw: %s\n", rank, wia_get_last_error());
+          wia_destroy_communicator(comm);
+          return s == WIA_SUCCESS ? kNoError : kSawError;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+    check_all(st, kSawError);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+  }
+}
+
+TEST_CASE("one-shot ranks that disagree on the op fail on every rank, naming it") {
+  const auto st = run_ranks(
+      3, base_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        float v[2] = {1, 2};
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        cfg.reduction_op = rank == 2 ? WIA_REDUCE_MAX : WIA_REDUCE_SUM;
+        wia_all_reduce(comm, v, v, 2, &cfg, nullptr);
+        const wia_status_t s = wia_stream_synchronize(nullptr);
+        const std::string msg = wia_get_last_error();
+        std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+        wia_destroy_communicator(comm);
+        if (s == WIA_SUCCESS) return kNoError;
+        return msg.find("op sum vs max") != std::string::npos ||
+                       msg.find("op max vs sum") != std::string::npos
+                   ? kSawError
+                   : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
+  check_all(st, kSawError);
+}
+
+TEST_CASE("collectives.one_shot_max_bytes = 0 leaves small all-reduces to the cost model") {
+  const auto st = run_ranks(
+      2, base_yaml() + "  one_shot_max_bytes: 0\n",
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        float v[2] = {1, 2};
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        const int ok = wia_all_reduce(comm, v, v, 2, &cfg, nullptr) == WIA_SUCCESS &&
+                       wia_stream_synchronize(nullptr) == WIA_SUCCESS && v[0] == 2 && v[1] == 4;
+        const wia_algorithm_t algo = wia_get_selected_algorithm(comm);
+        const bool general = algo.name && std::string(algo.name) != "one_shot";
+        wia_destroy_communicator(comm);
+        return ok && general ? kOk : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st);
+}

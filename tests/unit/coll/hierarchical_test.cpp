@@ -363,7 +363,7 @@ TEST_CASE("hierarchical: a tuner candidate only with a grouping worth exploiting
   CHECK(std::string(algorithm_name(Algorithm::kHierarchical)) == "hierarchical");
   CHECK(find_algorithm(Collective::kAllReduce, "hierarchical") == info);
   CHECK(find_algorithm(Collective::kBroadcast, Algorithm::kHierarchical) == nullptr);
-  CHECK(static_cast<int>(Algorithm::kHierarchical) == kAlgorithmCount - 1);
+  CHECK(static_cast<int>(Algorithm::kHierarchical) == kAlgorithmCount - 2);
   CollArgs a = hier_args(4, 100, nullptr);
   CHECK_FALSE(tuner_candidate(*info, a));
   a.options.groups = groups_of({0, 1, 2, 3});

@@ -244,8 +244,10 @@ TEST_CASE("schedule: scratch stays within each algorithm's documented bound") {
           case Collective::kAllReduce:
             // Hierarchical: non-leaders accumulate its phase-1 reduce
             // (and its leader phase may be recursive doubling).
+            // One-shot in place: the input moved aside.
             bound = info.algorithm == Algorithm::kRecursiveDoubling ||
-                            info.algorithm == Algorithm::kHierarchical
+                            info.algorithm == Algorithm::kHierarchical ||
+                            info.algorithm == Algorithm::kOneShot
                         ? c
                         : 0;
             break;
