@@ -15,6 +15,10 @@ namespace wia {
 namespace {
 std::mutex g_runtime_mu;
 std::unique_ptr<Runtime> g_runtime;  // guarded by g_runtime_mu for create/destroy
+// The same pointer, read without the lock: every API call starts with
+// Runtime::get(). Set after construction, cleared before destruction
+// (using the library while wia_finalize runs is the caller's error).
+std::atomic<Runtime*> g_runtime_fast{nullptr};
 
 }  // namespace
 
@@ -57,8 +61,10 @@ Runtime::Runtime(const std::string& yaml_path) {
 Runtime::~Runtime() = default;
 
 Runtime& Runtime::get() {
+  if (Runtime* r = g_runtime_fast.load(std::memory_order_acquire)) return *r;
   std::lock_guard<std::mutex> lock(g_runtime_mu);
   if (!g_runtime) g_runtime.reset(new Runtime(""));
+  g_runtime_fast.store(g_runtime.get(), std::memory_order_release);
   return *g_runtime;
 }
 
@@ -68,6 +74,7 @@ Runtime& Runtime::init(const std::string& yaml_path) {
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 "libwia is already initialised; call wia_finalize() before initialising again");
   g_runtime.reset(new Runtime(yaml_path));
+  g_runtime_fast.store(g_runtime.get(), std::memory_order_release);
   return *g_runtime;
 }
 
@@ -75,6 +82,7 @@ void Runtime::finalize() {
   std::lock_guard<std::mutex> lock(g_runtime_mu);
   if (!g_runtime) return;
   release_all_objects(*g_runtime);
+  g_runtime_fast.store(nullptr, std::memory_order_release);
   g_runtime.reset();
 }
 
