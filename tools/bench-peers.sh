@@ -11,12 +11,16 @@
 #
 #   tools/bench-peers.sh [BUILD_DIR]     (default build/bench, built if needed)
 #   BENCH_PEERS_NPS="2 4"  BENCH_PEERS_SIZES="8 65536 ..."  override the sweep
+#   BENCH_PEERS_ROUNDS=3   rounds of all four runners, interleaved; each
+#                          cell is the round with the median time, so a burst
+#                          of load from elsewhere skews one round, not a ratio
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/bench}
 case $build in /*) ;; *) build=$PWD/$build ;; esac
 nps=${BENCH_PEERS_NPS-2 4}
 sizes=${BENCH_PEERS_SIZES:-8 65536 1048576 16777216 67108864}
+rounds=${BENCH_PEERS_ROUNDS:-3}
 peers=$build/bench-peers
 mkdir -p "$peers"
 
@@ -81,12 +85,29 @@ run_wia() {  # transport np
   awk '!/^#/ && NF >= 18 {print $1, $7, $9, $10 + $15, $5}' "$out/wia-$1.$2.raw" >"$out/wia-$1.$2"
 }
 
+# The round with the median time, per size, of "<bytes> <time_us> <busbw>
+# <wrong> [algorithm]" files name.np.r1 ... (wrong: summed over rounds).
+median_of_rounds() {  # name np
+  cat "$out/$1.$2".r* 2>/dev/null | sort -k1,1n -k2,2g | awk '
+    {line[$1, ++n[$1]] = $0; wrong[$1] += $4}
+    END {for (s in n) {split(line[s, int((n[s] + 1) / 2)], f, " "); f[4] = wrong[s]
+                       out = f[1]; for (i = 2; i in f; ++i) out = out " " f[i]; print out}}' \
+    >"$out/$1.$2"
+}
+
 start=$(date +%s)
 echo "# bench-peers: float32 sum all-reduce, $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# busbw GB/s (nccl-tests: bytes / time * 2(n-1)/n); the 8-byte row is time in us"
-echo "# time = slowest rank, median of 3 repetitions of back-to-back calls, each after a barrier"
+echo "# time = slowest rank, median of 3 repetitions of back-to-back calls, each after a barrier;"
+echo "# each cell: the median of $rounds interleaved rounds of the four runners"
 for np in $nps; do
-  run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_wia tcp "$np"
+  for ((round = 1; round <= rounds; ++round)); do
+    run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_wia tcp "$np"
+    for f in mpi.$np gloo.$np wia-shm.$np wia-tcp.$np; do
+      [ -e "$out/$f" ] && mv "$out/$f" "$out/$f.r$round"
+    done
+  done
+  for f in mpi gloo wia-shm wia-tcp; do median_of_rounds "$f" "$np"; done
   echo
   echo "## $np processes"
   printf '| %9s | %9s | %9s | %9s | %9s | %11s | %9s | %s\n' size "Open MPI" "wia shm" \
