@@ -204,6 +204,9 @@ class Provider {
   // validating a handle never serialises two streams' enqueues.
   std::shared_mutex handles_mu;
   std::unordered_map<const void*, std::shared_ptr<Stream>> streams;
+  // Bumped (under handles_mu) whenever `streams` changes: find_stream
+  // remembers each thread's last answer until then.
+  std::atomic<std::uint64_t> streams_generation{1};
   std::unordered_map<const void*, std::unique_ptr<Event>> events;
 
   // Sets the host error message for the calling thread and returns st.

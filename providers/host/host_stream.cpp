@@ -252,10 +252,26 @@ bool Stream::take_error(std::uint64_t up_to_seq, bool clear, wia_status_t* statu
 // Handle lookup
 
 Stream* Provider::find_stream(wia_provider_stream_t h, const char* call) noexcept {
+  // Every enqueue and query validates its handle: the calling thread's
+  // last hit is reused until a stream is created or destroyed.
+  struct Hit {
+    const Provider* provider;
+    std::uint64_t generation;
+    wia_provider_stream_t handle;
+    Stream* stream;
+  };
+  static thread_local Hit hit __attribute__((tls_model("initial-exec"))) = {nullptr, 0, nullptr,
+                                                                            nullptr};
+  const std::uint64_t g = streams_generation.load(std::memory_order_acquire);
+  if (hit.provider == this && hit.generation == g && hit.handle == h && h != nullptr)
+    return hit.stream;
   {
     std::shared_lock<std::shared_mutex> lk(handles_mu);
     auto it = streams.find(h);
-    if (it != streams.end()) return it->second.get();
+    if (it != streams.end()) {
+      hit = {this, streams_generation.load(std::memory_order_relaxed), h, it->second.get()};
+      return it->second.get();
+    }
   }
   if (h == nullptr)
     fail(WIA_ERROR_INVALID_HANDLE, "%s: stream is NULL", call);
@@ -284,6 +300,7 @@ void destroy_all_streams(Provider& p) noexcept {
   {
     std::unique_lock<std::shared_mutex> lk(p.handles_mu);
     streams.swap(p.streams);
+    p.streams_generation.fetch_add(1, std::memory_order_release);
     if (!p.events.empty())
       p.log(WIA_LOG_WARN, "fini: %zu event(s) were not destroyed", p.events.size());
     p.events.clear();
@@ -327,6 +344,7 @@ wia_status_t stream_create(void* ctx, std::int32_t dev, wia_provider_stream_t* o
     // If the insertion throws, ~Stream stops and joins the new worker.
     std::unique_lock<std::shared_mutex> lk(p.handles_mu);
     p.streams.emplace(s.get(), s);
+    p.streams_generation.fetch_add(1, std::memory_order_release);
     *out = reinterpret_cast<wia_provider_stream_t>(s.get());
     return WIA_SUCCESS;
   });
@@ -349,6 +367,7 @@ wia_status_t stream_destroy(void* ctx, wia_provider_stream_t h) noexcept {
                       it->second->device());
       s = std::move(it->second);
       p.streams.erase(it);
+      p.streams_generation.fetch_add(1, std::memory_order_release);
     }
     // Drains the queue first: destroying a stream never drops work.
     s->stop_and_join();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/hot_tls.hpp"
 #include "common/log.hpp"
 #include "config/config.hpp"
 #include "provider/registry.hpp"
@@ -22,9 +23,8 @@ namespace {
 // per thread, because the entry point and its set_error() call happen on
 // the same thread while other threads call other providers.
 thread_local std::string t_error;
-// Read before every provider call (clear_provider_error): initial-exec, so
-// that a read is one instruction instead of a __tls_get_addr call.
-thread_local bool t_error_set __attribute__((tls_model("initial-exec"))) = false;
+// Read before every provider call (clear_provider_error).
+thread_local bool t_error_set WIA_HOT_TLS = false;
 
 log::Level to_log_level(wia_log_level_t level) {
   // Clamp rather than reject: a provider built against a later header with

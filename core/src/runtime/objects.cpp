@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/hot_tls.hpp"
 #include "common/log.hpp"
 
 namespace wia {
@@ -30,8 +31,8 @@ std::optional<Allocation> AllocationRegistry::find(const void* p) const {
     std::uint64_t generation;
     Allocation allocation;
   };
-  static thread_local Found found[2] = {{nullptr, 0, {}}, {nullptr, 0, {}}};
-  static thread_local unsigned next = 0;
+  static thread_local Found found[2] WIA_HOT_TLS = {{nullptr, 0, {}}, {nullptr, 0, {}}};
+  static thread_local unsigned next WIA_HOT_TLS = 0;
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
   auto inside = [addr](const Allocation& a) { return addr == a.base || addr - a.base < a.size; };
   const std::uint64_t g = generation_.load(std::memory_order_acquire);
@@ -67,7 +68,7 @@ struct CurrentDevice {
   std::uint64_t generation = 0;
   wia_device_t device = 0;
 };
-thread_local CurrentDevice t_current;
+thread_local CurrentDevice t_current WIA_HOT_TLS;
 }  // namespace
 
 wia_device_t current_device() {
@@ -99,7 +100,7 @@ wia_stream_s* resolve_stream(wia_stream_t stream) {
     wia_device_t device;
     wia_stream_s* stream;
   };
-  static thread_local Last last{0, -1, nullptr};
+  static thread_local Last last WIA_HOT_TLS{0, -1, nullptr};
   const std::uint64_t g = t.default_streams_generation.load(std::memory_order_acquire);
   if (last.generation == g && last.device == dev && last.stream) return last.stream;
   std::lock_guard<std::mutex> lock(t.default_streams_mu);

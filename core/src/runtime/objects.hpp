@@ -8,6 +8,8 @@
 #include <wia/provider.h>
 #include <wia/wia.h>
 
+#include "common/hot_tls.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <atomic>
@@ -109,7 +111,7 @@ class HandleSet {
       std::uint64_t generation;
       const T* handle;
     };
-    static thread_local Seen seen{nullptr, 0, nullptr};
+    static thread_local Seen seen WIA_HOT_TLS{nullptr, 0, nullptr};
     const std::uint64_t g = generation_.load(std::memory_order_acquire);
     if (seen.set == this && seen.generation == g && seen.handle == h && h != nullptr) return true;
     std::lock_guard<std::mutex> lock(mu_);
