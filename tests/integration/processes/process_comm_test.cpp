@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <vector>
@@ -302,6 +303,31 @@ void check_all(const std::vector<int>& st, int want = kOk) {
   }
 }
 
+// An in-place all-reduce and a synchronize: their status and the last
+// error message.
+struct Outcome {
+  wia_status_t status;
+  std::string message;
+};
+Outcome all_reduce_in_place(wia_communicator_t comm, void* buf, std::size_t count,
+                            const wia_collective_config_t& cfg) {
+  wia_all_reduce(comm, buf, buf, count, &cfg, nullptr);
+  const wia_status_t s = wia_stream_synchronize(nullptr);
+  return {s, wia_get_last_error()};
+}
+
+// For a rank whose call had to fail: kNoError if it succeeded, kSawError
+// if the error names one of `needles`, kWrong otherwise (what it saw is
+// printed either way).
+int error_naming(int rank, wia_status_t status, const std::string& msg,
+                 std::initializer_list<const char*> needles) {
+  std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+  if (status == WIA_SUCCESS) return kNoError;
+  for (const char* n : needles)
+    if (msg.find(n) != std::string::npos) return kSawError;
+  return kWrong;
+}
+
 std::vector<std::string> shm_entries() {
   std::vector<std::string> names;
   if (DIR* d = opendir("/dev/shm")) {
@@ -360,10 +386,7 @@ TEST_CASE("mismatched calls across processes fail on every rank, naming the diff
         std::vector<float> b(128, 1.0f);
         wia_collective_config_t cfg{};
         cfg.datatype = WIA_FLOAT32;
-        const std::size_t n = rank == 1 ? 100 : 99;
-        wia_all_reduce(comm, b.data(), b.data(), n, &cfg, nullptr);
-        const wia_status_t s = wia_stream_synchronize(nullptr);
-        const std::string msg = wia_get_last_error();
+        const auto [s, msg] = all_reduce_in_place(comm, b.data(), rank == 1 ? 100 : 99, cfg);
         if (s == WIA_SUCCESS) return kNoError;
         std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
         // The descriptor check names the field; a rank whose data step saw
@@ -395,16 +418,9 @@ TEST_CASE("a rank that never calls becomes a timeout on every other rank, naming
         float v = 1;
         wia_collective_config_t cfg{};
         cfg.datatype = WIA_FLOAT32;
-        wia_all_reduce(comm, &v, &v, 1, &cfg, nullptr);
-        const wia_status_t s = wia_stream_synchronize(nullptr);
-        const std::string msg = wia_get_last_error();
-        std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+        const auto [s, msg] = all_reduce_in_place(comm, &v, 1, cfg);
         wia_destroy_communicator(comm);
-        if (s == WIA_SUCCESS) return kNoError;
-        return msg.find("rank(s) 2") != std::string::npos ||
-                       msg.find("rank 2") != std::string::npos
-                   ? kSawError
-                   : kWrong;
+        return error_naming(rank, s, msg, {"rank(s) 2", "rank 2"});
       },
       {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
   check_all(st, kSawError);
@@ -762,12 +778,9 @@ TEST_CASE("a rank on the one-shot path and ranks on the general path fail, never
           std::vector<float> b(100000, 1.0f);
           wia_collective_config_t cfg{};
           cfg.datatype = WIA_FLOAT32;
-          const std::size_t count = rank == 1 ? 2 : 100000;
-          wia_all_reduce(comm, b.data(), b.data(), count, &cfg, nullptr);
-          const wia_status_t s = wia_stream_synchronize(nullptr);
-          std::fprintf(stderr, "rank %d saw: %s\n", rank, wia_get_last_error());
+          const auto [s, msg] = all_reduce_in_place(comm, b.data(), rank == 1 ? 2 : 100000, cfg);
           wia_destroy_communicator(comm);
-          return s == WIA_SUCCESS ? kNoError : kSawError;
+          return error_naming(rank, s, msg, {""});  // any error will do
         },
         {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
     check_all(st, kSawError);
@@ -785,16 +798,9 @@ TEST_CASE("one-shot ranks that disagree on the op fail on every rank, naming it"
         wia_collective_config_t cfg{};
         cfg.datatype = WIA_FLOAT32;
         cfg.reduction_op = rank == 2 ? WIA_REDUCE_MAX : WIA_REDUCE_SUM;
-        wia_all_reduce(comm, v, v, 2, &cfg, nullptr);
-        const wia_status_t s = wia_stream_synchronize(nullptr);
-        const std::string msg = wia_get_last_error();
-        std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+        const auto [s, msg] = all_reduce_in_place(comm, v, 2, cfg);
         wia_destroy_communicator(comm);
-        if (s == WIA_SUCCESS) return kNoError;
-        return msg.find("op sum vs max") != std::string::npos ||
-                       msg.find("op max vs sum") != std::string::npos
-                   ? kSawError
-                   : kWrong;
+        return error_naming(rank, s, msg, {"op sum vs max", "op max vs sum"});
       },
       {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
   check_all(st, kSawError);
