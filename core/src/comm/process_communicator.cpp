@@ -1132,13 +1132,14 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
     const int me = layout_.rank;
     double estimate = 0;
     std::string reason;
+    const bool debug = log::enabled(log::Level::debug);
     std::shared_ptr<const engine::ExecPlan> plan =
-        plan_for(call, false, &estimate, log::enabled(log::Level::debug) ? &reason : nullptr);
+        plan_for(call, false, &estimate, debug ? &reason : nullptr);
     std::unique_ptr<Running> r = take_running();
     r->seq = seq;
     r->is_eager = eager(call, *plan);
     engine::RankBuffers& b = r->buffers;
-    b = call.buffers;
+    b = std::move(call.buffers);  // the call is not read again
     if (call.in_place && !r->is_eager) {
       // An in-place schedule is used when its messages are the same as the
       // out-of-place one's, so peers that made out-of-place calls still
@@ -1207,7 +1208,7 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
                     ? call.root
                     : 0;
     desc.num_chunks = plan->schedule.num_chunks;
-    if (log::enabled(log::Level::debug))  // describe() formats: not on every call
+    if (debug)  // describe() formats: not on every call
       log::debug("coll", "rank {} collective #{}: {} chosen by {} (estimate {:.3f} ms)", me, seq,
                  plan->schedule.describe(), reason, estimate);
 

@@ -30,8 +30,9 @@ void EagerAllReduce::start(int rank, const Descriptor& desc, const void* send, v
   slot_bytes_ = sizeof(Descriptor) + std::max(bytes_, max_bytes);
   const std::size_t p = static_cast<std::size_t>(nranks_);
   if (buf_.size() < p * slot_bytes_) buf_.resize(p * slot_bytes_);
-  sends_.assign(p, nullptr);
-  recvs_.assign(p, nullptr);
+  // Requests are cleared as they complete: only a failed collective (after
+  // which the communicator is unusable) leaves any behind.
+  if (sends_.size() != p) sends_.assign(p, nullptr), recvs_.assign(p, nullptr);
   srcs_.resize(p);
   reduced_ = false;
   pending_ = 0;
@@ -162,7 +163,8 @@ bool EagerAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
     a.count = desc_.count;
     a.dst = recv_;
     a.srcs = srcs_.data();
-    const wia_status_t rc = kernels::reduce(a);
+    // Validated when the call was posted; the buffers are ours or checked.
+    const wia_status_t rc = kernels::reduce_unchecked(a);
     if (rc != WIA_SUCCESS)
       throw Error(WIA_ERROR_INTERNAL,
                   fmt::format("rank {}: one-shot all-reduce #{}: CPU reduction of {} elements "

@@ -716,6 +716,10 @@ const char* reduce_args_error(const wia_reduce_args_v1_t& args) noexcept {
 
 wia_status_t reduce(const wia_reduce_args_v1_t& args) noexcept {
   if (reduce_args_error(args) != nullptr) return WIA_ERROR_INVALID_ARGUMENT;
+  return reduce_unchecked(args);
+}
+
+wia_status_t reduce_unchecked(const wia_reduce_args_v1_t& args) noexcept {
   if (args.count == 0) return WIA_SUCCESS;
   const std::size_t count = static_cast<std::size_t>(args.count);
   const std::uint32_t n = args.nsrcs;

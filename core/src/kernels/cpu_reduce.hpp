@@ -26,6 +26,10 @@ const char* reduce_op_name(wia_reduce_op_t op) noexcept;
 // for a bad dtype/op/nsrcs. float16/bfloat16 accumulate in float32 and
 // round to nearest even once per output element.
 wia_status_t reduce(const wia_reduce_args_v1_t& args) noexcept;
+// reduce() without the checks, for callers that built `args` themselves
+// from validated values (a hot path where the checks cost as much as
+// reducing a few elements). Bad arguments are undefined behaviour.
+wia_status_t reduce_unchecked(const wia_reduce_args_v1_t& args) noexcept;
 
 // The checks reduce() performs before touching memory: NULL when `args`
 // is valid, otherwise a static English phrase naming the problem ("dst

@@ -69,6 +69,14 @@ struct CurrentDevice {
   wia_device_t device = 0;
 };
 thread_local CurrentDevice t_current WIA_HOT_TLS;
+
+}  // namespace
+
+std::uint64_t current_device_stamp() noexcept {
+  return (t_current.generation << 16) ^ static_cast<std::uint64_t>(t_current.device);
+}
+
+namespace {
 }  // namespace
 
 wia_device_t current_device() {

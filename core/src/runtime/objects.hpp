@@ -82,6 +82,8 @@ class AllocationRegistry {
   // the common case takes no lock.
   std::optional<Allocation> find(const void* p) const;
   std::vector<Allocation> all() const;
+  // Changes whenever an allocation is added or removed.
+  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   mutable std::mutex mu_;
@@ -119,6 +121,8 @@ class HandleSet {
     seen = {this, generation_.load(std::memory_order_relaxed), h};
     return true;
   }
+  // Changes whenever a handle is added or removed.
+  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   std::vector<T*> all() const {
     std::lock_guard<std::mutex> lock(mu_);
     return {live_.begin(), live_.end()};
@@ -149,6 +153,9 @@ wia_stream_s* resolve_stream(wia_stream_t stream);
 // The calling thread's current device (validated against the runtime).
 wia_device_t current_device();
 void set_current_device(wia_device_t device);
+// Changes whenever the calling thread's current device does (or the
+// runtime it was set in goes away); cheap, unvalidated.
+std::uint64_t current_device_stamp() noexcept;
 
 // Release every object (wia_finalize): streams are synchronised first.
 void release_all_objects(Runtime& rt) noexcept;

@@ -284,3 +284,54 @@ TEST_CASE("configuration errors surface from init with file, line and key") {
   CHECK(wia_finalize() == WIA_SUCCESS);
   std::remove(good.c_str());
 }
+
+// A call identical to the previous one skips re-checking its arguments
+// (api_coll.cpp, CheckedCall) only while nothing it was checked against has
+// changed: these would all pass if a stale check were reused.
+TEST_CASE("a repeated collective call is checked again once its handles or config change") {
+  Session s("host:\n  devices: 1\n");
+  wia_device_t dev = 0;
+  wia_communicator_t comm = nullptr;
+  REQUIRE(wia_create_communicator(&dev, 1, &comm) == WIA_SUCCESS);
+  float* buf = nullptr;
+  REQUIRE(wia_malloc_on(0, reinterpret_cast<void**>(&buf), 64 * sizeof(float)) == WIA_SUCCESS);
+  wia_stream_t stream = nullptr;
+  REQUIRE(wia_create_stream_on(0, &stream) == WIA_SUCCESS);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int i = 0; i < 3; ++i)
+    CHECK(wia_all_reduce(comm, buf, buf, 64, &cfg, stream) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(stream) == WIA_SUCCESS);
+
+  // The same config object, changed in place.
+  cfg.datatype = static_cast<wia_datatype_t>(999);
+  CHECK(wia_all_reduce(comm, buf, buf, 64, &cfg, stream) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("datatype"));
+  cfg.datatype = WIA_FLOAT32;
+  CHECK(wia_all_reduce(comm, buf, buf, 64, &cfg, stream) == WIA_SUCCESS);
+
+  // A buffer freed and a smaller one in its place: the size check runs again.
+  CHECK(wia_all_reduce(comm, buf, buf, 64, &cfg, stream) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(stream) == WIA_SUCCESS);
+  REQUIRE(wia_free(buf) == WIA_SUCCESS);
+  float* small = nullptr;
+  REQUIRE(wia_malloc_on(0, reinterpret_cast<void**>(&small), 8 * sizeof(float)) == WIA_SUCCESS);
+  if (small == buf) {  // the allocator reused the address: the classic stale case
+    CHECK(wia_all_reduce(comm, buf, buf, 64, &cfg, stream) == WIA_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error_has("only"));
+  }
+  CHECK(wia_all_reduce(comm, small, small, 8, &cfg, stream) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(stream) == WIA_SUCCESS);
+
+  // A destroyed stream, then a destroyed communicator.
+  CHECK(wia_all_reduce(comm, small, small, 8, &cfg, stream) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(stream) == WIA_SUCCESS);
+  REQUIRE(wia_destroy_stream(stream) == WIA_SUCCESS);
+  CHECK(wia_all_reduce(comm, small, small, 8, &cfg, stream) == WIA_ERROR_INVALID_HANDLE);
+  CHECK(wia_all_reduce(comm, small, small, 8, &cfg, nullptr) == WIA_SUCCESS);
+  CHECK(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  REQUIRE(wia_destroy_communicator(comm) == WIA_SUCCESS);
+  CHECK(wia_all_reduce(comm, small, small, 8, &cfg, nullptr) == WIA_ERROR_INVALID_HANDLE);
+  CHECK(last_error_has("not live"));
+  wia_free(small);
+}
