@@ -139,7 +139,7 @@ bool EagerAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
     }
     // Peers that failed tell us on the control channel, and peers asking
     // where we are get their answer: looked at while waiting only.
-    if ((++idle_rounds & 7) == 1) {
+    if ((++idle_rounds & 63) == 0) {
       const std::string reason = control_->poll();
       if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
     }
