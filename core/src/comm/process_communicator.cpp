@@ -993,7 +993,6 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   // Claim the next sequence number only if every earlier one has run.
   std::uint64_t seq = executed_.load(std::memory_order_acquire);
   if (!next_seq_.compare_exchange_strong(seq, seq + 1)) return false;
-  in_flight_.fetch_add(1);
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   std::string error;
   wia_status_t st = WIA_SUCCESS;
@@ -1003,13 +1002,17 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   if (r) st = proceed(*r, now + post_progress_, error);
   if (st == WIA_IN_PROGRESS) {
     // Peers are late: the stream's worker goes on from here.
+    // From here it is queued on a stream: counted in in_flight_ (the
+    // gate uncounts it), which is what destroy waits for.
     auto* g = new Gate{this, seq, Call{}, stream, peer, is_send, std::move(r), false};
+    in_flight_.fetch_add(1);
     try {
       device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
         return o.launch_host_func(ctx, stream->ps, &ProcessCommunicator::gate, g);
       });
       return true;
     } catch (const Error& e) {
+      in_flight_.fetch_sub(1);
       delete g;
       st = e.status();
       error = fmt::format("could not hand collective #{} to its stream: {}", seq, e.what());
@@ -1020,7 +1023,6 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   if (st != WIA_SUCCESS) stream->set_async_error(st, error);
   recycle(std::move(r));
   release_turn(seq);
-  in_flight_.fetch_sub(1);
   order_signal_.notify();
   return true;
 }

@@ -257,6 +257,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::atomic<std::uint64_t> collectives_done_{0};
   std::atomic<std::int64_t> running_{-1};
   engine::ProgressSignal order_signal_;
+  // Operations queued on streams (not those the posting thread finishes
+  // itself): destroy waits for them.
   std::atomic<int> in_flight_{0};
   std::atomic<int> large_in_flight_{0};  // of those, not small collectives
   std::vector<char> staging_, scratch_, snapshot_;  // used by one collective at a time
