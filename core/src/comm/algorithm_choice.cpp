@@ -191,6 +191,7 @@ AlgorithmChoice choose_algorithm(const coll::CollArgs& args, coll::Algorithm req
   choice.num_chunks = sel.num_chunks;
   choice.estimated_ms = sel.estimated_ms;
   choice.reason = "cost model";
+  choice.by_cost_model = true;
   return choice;
 }
 

@@ -19,6 +19,7 @@ struct AlgorithmChoice {
   std::uint32_t num_chunks = 0;  // 0 = builder default
   double estimated_ms = 0;  // cost-model estimate (0 when not costed)
   std::string reason;       // "call config", "WIA_ALGO=ring", "rule #2 (file:line)", "cost model"
+  bool by_cost_model = false;  // nothing asked for an algorithm
 };
 
 // `requested` is the call's algorithm (kAuto when not given). `selector`

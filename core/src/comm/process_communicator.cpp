@@ -901,7 +901,7 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
   coll::validate_args(args);
   std::lock_guard<std::mutex> lock(mu_);
   AlgorithmChoice choice = choose_algorithm(args, call.algorithm, *selector_);
-  if (choice.reason == "cost model" && call.collective == coll::Collective::kAllReduce &&
+  if (choice.by_cost_model && call.collective == coll::Collective::kAllReduce &&
       size() > 1 && size() <= coll::kOneShotMaxRanks &&
       call.count * kernels::dtype_size(call.dtype) <= one_shot_max_bytes_) {
     // The cost model does not see the descriptor messages and step

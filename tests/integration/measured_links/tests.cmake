@@ -37,41 +37,37 @@ endforeach()
 add_test(NAME measured_links_wia_bw_bytes_needs_procs COMMAND sh -c "\
   WIA_HOST_DEVICES=2 ${_ml_bw} --bytes 64K; test $? -eq 2")
 
+# Runs the check's communicator mode over 2 processes with tuner.link_file
+# = FILE at log level LEVEL; ARGN: the mode's arguments (figures expected,
+# optional per-rank file). Passes when the output matches PATTERN (grep).
+function(_ml_comm_test name file level pattern)
+  string(JOIN " " mode_args ${ARGN})
+  add_test(NAME ${name} COMMAND sh -c "\
+    out=$(${_ml_check} --procs 2 comm ${mode_args} 2>&1) || { echo \"$out\"; exit 1; }; \
+    echo \"$out\"; echo \"$out\" | grep -q ${pattern}")
+  set_tests_properties(${name} PROPERTIES TIMEOUT 60
+    ENVIRONMENT "WIA_TUNER_LINK_FILE=${file};WIA_LOG_LEVEL=${level}")
+endfunction()
+
 # A process communicator uses a file with one entry per rank...
-add_test(NAME measured_links_comm_uses_file COMMAND sh -c "\
-  out=$(${_ml_check} --procs 2 comm measured 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\"; \
-  echo \"$out\" | grep -q 'communicator of 2 ranks: link figures from ${_ml_data}/two-ranks.yaml (tuner.link_file, measured): 45.25..123.5 GB/s, 0.77..3.5 us'")
-set_tests_properties(measured_links_comm_uses_file PROPERTIES
-  ENVIRONMENT "WIA_TUNER_LINK_FILE=${_ml_data}/two-ranks.yaml;WIA_LOG_LEVEL=info")
-
+_ml_comm_test(measured_links_comm_uses_file ${_ml_data}/two-ranks.yaml info
+  "'communicator of 2 ranks: link figures from ${_ml_data}/two-ranks.yaml (tuner.link_file, measured): 45.25..123.5 GB/s, 0.77..3.5 us'"
+  measured)
 # ...not one with another device count...
-add_test(NAME measured_links_comm_other_count_keeps_transport_figures COMMAND sh -c "\
-  out=$(${_ml_check} --procs 2 comm transport 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\"; \
-  echo \"$out\" | grep -q 'tuner.link_file not used: ${_ml_data}/three-devices.yaml has 3 device(s), this communicator has 2 ranks'")
-set_tests_properties(measured_links_comm_other_count_keeps_transport_figures PROPERTIES
-  ENVIRONMENT "WIA_TUNER_LINK_FILE=${_ml_data}/three-devices.yaml;WIA_LOG_LEVEL=info")
-
+_ml_comm_test(measured_links_comm_other_count_keeps_transport_figures
+  ${_ml_data}/three-devices.yaml info
+  "'tuner.link_file not used: ${_ml_data}/three-devices.yaml has 3 device(s), this communicator has 2 ranks'"
+  transport)
 # ...nor a malformed one (a warning with file:line:column)...
-add_test(NAME measured_links_comm_malformed_file_warns COMMAND sh -c "\
-  out=$(${_ml_check} --procs 2 comm transport 2>&1) || { echo \"$out\"; exit 1; }; echo \"$out\"; \
-  echo \"$out\" | grep -q \"\\[warn\\] \\[comm\\] .*tuner.link_file not used: ${_ml_data}/malformed.yaml:4:15: key 'links\\[0\\].between'\"")
-set_tests_properties(measured_links_comm_malformed_file_warns PROPERTIES
-  ENVIRONMENT "WIA_TUNER_LINK_FILE=${_ml_data}/malformed.yaml;WIA_LOG_LEVEL=warn")
-
+_ml_comm_test(measured_links_comm_malformed_file_warns ${_ml_data}/malformed.yaml warn
+  "\"\\[warn\\] \\[comm\\] .*tuner.link_file not used: ${_ml_data}/malformed.yaml:4:15: key 'links\\[0\\].between'\""
+  transport)
 # ...and when ranks read different figures, none uses them (the all-reduce
 # in the check shows the ranks still agree).
-add_test(NAME measured_links_comm_ranks_disagree_keep_transport_figures COMMAND sh -c "\
-  out=$(${_ml_check} --procs 2 comm transport ${_ml_data}/two-ranks-other.yaml 2>&1) \
-    || { echo \"$out\"; exit 1; }; echo \"$out\"; \
-  echo \"$out\" | grep -q 'rank 1 read other figures than rank 0'")
-set_tests_properties(measured_links_comm_ranks_disagree_keep_transport_figures PROPERTIES
-  ENVIRONMENT "WIA_TUNER_LINK_FILE=${_ml_data}/two-ranks.yaml;WIA_LOG_LEVEL=warn")
+_ml_comm_test(measured_links_comm_ranks_disagree_keep_transport_figures
+  ${_ml_data}/two-ranks.yaml warn "'rank 1 read other figures than rank 0'"
+  transport ${_ml_data}/two-ranks-other.yaml)
 
 set_tests_properties(measured_links_wia_bw_procs_shm measured_links_wia_bw_procs_tcp
                      measured_links_wia_bw_bytes_needs_procs
                      PROPERTIES TIMEOUT 60 ENVIRONMENT "WIA_LOG_LEVEL=error")
-set_tests_properties(measured_links_comm_uses_file
-                     measured_links_comm_other_count_keeps_transport_figures
-                     measured_links_comm_malformed_file_warns
-                     measured_links_comm_ranks_disagree_keep_transport_figures
-                     PROPERTIES TIMEOUT 60)

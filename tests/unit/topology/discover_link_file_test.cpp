@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,24 @@ TEST_CASE("a link file measured on another host of the same build matches by dev
       discover(dir, "tuner:\n  link_file: " + file + "\n", dir.file("other.log")), provider);
 }
 
+namespace {
+
+// Discovery with tuner.link_file = `file` must keep the provider's figures
+// and log every one of `needles`.
+void expect_provider_figures(TempDir& dir, const std::string& file, const std::string& log_name,
+                             const Figures& provider,
+                             std::initializer_list<std::string> needles) {
+  const std::string log = dir.file(log_name);
+  const Figures got = discover(dir, "tuner:\n  link_file: " + file + "\n", log);
+  CHECK(got.gbps == provider.gbps);
+  CHECK(got.us == provider.us);
+  const std::string text = read(log);
+  INFO(text);
+  for (const std::string& n : needles) CHECK(text.find(n) != std::string::npos);
+}
+
+}  // namespace
+
 TEST_CASE(
     "a link file that matches no device is a warning naming it; discovery keeps the "
     "provider figures") {
@@ -156,15 +175,10 @@ TEST_CASE(
                 "links:\n"
                 "  - {between: all, type: tcp, bandwidth_gbps: 123.5, "
                 "latency_us: 0.77}\n");
-  const std::string log = dir.file("nomatch.log");
-  const Figures got = discover(dir, "tuner:\n  link_file: " + file + "\n", log);
-  CHECK(got.gbps == provider.gbps);
-  CHECK(got.us == provider.us);
-  const std::string text = read(log);
-  INFO(text);
-  CHECK(text.find("[warn] [topology] measured links not used (tuner.link_file): " + file +
-                  ": none of its 2 device(s) (box/rank0:host0, ...) pairs with this process's "
-                  "devices") != std::string::npos);
+  expect_provider_figures(dir, file, "nomatch.log", provider,
+                          {"[warn] [topology] measured links not used (tuner.link_file): " + file +
+                           ": none of its 2 device(s) (box/rank0:host0, ...) pairs with this "
+                           "process's devices"});
 }
 
 TEST_CASE(
@@ -177,21 +191,11 @@ TEST_CASE(
                                     "  - {name: n, devices: 2}\n"
                                     "links:\n"
                                     "  - {between: nearby, type: pcie}\n");
-  const std::string log = dir.file("bad.log");
-  const Figures got = discover(dir, "tuner:\n  link_file: " + bad + "\n", log);
-  CHECK(got.gbps == provider.gbps);
-  CHECK(got.us == provider.us);
-  std::string text = read(log);
-  INFO(text);
-  CHECK(text.find("[warn] [topology] measured links not used (tuner.link_file): " + bad +
-                  ":4:15: key 'links[0].between': 'nearby' is not a link class") !=
-        std::string::npos);
-  CHECK(text.find("discovery keeps the provider figures") != std::string::npos);
-
+  expect_provider_figures(dir, bad, "bad.log", provider,
+                          {"[warn] [topology] measured links not used (tuner.link_file): " + bad +
+                               ":4:15: key 'links[0].between': 'nearby' is not a link class",
+                           "discovery keeps the provider figures"});
   const std::string missing = dir.path + "/no-such-file.yaml";
-  const std::string log2 = dir.file("missing.log");
-  const Figures got2 = discover(dir, "tuner:\n  link_file: " + missing + "\n", log2);
-  CHECK(got2.gbps == provider.gbps);
-  text = read(log2);
-  CHECK(text.find(missing + ": cannot open topology file") != std::string::npos);
+  expect_provider_figures(dir, missing, "missing.log", provider,
+                          {missing + ": cannot open topology file"});
 }
