@@ -408,7 +408,10 @@ std::string caps_text(const wia_provider_v1_t* d) {
   }
   if ((d->caps & WIA_PROVIDER_CAP_TRANSPORT) && d->transport != nullptr) {
     s += " (transport caps:";
-    s += (d->transport->caps & WIA_TRANSPORT_CAP_RMA) ? " rma" : " none";
+    const std::uint64_t tc = d->transport->caps;
+    if (tc & WIA_TRANSPORT_CAP_RMA) s += " rma";
+    if (tc & WIA_TRANSPORT_CAP_INLINE) s += " inline";
+    if ((tc & (WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_INLINE)) == 0) s += " none";
     if (d->transport->must_understand & WIA_TRANSPORT_REQ_ORDERED_RECV) s += ", ordered_recv";
     s += ")";
   }

@@ -183,6 +183,14 @@ void optional_entries(Context& c) {
     check(o->caps, WIA_TRANSPORT_CAP_RMA, "CAP_RMA", reinterpret_cast<const void*>(o->get), "get");
     check(o->caps, WIA_TRANSPORT_CAP_RMA, "CAP_RMA", reinterpret_cast<const void*>(o->mr_rkey),
           "mr_rkey");
+    // Appended after the first v1 release: a table built against an older
+    // header ends before them, and they count as NULL.
+    const bool has_inline =
+        WIA_ABI_HAS_FIELD(wia_transport_ops_v1_t, o->struct_size, recv_inline);
+    check(o->caps, WIA_TRANSPORT_CAP_INLINE, "CAP_INLINE",
+          has_inline ? reinterpret_cast<const void*>(o->send_inline) : nullptr, "send_inline");
+    check(o->caps, WIA_TRANSPORT_CAP_INLINE, "CAP_INLINE",
+          has_inline ? reinterpret_cast<const void*>(o->recv_inline) : nullptr, "recv_inline");
   }
   c.expect(wrong.empty(), "optional entries non-NULL exactly when their capability is claimed",
            wrong);

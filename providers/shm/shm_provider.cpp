@@ -415,6 +415,17 @@ struct Conn {
   std::size_t free_unexpected_count = 0;
   std::uint32_t idle_steps = 0;  // idle progress steps since the last clock read
   std::string failure;
+  // recv_inline's buffer while it drives progress: the next EAGER record
+  // of `tag` that no irecv is waiting for lands here directly, instead of
+  // being buffered as unexpected and copied a second time.
+  struct InlineSink {
+    bool armed = false;   // takes the next matching record
+    bool filled = false;  // took one: `size` bytes (copied unless > capacity)
+    std::uint64_t tag = 0;
+    std::uint8_t* buf = nullptr;
+    std::uint64_t capacity = 0;
+    std::uint64_t size = 0;
+  } sink;
 
   ~Conn() {
     for (Request* r = live; r != nullptr;) {
@@ -591,6 +602,13 @@ bool handle_record(Conn* c, const RecordHeader& h, const std::uint8_t* payload) 
           if (h.len > 0) std::memcpy(r->buf, payload, h.len);
           complete(r, h.len);
         }
+        return true;
+      }
+      if (c->sink.armed && c->sink.tag == h.tag) {
+        c->sink.armed = false;
+        c->sink.filled = true;
+        c->sink.size = h.len;
+        if (h.len > 0 && h.len <= c->sink.capacity) std::memcpy(c->sink.buf, payload, h.len);
         return true;
       }
       // Flow control: unexpected payload is copied out of the ring up to
@@ -1558,6 +1576,83 @@ wia_status_t test_impl(void* ctx, wia_request_t request, int32_t* done, uint64_t
   return WIA_SUCCESS;
 }
 
+// The eager record of isend, written at once and with no request (see
+// provider.h, WIA_TRANSPORT_CAP_INLINE).
+wia_status_t send_inline_impl(void* ctx, wia_conn_t conn, const void* buf, uint64_t size,
+                              uint64_t tag) {
+  Provider* p = prov(ctx);
+  if (conn == nullptr) return WIA_ERROR_INVALID_ARGUMENT;
+  Conn* c = reinterpret_cast<Conn*>(conn);
+  std::lock_guard<SpinLock> lock(c->mu);
+  if (wia_status_t st = post_check(p, c, buf, size, "send_inline"); st != WIA_SUCCESS) return st;
+  // Declined when the message would not be an EAGER record, or when
+  // earlier isends still wait for ring space (it must not overtake them).
+  if (size > c->eager_size || !c->out_sends.empty()) return WIA_IN_PROGRESS;
+  const std::uint64_t span = wire::record_span(size);
+  RecordHeader* h = c->tx.reserve(span);
+  if (h == nullptr) return WIA_IN_PROGRESS;
+  *h = RecordHeader{wire::kEager, 0, c->tx.seq++, tag, size, size, 0, 0};
+  if (size > 0) std::memcpy(reinterpret_cast<std::uint8_t*>(h) + sizeof(RecordHeader), buf, size);
+  c->tx.commit(span);
+  return WIA_SUCCESS;
+}
+
+// The next message of `tag` if it is here: from the unexpected queue, or
+// straight out of the ring through the connection's sink.
+wia_status_t recv_inline_impl(void* ctx, wia_conn_t conn, void* buf, uint64_t capacity,
+                              uint64_t tag, int32_t* done, uint64_t* size) {
+  Provider* p = prov(ctx);
+  if (conn == nullptr || done == nullptr) return WIA_ERROR_INVALID_ARGUMENT;
+  *done = 0;
+  if (buf == nullptr && capacity > 0)
+    return p->fail(WIA_ERROR_INVALID_ARGUMENT, "recv_inline: NULL buffer");
+  Conn* c = reinterpret_cast<Conn*>(conn);
+  std::lock_guard<SpinLock> lock(c->mu);
+  if (c->state == ConnState::kConnecting)
+    return p->fail(WIA_ERROR_INVALID_HANDLE,
+                   "recv_inline on a connection that is not established yet");
+  // Matching order: an irecv of this tag posted earlier gets the next one.
+  if (c->posted.front(tag) != nullptr)
+    return p->fail(WIA_ERROR_NOT_SUPPORTED,
+                   format("recv_inline: an irecv of tag %" PRIu64 " is pending; use irecv", tag));
+  std::uint64_t got = 0;
+  Unexpected* u = c->unexpected.front(tag);
+  if (u == nullptr && c->state == ConnState::kUp) {
+    c->sink = Conn::InlineSink{true, false, tag, static_cast<std::uint8_t*>(buf), capacity, 0};
+    progress(c);
+    c->sink.armed = false;
+    if (c->sink.filled) {
+      c->sink.filled = false;
+      got = c->sink.size;
+      if (got > capacity) return p->fail(WIA_ERROR_REMOTE, too_small(c, got, capacity, tag));
+      if (size != nullptr) *size = got;
+      *done = 1;
+      return WIA_SUCCESS;
+    }
+    u = c->unexpected.front(tag);
+  }
+  if (u == nullptr) {
+    // A message that arrived before the peer went away was delivered above.
+    if (c->state == ConnState::kFailed) return p->fail(WIA_ERROR_REMOTE, c->failure);
+    return WIA_SUCCESS;
+  }
+  if (u->type != wire::kEager)
+    return p->fail(WIA_ERROR_NOT_SUPPORTED,
+                   format("recv_inline: the next message of tag %" PRIu64
+                          " is a large one (%" PRIu64 " bytes); use irecv",
+                          tag, u->msg_size));
+  c->unexpected.pop(tag);
+  c->unexpected_bytes -= u->msg_size;
+  got = u->msg_size;
+  const bool fits = got <= capacity;
+  if (fits && got > 0) std::memcpy(buf, u->payload(), got);
+  release_unexpected(c, u);
+  if (!fits) return p->fail(WIA_ERROR_REMOTE, too_small(c, got, capacity, tag));
+  if (size != nullptr) *size = got;
+  *done = 1;
+  return WIA_SUCCESS;
+}
+
 wia_status_t close_conn(void*, wia_conn_t conn) {
   if (conn == nullptr) return WIA_ERROR_INVALID_HANDLE;
   Conn* c = reinterpret_cast<Conn*>(conn);
@@ -1605,6 +1700,14 @@ wia_status_t irecv(void* ctx, wia_conn_t conn, void* buf, uint64_t size, uint64_
 }
 wia_status_t test(void* ctx, wia_request_t request, int32_t* done, uint64_t* size) {
   return guarded(ctx, [&] { return test_impl(ctx, request, done, size); });
+}
+wia_status_t send_inline(void* ctx, wia_conn_t conn, const void* buf, uint64_t size,
+                         uint64_t tag) {
+  return guarded(ctx, [&] { return send_inline_impl(ctx, conn, buf, size, tag); });
+}
+wia_status_t recv_inline(void* ctx, wia_conn_t conn, void* buf, uint64_t capacity, uint64_t tag,
+                         int32_t* done, uint64_t* size) {
+  return guarded(ctx, [&] { return recv_inline_impl(ctx, conn, buf, capacity, tag, done, size); });
 }
 
 // --- RMA: process_vm_writev / process_vm_readv against an rkey ------------
@@ -1721,7 +1824,7 @@ const wia_param_decl_v1_t kParams[] = {
 const wia_transport_ops_v1_t kTransportOps = {
     .struct_size = sizeof(wia_transport_ops_v1_t),
     .abi_version = WIA_PROVIDER_ABI_VERSION,
-    .caps = WIA_TRANSPORT_CAP_RMA,
+    .caps = WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_INLINE,
     .must_understand = 0,
     .endpoint_count = endpoint_count,
     .endpoint_props = endpoint_props,
@@ -1738,6 +1841,8 @@ const wia_transport_ops_v1_t kTransportOps = {
     .mr_rkey = mr_rkey,
     .put = put,
     .get = get,
+    .send_inline = send_inline,
+    .recv_inline = recv_inline,
 };
 
 }  // namespace

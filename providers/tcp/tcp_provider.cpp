@@ -378,6 +378,8 @@ const wia_transport_ops_v1_t kTransportOps = {
     .mr_rkey = nullptr,
     .put = nullptr,
     .get = nullptr,
+    .send_inline = nullptr,
+    .recv_inline = nullptr,
 };
 
 }  // namespace

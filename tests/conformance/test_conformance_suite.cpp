@@ -253,6 +253,8 @@ const char* const kL4Ids[] = {"L4.endpoint.props",
                               "L4.send_recv.truncate",
                               "L4.mr.register",
                               "L4.rma.put_get",
+                              "L4.inline.order",
+                              "L4.inline.truncate",
                               "L4.close.pending",
                               "L4.close.delivers",
                               "L4.peer.exit",
@@ -270,7 +272,7 @@ TEST_CASE("the reference transport passes every L4 test, and L5 through the core
   std::ifstream f(junit);
   std::stringstream xml;
   xml << f.rdbuf();
-  CHECK(xml.str().find("<testsuite name=\"L4\" tests=\"14\" failures=\"0\"") != std::string::npos);
+  CHECK(xml.str().find("<testsuite name=\"L4\" tests=\"16\" failures=\"0\"") != std::string::npos);
 }
 
 TEST_CASE("a transport that drops payloads fails every data check, not the others") {

@@ -513,6 +513,8 @@ const wia_transport_ops_v1_t kTransportOps = {
     .mr_rkey = nullptr,
     .put = nullptr,
     .get = nullptr,
+    .send_inline = nullptr,
+    .recv_inline = nullptr,
 };
 constexpr std::uint64_t kProviderCaps = WIA_PROVIDER_CAP_DEVICE | WIA_PROVIDER_CAP_TRANSPORT;
 constexpr const wia_transport_ops_v1_t* kTransport = &kTransportOps;

@@ -15,6 +15,7 @@
 // message), GET asks and completes with the response. Peer death is EOF or
 // a socket error, which fails every pending request with WIA_ERROR_REMOTE.
 #include <errno.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -97,6 +98,7 @@ struct Mr {
 struct OutFrame {
   Header h{};
   const std::uint8_t* payload = nullptr;
+  std::vector<std::uint8_t> owned;  // send_inline's copy (payload points into it)
   std::uint64_t sent = 0;  // bytes of header + payload written
   Req* req = nullptr;      // a send completes when its frame is written
 };
@@ -774,6 +776,78 @@ wia_status_t tn_test(void* ctx, wia_request_t request, std::int32_t* done, std::
   });
 }
 
+// Inline messages: a send copied into its frame at once (declined above
+// 4 KiB), a receive taken from the unexpected queue.
+wia_status_t tn_send_inline(void* ctx, wia_conn_t conn, const void* buf, std::uint64_t size,
+                            std::uint64_t tag) {
+  auto* x = static_cast<Ctx*>(ctx);
+  return guarded(x, [&]() -> wia_status_t {
+    Conn* c = live_conn(x, conn);
+    if (c == nullptr)
+      return x->fail(WIA_ERROR_INVALID_HANDLE, "testnet: send_inline: unknown connection");
+    if (c->broken) return broken_conn(x, c, "send_inline");
+    // "Sent" means no later call is needed to deliver it (provider.h), so
+    // the frame is written here: declined behind queued frames, or when
+    // the socket takes none of it; a partial write is finished at once.
+    if (size > 4096 || !c->out.empty()) return WIA_IN_PROGRESS;
+    Header h{};
+    h.type = kMsg;
+    h.tag = tag;
+    h.size = size;
+    queue_frame(c, h, nullptr, nullptr);
+    OutFrame& f = c->out.back();
+    const auto* bytes = static_cast<const std::uint8_t*>(buf);
+    f.owned.assign(bytes, bytes + size);
+    f.payload = f.owned.data();
+    progress_write(c);
+    if (!c->out.empty() && c->out.front().sent == 0) {
+      c->out.pop_front();
+      return c->broken ? broken_conn(x, c, "send_inline") : WIA_IN_PROGRESS;
+    }
+    while (!c->out.empty() && !c->broken) {
+      pollfd p{c->fd, POLLOUT, 0};
+      ::poll(&p, 1, 10);
+      progress_write(c);
+    }
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t tn_recv_inline(void* ctx, wia_conn_t conn, void* buf, std::uint64_t capacity,
+                            std::uint64_t tag, std::int32_t* done, std::uint64_t* size) {
+  auto* x = static_cast<Ctx*>(ctx);
+  return guarded(x, [&]() -> wia_status_t {
+    *done = 0;
+    Conn* c = live_conn(x, conn);
+    if (c == nullptr)
+      return x->fail(WIA_ERROR_INVALID_HANDLE, "testnet: recv_inline: unknown connection");
+    if (auto p = c->posted.find(tag); p != c->posted.end() && !p->second.empty())
+      return x->fail(WIA_ERROR_NOT_SUPPORTED,
+                     "testnet: recv_inline: an irecv of tag " + std::to_string(tag) + " is pending");
+    auto it = c->unexpected.find(tag);
+    if (it == c->unexpected.end() || it->second.empty()) {
+      progress_all(x);
+      it = c->unexpected.find(tag);
+    }
+    if (it == c->unexpected.end() || it->second.empty())
+      return c->broken ? broken_conn(x, c, "recv_inline") : WIA_SUCCESS;
+    const std::vector<std::uint8_t> data = std::move(it->second.front());
+    it->second.pop_front();
+    if (data.size() > capacity)
+      return x->fail(WIA_ERROR_REMOTE, "testnet: message of " + std::to_string(data.size()) +
+                                           " bytes for a recv_inline of " +
+                                           std::to_string(capacity));
+#if !defined(WIA_TESTNET_DEFECT_NODATA)
+    if (!data.empty()) std::memcpy(buf, data.data(), data.size());
+#else
+    (void)buf;
+#endif
+    if (size != nullptr) *size = data.size();
+    *done = 1;
+    return WIA_SUCCESS;
+  });
+}
+
 wia_status_t tn_close(void* ctx, wia_conn_t conn) {
   auto* x = static_cast<Ctx*>(ctx);
   return guarded(x, [&]() -> wia_status_t {
@@ -844,7 +918,7 @@ wia_status_t tn_get(void* ctx, wia_conn_t conn, void* local, std::uint64_t size,
 const wia_transport_ops_v1_t kTransportOps = {
     .struct_size = sizeof(wia_transport_ops_v1_t),
     .abi_version = WIA_PROVIDER_ABI_VERSION,
-    .caps = WIA_TRANSPORT_CAP_RMA,
+    .caps = WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_INLINE,
     .must_understand = 0,
     .endpoint_count = tn_endpoint_count,
     .endpoint_props = tn_endpoint_props,
@@ -861,6 +935,8 @@ const wia_transport_ops_v1_t kTransportOps = {
     .mr_rkey = tn_mr_rkey,
     .put = tn_put,
     .get = tn_get,
+    .send_inline = tn_send_inline,
+    .recv_inline = tn_recv_inline,
 };
 
 }  // namespace

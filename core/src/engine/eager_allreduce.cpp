@@ -32,7 +32,11 @@ void EagerAllReduce::start(int rank, const Descriptor& desc, const void* send, v
   if (buf_.size() < p * slot_bytes_) buf_.resize(p * slot_bytes_);
   // Requests are cleared as they complete: only a failed collective (after
   // which the communicator is unusable) leaves any behind.
-  if (sends_.size() != p) sends_.assign(p, nullptr), recvs_.assign(p, nullptr);
+  if (sends_.size() != p) {
+    sends_.assign(p, nullptr);
+    recvs_.assign(p, nullptr);
+    inline_recv_.assign(p, 0);
+  }
   srcs_.resize(p);
   reduced_ = false;
   pending_ = 0;
@@ -54,13 +58,26 @@ void EagerAllReduce::start(int rank, const Descriptor& desc, const void* send, v
   }
 }
 
+namespace {
+bool has_inline(const NetLink& l) {
+  return (l.provider->transport()->caps & WIA_TRANSPORT_CAP_INLINE) != 0;
+}
+}  // namespace
+
 void EagerAllReduce::post_all(const char* mine) {
   const std::vector<NetLink>& links = *links_;
   // Sends first: the peers are waiting for them; what arrives before its
-  // receive is posted waits in the transport.
+  // receive is taken waits in the transport. A transport with inline
+  // messages sends and receives them without request objects (half the
+  // cost of a small message); it may decline, and then isend/irecv do.
   for (int q = 0; q < nranks_; ++q) {
     if (q == rank_) continue;
     const NetLink& l = links[q];
+    const bool can_inline = has_inline(l);
+    if (can_inline && link_call(l, "send_inline", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+          return t.send_inline(ctx, l.conn, mine, msg_bytes_, kDescriptorTag);
+        }) == WIA_SUCCESS)
+      continue;
     link_call(l, "isend", [&](const wia_transport_ops_v1_t& t, void* ctx) {
       return t.isend(ctx, l.conn, mine, msg_bytes_, kDescriptorTag, nullptr, &sends_[q]);
     });
@@ -68,12 +85,47 @@ void EagerAllReduce::post_all(const char* mine) {
   }
   for (int q = 0; q < nranks_; ++q) {
     if (q == rank_) continue;
-    const NetLink& l = links[q];
-    link_call(l, "irecv", [&](const wia_transport_ops_v1_t& t, void* ctx) {
-      return t.irecv(ctx, l.conn, slot(q), slot_bytes_, kDescriptorTag, nullptr, &recvs_[q]);
-    });
-    check_posted(q, recvs_[q]);
+    if (has_inline(links[q])) {
+      inline_recv_[q] = 1;
+      ++pending_;
+    } else {
+      post_recv(q);
+    }
   }
+}
+
+void EagerAllReduce::post_recv(int q) {
+  const NetLink& l = (*links_)[q];
+  link_call(l, "irecv", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+    return t.irecv(ctx, l.conn, slot(q), slot_bytes_, kDescriptorTag, nullptr, &recvs_[q]);
+  });
+  check_posted(q, recvs_[q]);
+}
+
+bool EagerAllReduce::test_inline(int q) {
+  const NetLink& l = (*links_)[q];
+  std::int32_t done = 0;
+  std::uint64_t size = 0;
+  try {
+    link_call(l, "recv_inline", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+      return t.recv_inline(ctx, l.conn, slot(q), slot_bytes_, kDescriptorTag, &done, &size);
+    });
+  } catch (const Error& e) {
+    inline_recv_[q] = 0;
+    --pending_;
+    if (e.status() == WIA_ERROR_NOT_SUPPORTED) {  // declined: this message needs irecv
+      post_recv(q);
+      return true;
+    }
+    throw Error(e.status(), fmt::format("rank {}: one-shot all-reduce #{}: receive of {} B from "
+                                        "rank {}: {}",
+                                        rank_, desc_.seq, msg_bytes_, q, e.what()));
+  }
+  if (!done) return false;
+  inline_recv_[q] = 0;
+  --pending_;
+  check_message(q, size);
+  return true;
 }
 
 void EagerAllReduce::check_posted(int q, wia_request_t req) {
@@ -130,6 +182,7 @@ bool EagerAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
   while (pending_ > 0) {
     bool progressed = false;
     for (int q = 0; q < nranks_; ++q) {
+      if (inline_recv_[q]) progressed |= test_inline(q);
       if (recvs_[q]) progressed |= test(q, recvs_[q], false);
       if (sends_[q]) progressed |= test(q, sends_[q], true);
     }
@@ -178,7 +231,7 @@ bool EagerAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
 std::string EagerAllReduce::timeout_message() const {
   std::string ranks;
   for (int q = 0; q < nranks_; ++q)
-    if (recvs_[q]) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", q);
+    if (recvs_[q] || inline_recv_[q]) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", q);
   return fmt::format("collective #{} (one-shot all-reduce of {} B) timed out after {} ms on rank "
                      "{}: waiting for rank(s) {}",
                      desc_.seq, bytes_, options_->timeout_ms, rank_,

@@ -9,7 +9,11 @@
 // descriptor messages (two more transport messages per rank), which cost
 // as much as the data. Here the descriptor rides in front of the data, so
 // a 2-rank all-reduce is one message each way, and every peer's
-// descriptor is checked, not only the predecessor's.
+// descriptor is checked, not only the predecessor's. Over a transport
+// with inline messages (WIA_TRANSPORT_CAP_INLINE) no request objects are
+// made at all: send_inline writes the message, recv_inline polls for the
+// peer's, and only what the transport declines goes through isend/irecv
+// (measured: 0.71 -> 0.56 us for 8 bytes between two processes over shm).
 //
 // Ranks that disagree about taking this path (different counts or
 // configurations) still fail instead of hanging: the message travels with
@@ -53,8 +57,10 @@ class EagerAllReduce {
  private:
   bool run(std::chrono::steady_clock::time_point give_up_at);
   void post_all(const char* mine);
+  void post_recv(int q);
   void check_posted(int q, wia_request_t req);
   bool test(int q, wia_request_t& req, bool is_send);
+  bool test_inline(int q);
   void check_message(int q, std::uint64_t size);
   std::string timeout_message() const;
   char* slot(int q) { return buf_.data() + static_cast<std::size_t>(q) * slot_bytes_; }
@@ -72,6 +78,7 @@ class EagerAllReduce {
   // message (its data is also its operand), the others receive.
   std::vector<char> buf_;
   std::vector<wia_request_t> sends_, recvs_;
+  std::vector<std::uint8_t> inline_recv_;  // 1: expected from q through recv_inline
   std::vector<const void*> srcs_;
   int pending_ = 0;  // requests not yet completed
   wia_status_t failure_ = WIA_SUCCESS;  // of start(), reported by progress()

@@ -94,6 +94,8 @@ constexpr Entry kTransportEntries[] = {
     WIA_OPTIONAL(wia_transport_ops_v1_t, mr_rkey, WIA_TRANSPORT_CAP_RMA),
     WIA_OPTIONAL(wia_transport_ops_v1_t, put, WIA_TRANSPORT_CAP_RMA),
     WIA_OPTIONAL(wia_transport_ops_v1_t, get, WIA_TRANSPORT_CAP_RMA),
+    WIA_OPTIONAL(wia_transport_ops_v1_t, send_inline, WIA_TRANSPORT_CAP_INLINE),
+    WIA_OPTIONAL(wia_transport_ops_v1_t, recv_inline, WIA_TRANSPORT_CAP_INLINE),
 };
 
 #undef WIA_REQUIRED

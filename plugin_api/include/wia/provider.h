@@ -357,7 +357,8 @@ typedef struct wia_transport_props_v1 {
 #define WIA_MR_HOST 0u
 #define WIA_MR_DEVICE 1u
 
-#define WIA_TRANSPORT_CAP_RMA (1ull << 0) /* put, get, mr_rkey */
+#define WIA_TRANSPORT_CAP_RMA (1ull << 0)    /* put, get, mr_rkey          */
+#define WIA_TRANSPORT_CAP_INLINE (1ull << 1) /* send_inline, recv_inline   */
 
 /* Receives must be posted in the peer's send order (NCCL-style plugins
  * without tag matching). */
@@ -453,6 +454,32 @@ typedef struct wia_transport_ops_v1 {
                       uint64_t remote_addr, const void* rkey, wia_request_t* request);
   wia_status_t (*get)(void* ctx, wia_conn_t conn, void* local, uint64_t size, wia_mr_t mr,
                       uint64_t remote_addr, const void* rkey, wia_request_t* request);
+
+  /* --- optional: WIA_TRANSPORT_CAP_INLINE ------------------------------- */
+  /* Small messages without request objects, for latency-bound collectives
+   * (a request's life - post, queue, test, release - costs as much as an
+   * 8-byte message itself). Both entries are fast-path shortcuts: a
+   * provider may decline any call, and the caller then uses isend/irecv.
+   *
+   * send_inline copies `size` bytes from `buf` and sends them now.
+   * WIA_SUCCESS: sent, exactly as if an isend had been posted and completed
+   * at once (ordered with the connection's isends), and delivered without
+   * any further call on this side: no request is left to drive. WIA_IN_PROGRESS:
+   * nothing was sent (too large for this path, or no room now); the caller
+   * retries or uses isend. A failed connection is WIA_ERROR_REMOTE.
+   *
+   * recv_inline takes the next message of `tag` on `conn` if it has
+   * arrived: *done = 1, *size = its bytes, copied to `buf`; *done = 0 when
+   * it has not (progress is driven as by test()). A message larger than
+   * `capacity` is consumed and fails the call with WIA_ERROR_REMOTE, as it
+   * would an irecv. WIA_ERROR_NOT_SUPPORTED, consuming nothing: the next
+   * message of `tag` is one only irecv can take (a large one), or an irecv
+   * of `tag` is still pending on `conn`; the caller then posts irecv. A
+   * message that arrived before the peer went away is still delivered. */
+  wia_status_t (*send_inline)(void* ctx, wia_conn_t conn, const void* buf, uint64_t size,
+                              uint64_t tag);
+  wia_status_t (*recv_inline)(void* ctx, wia_conn_t conn, void* buf, uint64_t capacity,
+                              uint64_t tag, int32_t* done, uint64_t* size);
 } wia_transport_ops_v1_t;
 
 /* ------------------------------------------------------------------------ */

@@ -764,6 +764,32 @@ TEST_CASE("small all-reduces run one-shot: every op, four dtypes, in and out of 
     }
 }
 
+TEST_CASE("one-shot over shm messages larger than its eager size: declined inline, sent by isend") {
+  // shm takes messages above eager_size by rendezvous: send_inline and
+  // recv_inline decline them, and the one-shot path falls back to
+  // isend/irecv per peer. 1000 floats = 4 KiB > 1 KiB.
+  const auto st = run_ranks(
+      3, base_yaml() + "shm:\n  eager_size: 1024\n",
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        int wrong = 0;
+        for (bool in_place : {false, true}) {
+          // 2 floats still fit inline: both kinds of message in one run.
+          for (std::uint64_t count : {1000, 2}) {
+            const int w = check_small_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32,
+                                                        WIA_REDUCE_SUM, count, in_place);
+            if (w < 0) return kApiError;
+            wrong += w;
+          }
+        }
+        wia_destroy_communicator(comm);
+        return wrong ? kWrong : kOk;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st);
+}
+
 TEST_CASE("a rank on the one-shot path and ranks on the general path fail, never hang") {
   // Rank 1's count is small (one-shot), the others' large (the general
   // engine): every rank must report an error within the timeout.

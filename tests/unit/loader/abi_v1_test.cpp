@@ -202,6 +202,18 @@ TEST_CASE("descriptor defects are refused with a message naming them") {
           "transport table: optional entry 'mr_rkey' is NULL but WIA_TRANSPORT_CAP_RMA is set in "
           "caps");
   }
+  SUBCASE("the inline cap claimed by a table that ends before its entries") {
+    // A provider built against the first v1 header cannot have them: the
+    // padded copy reads them as NULL, and the claim is refused.
+    d.caps = WIA_PROVIDER_CAP_TRANSPORT;
+    d.device = nullptr;
+    d.transport = &transport;
+    transport.caps = WIA_TRANSPORT_CAP_INLINE;
+    transport.struct_size = offsetof(wia_transport_ops_v1_t, send_inline);
+    CHECK(adapt(d, &out) ==
+          "transport table: optional entry 'send_inline' is NULL but WIA_TRANSPORT_CAP_INLINE is "
+          "set in caps");
+  }
   SUBCASE("can_access_peer is required even without the peer cap") {
     device.can_access_peer = nullptr;
     CHECK(adapt(d, &out) == "device table: required entry 'can_access_peer' is NULL");
