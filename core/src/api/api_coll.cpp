@@ -12,6 +12,7 @@
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
+#include "common/hot_tls.hpp"
 #include "common/log.hpp"
 #include "coll/schedule.hpp"
 #include "comm/communicator.hpp"
@@ -26,8 +27,8 @@ using wia::api::live;
 
 namespace {
 
-thread_local int t_group_depth = 0;
-thread_local wia_status_t t_group_error = WIA_SUCCESS;
+thread_local int t_group_depth WIA_HOT_TLS = 0;
+thread_local wia_status_t t_group_error WIA_HOT_TLS = WIA_SUCCESS;
 
 // The public ids and coll::Algorithm are numbered alike (checked below).
 coll::Algorithm to_algorithm(const wia_algorithm_id_t& id) {
@@ -139,7 +140,17 @@ struct CheckedCall {
   int rank = 0;
   comm::Call call;
 };
-thread_local CheckedCall t_checked;
+// Reached through an initial-exec pointer: the object itself (vectors
+// inside, a destructor) can only be a general-dynamic thread_local, whose
+// every access from this shared library is a __tls_get_addr call.
+thread_local std::unique_ptr<CheckedCall> t_checked_owner;
+thread_local CheckedCall* t_checked WIA_HOT_TLS = nullptr;
+
+CheckedCall& checked_call() {
+  if (CheckedCall* k = t_checked) return *k;
+  t_checked_owner = std::make_unique<CheckedCall>();
+  return *(t_checked = t_checked_owner.get());
+}
 
 bool same_request(const Request& a, const Request& b) {
   return a.collective == b.collective && a.send == b.send && a.recv == b.recv &&
@@ -161,7 +172,7 @@ bool still_checked(const CheckedCall& k, wia_communicator_t c, const Request& re
 wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
   // All-to-all reads arrays of pointers whose contents may change.
   const bool memo = req.collective != coll::Collective::kAllToAll;
-  CheckedCall& checked = t_checked;
+  CheckedCall& checked = checked_call();
   if (memo && still_checked(checked, c, req, stream))
     return checked.comm->post(checked.rank, checked.call, checked.resolved);
   checked.valid = false;
