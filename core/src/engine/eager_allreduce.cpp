@@ -73,8 +73,8 @@ void EagerAllReduce::post_all(const char* mine) {
   for (int q = 0; q < nranks_; ++q) {
     if (q == rank_) continue;
     const NetLink& l = links[q];
-    const bool can_inline = has_inline(l);
-    if (can_inline && link_call(l, "send_inline", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+    inline_recv_[q] = has_inline(l);
+    if (inline_recv_[q] && link_call(l, "send_inline", [&](const wia_transport_ops_v1_t& t, void* ctx) {
           return t.send_inline(ctx, l.conn, mine, msg_bytes_, kDescriptorTag);
         }) == WIA_SUCCESS)
       continue;
@@ -85,12 +85,10 @@ void EagerAllReduce::post_all(const char* mine) {
   }
   for (int q = 0; q < nranks_; ++q) {
     if (q == rank_) continue;
-    if (has_inline(links[q])) {
-      inline_recv_[q] = 1;
+    if (inline_recv_[q])
       ++pending_;
-    } else {
+    else
       post_recv(q);
-    }
   }
 }
 
