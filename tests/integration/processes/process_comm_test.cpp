@@ -536,54 +536,58 @@ TEST_CASE("wia_comm_split and the two-level hierarchy over faked hosts") {
 }
 
 TEST_CASE("point to point between processes: ordered matching, and a size mismatch is an error") {
-  const auto st = run_ranks(
-      2, base_yaml(5000),
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        int ok = 1;
-        // Three messages each way, received in order; sizes 0, 5 and 300000.
-        const std::size_t sizes[3] = {0, 5, 300000};
-        std::vector<std::vector<std::int32_t>> out(3), in(3);
-        for (int m = 0; m < 3; ++m) {
-          out[m].assign(sizes[m] + 1, rank * 1000 + m);
-          in[m].assign(sizes[m] + 1, -1);
-        }
-        const int peer = 1 - rank;
-        for (int m = 0; m < 3; ++m) {
-          if (rank == 0) {
-            ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
-            ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
-          } else {
-            ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
-            ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
+  // Over both transports: shm's eager and rendezvous paths, tcp's stream.
+  for (const char* transport : {"tcp", "shm"}) {
+    INFO(transport);
+    const auto st = run_ranks(
+        2, base_yaml(5000),
+        [](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          int ok = 1;
+          // Three messages each way, received in order; sizes 0, 5 and 300000.
+          const std::size_t sizes[3] = {0, 5, 300000};
+          std::vector<std::vector<std::int32_t>> out(3), in(3);
+          for (int m = 0; m < 3; ++m) {
+            out[m].assign(sizes[m] + 1, rank * 1000 + m);
+            in[m].assign(sizes[m] + 1, -1);
           }
-        }
-        ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
-        for (int m = 0; m < 3; ++m)
-          for (std::size_t i = 0; i < sizes[m]; ++i) ok &= in[m][i] == peer * 1000 + m;
-        if (!ok) {
-          std::fprintf(stderr, "rank %d: p2p: %s\n", rank, wia_get_last_error());
-          return kWrong;
-        }
-        // Rank 1 expects 4 elements where rank 0 sends 3.
-        std::int32_t buf[4] = {0, 0, 0, 0};
-        if (rank == 0)
-          wia_comm_send(comm, buf, 3, WIA_INT32, 1, nullptr);
-        else
-          wia_comm_recv(comm, buf, 4, WIA_INT32, 0, nullptr);
-        const wia_status_t s = wia_stream_synchronize(nullptr);
-        const std::string msg = wia_get_last_error();
-        wia_destroy_communicator(comm);
-        if (rank == 1) {
-          std::fprintf(stderr, "rank 1 saw: %s\n", msg.c_str());
-          return s == WIA_ERROR_MISMATCH && msg.find("sent 12 B") != std::string::npos ? kSawError
-                                                                                   : kWrong;
-        }
-        return kSawError;  // the sender may or may not see the failure
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
-  check_all(st, kSawError);
+          const int peer = 1 - rank;
+          for (int m = 0; m < 3; ++m) {
+            if (rank == 0) {
+              ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
+              ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
+            } else {
+              ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
+              ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
+            }
+          }
+          ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+          for (int m = 0; m < 3; ++m)
+            for (std::size_t i = 0; i < sizes[m]; ++i) ok &= in[m][i] == peer * 1000 + m;
+          if (!ok) {
+            std::fprintf(stderr, "rank %d: p2p: %s\n", rank, wia_get_last_error());
+            return kWrong;
+          }
+          // Rank 1 expects 4 elements where rank 0 sends 3.
+          std::int32_t buf[4] = {0, 0, 0, 0};
+          if (rank == 0)
+            wia_comm_send(comm, buf, 3, WIA_INT32, 1, nullptr);
+          else
+            wia_comm_recv(comm, buf, 4, WIA_INT32, 0, nullptr);
+          const wia_status_t s = wia_stream_synchronize(nullptr);
+          const std::string msg = wia_get_last_error();
+          wia_destroy_communicator(comm);
+          if (rank == 1) {
+            std::fprintf(stderr, "rank 1 saw: %s\n", msg.c_str());
+            return s == WIA_ERROR_MISMATCH && msg.find("sent 12 B") != std::string::npos ? kSawError
+                                                                                     : kWrong;
+          }
+          return kSawError;  // the sender may or may not see the failure
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}});
+    check_all(st, kSawError);
+  }
 }
 
 // Point to point involves some ranks only: a collective after it must still
