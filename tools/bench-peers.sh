@@ -7,20 +7,23 @@
 # and tcp point to point: wia-transport-bench --provider tcp vs iperf3 over
 # loopback. Prints busbw (GB/s; the 8-byte row in microseconds) and the
 # ratios libwia-shm / Open MPI and libwia-tcp / Gloo (> 1: libwia faster).
-# Not part of CI; a few minutes.
+# Not part of CI; about 7 minutes.
 #
 #   tools/bench-peers.sh [BUILD_DIR]     (default build/bench, built if needed)
 #   BENCH_PEERS_NPS="2 4"  BENCH_PEERS_SIZES="8 65536 ..."  override the sweep
-#   BENCH_PEERS_ROUNDS=3   rounds of all four runners, interleaved; each
+#   BENCH_PEERS_ROUNDS=5   rounds of all four runners, interleaved; each
 #                          cell is the round with the median time, so a burst
 #                          of load from elsewhere skews one round, not a ratio
+#                          (5: on this VM a run lands in a fast or a slow mode,
+#                          for the peers as for libwia; 3 rounds let one mode
+#                          decide a cell)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/bench}
 case $build in /*) ;; *) build=$PWD/$build ;; esac
 nps=${BENCH_PEERS_NPS-2 4}
 sizes=${BENCH_PEERS_SIZES:-8 65536 1048576 16777216 67108864}
-rounds=${BENCH_PEERS_ROUNDS:-3}
+rounds=${BENCH_PEERS_ROUNDS:-5}
 peers=$build/bench-peers
 mkdir -p "$peers"
 
