@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "comm/communicator_base.hpp"
+#include "common/page_aligned.hpp"
 #include "engine/net_exec.hpp"
 #include "engine/progress_signal.hpp"
 #include "topology/topology.hpp"
@@ -261,7 +262,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   // itself): destroy waits for them.
   std::atomic<int> in_flight_{0};
   std::atomic<int> large_in_flight_{0};  // of those, not small collectives
-  std::vector<char> staging_, scratch_, snapshot_;  // used by one collective at a time
+  // Used by one collective at a time.
+  std::vector<char, PageAligned<char>> staging_, scratch_, snapshot_;
 
   mutable std::mutex err_mu_;
   std::atomic<bool> broken_{false};
