@@ -219,6 +219,11 @@ class Conn {
   std::uint64_t unexpected_bytes_ = 0;
   std::unordered_map<std::uint64_t, std::deque<Request*>> posted_;
   std::unordered_map<std::uint64_t, std::deque<Unexpected>> unexpected_;
+  // Payload buffers of delivered unexpected messages, kept for the next
+  // ones: a fresh heap block per message faulted its pages in every time
+  // (glibc trims the heap top when the block is freed), about 500 faults
+  // per 1 MiB all-reduce with 4 processes, whose pieces arrive early.
+  std::vector<std::vector<char>> spare_payloads_;
 
   std::unordered_set<Request*> live_;
 };

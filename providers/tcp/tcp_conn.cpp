@@ -243,9 +243,11 @@ wia_status_t Conn::irecv(void* buf, std::uint64_t size, std::uint64_t tag, wia_r
     if (u->second.empty()) unexpected_.erase(u);
     unexpected_bytes_ -= unexpected_cost(e);
     if (rx_paused_ && unexpected_bytes_ < ctx_->params.unexpected_max) rx_paused_ = false;
-    if (!e.is_rts)
+    if (!e.is_rts) {
       deliver_eager(r, e.data.data(), e.size);
-    else if (closed)
+      // At most 16 kept, each at most an eager message: 1 MiB per connection.
+      if (spare_payloads_.size() < 16) spare_payloads_.push_back(std::move(e.data));
+    } else if (closed)
       fail_request(r, failure_);
     else
       answer_rts(r, e.seq, e.size);
@@ -358,7 +360,13 @@ void Conn::on_message(const WireMsg& m, const char* payload) {
     u.is_rts = type == MsgType::rts;
     u.seq = m.seq;
     u.size = m.size;
-    if (!u.is_rts) u.data.assign(payload, payload + m.size);
+    if (!u.is_rts) {
+      if (!spare_payloads_.empty()) {
+        u.data = std::move(spare_payloads_.back());
+        spare_payloads_.pop_back();
+      }
+      u.data.assign(payload, payload + m.size);
+    }
     unexpected_bytes_ += unexpected_cost(u);
     unexpected_[m.tag].push_back(std::move(u));
     return;
