@@ -170,6 +170,11 @@ class Stream : public std::enable_shared_from_this<Stream> {
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   std::atomic<int> waiters_{0};
+  // The smallest operation a sleeping waiter waits for: the worker wakes
+  // waiters when that one completes, not after every operation (a thread
+  // that posted 100 collectives and synchronizes was woken 100 times,
+  // each a context switch on the worker's core).
+  std::atomic<std::uint64_t> wake_at_{~std::uint64_t{0}};
   std::thread worker_;
 
   std::mutex err_mu_;

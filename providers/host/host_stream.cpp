@@ -208,9 +208,14 @@ void Stream::complete(std::uint64_t seq) noexcept {
   // seq_cst store and load pair with the waiter's seq_cst increment and
   // load in wait_for: either we see the waiter and wake it, or it sees seq.
   completed_.store(seq, std::memory_order_seq_cst);
-  if (waiters_.load(std::memory_order_seq_cst) > 0) {
-    // Taking the mutex guarantees a waiter that registered is inside wait().
-    { std::lock_guard<std::mutex> lk(done_mu_); }
+  if (waiters_.load(std::memory_order_seq_cst) > 0 &&
+      seq >= wake_at_.load(std::memory_order_seq_cst)) {
+    // Taking the mutex guarantees a waiter that registered is inside
+    // wait(). The woken ones that still wait register their target again.
+    {
+      std::lock_guard<std::mutex> lk(done_mu_);
+      wake_at_.store(~std::uint64_t{0}, std::memory_order_seq_cst);
+    }
     done_cv_.notify_all();
   }
 }
@@ -222,9 +227,19 @@ void Stream::wait_for(std::uint64_t seq, bool counted) noexcept {
   std::unique_lock<std::mutex> lk(done_mu_);
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   if (counted) active.fetch_sub(1, std::memory_order_relaxed);
-  while (completed_.load(std::memory_order_seq_cst) < seq) done_cv_.wait(lk);
+  while (completed_.load(std::memory_order_seq_cst) < seq) {
+    // Published before the check below (seq_cst on both sides, as in
+    // complete()): either the worker sees our target, or we see seq done.
+    if (seq < wake_at_.load(std::memory_order_relaxed))
+      wake_at_.store(seq, std::memory_order_seq_cst);
+    if (completed_.load(std::memory_order_seq_cst) >= seq) break;
+    done_cv_.wait(lk);
+  }
   if (counted) active.fetch_add(1, std::memory_order_relaxed);
-  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  // The last waiter leaves no stale target behind (it would wake nobody,
+  // but cost the worker a lock per operation).
+  if (waiters_.fetch_sub(1, std::memory_order_relaxed) == 1)
+    wake_at_.store(~std::uint64_t{0}, std::memory_order_relaxed);
 }
 
 void Stream::record_error(std::uint64_t seq, wia_status_t status, std::string message) noexcept {

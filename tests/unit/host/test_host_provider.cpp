@@ -9,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -600,6 +602,49 @@ TEST_CASE("a host function that synchronizes its own stream gets an error, not a
   REQUIRE(inst.ops->launch_host_func(inst.ctx(), s, SelfSync::fn, &self) == WIA_SUCCESS);
   REQUIRE(inst.ops->stream_synchronize(inst.ctx(), s) == WIA_SUCCESS);
   CHECK(self.result == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(inst.ops->stream_destroy(inst.ctx(), s) == WIA_SUCCESS);
+}
+
+TEST_CASE("synchronize from two threads at different points: each returns once its work ran") {
+  // Both waiters sleep (each step outlasts the spin phase). The worker
+  // wakes sleepers only when the earliest target completes; the one whose
+  // work is still queued must register again and still be woken (a lost
+  // wake-up would leave it asleep: bounded here, not a hang).
+  Instance inst;
+  auto s = inst.stream(0);
+  struct Step {
+    std::atomic<int> done{0};
+    static void fn(void* p) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      static_cast<Step*>(p)->done.store(1);
+    }
+  };
+  struct Waiter {
+    std::atomic<bool> returned{false};
+    std::atomic<int> saw{-1};  // the watched step's state when synchronize returned
+  };
+  // Shared with threads that may outlive the test if a wake-up is lost.
+  auto steps = std::make_shared<std::array<Step, 3>>();
+  auto early = std::make_shared<Waiter>(), late = std::make_shared<Waiter>();
+  auto wait_in_thread = [&](std::shared_ptr<Waiter> w, int watched) {
+    std::thread([ops = inst.ops, ctx = inst.ctx(), s, steps, w, watched] {
+      if (ops->stream_synchronize(ctx, s) == WIA_SUCCESS) w->saw = (*steps)[watched].done.load();
+      w->returned = true;
+    }).detach();
+  };
+  REQUIRE(inst.ops->launch_host_func(inst.ctx(), s, Step::fn, &(*steps)[0]) == WIA_SUCCESS);
+  wait_in_thread(early, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(inst.ops->launch_host_func(inst.ctx(), s, Step::fn, &(*steps)[1]) == WIA_SUCCESS);
+  REQUIRE(inst.ops->launch_host_func(inst.ctx(), s, Step::fn, &(*steps)[2]) == WIA_SUCCESS);
+  wait_in_thread(late, 2);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((!early->returned || !late->returned) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(early->returned);
+  REQUIRE(late->returned);
+  CHECK(early->saw == 1);
+  CHECK(late->saw == 1);
   CHECK(inst.ops->stream_destroy(inst.ctx(), s) == WIA_SUCCESS);
 }
 
