@@ -247,10 +247,11 @@ wia_status_t Conn::irecv(void* buf, std::uint64_t size, std::uint64_t tag, wia_r
       deliver_eager(r, e.data.data(), e.size);
       // At most 16 kept, each at most an eager message: 1 MiB per connection.
       if (spare_payloads_.size() < 16) spare_payloads_.push_back(std::move(e.data));
-    } else if (closed)
+    } else if (closed) {
       fail_request(r, failure_);
-    else
+    } else {
       answer_rts(r, e.seq, e.size);
+    }
   } else {
     posted_[tag].push_back(r);
   }

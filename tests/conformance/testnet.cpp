@@ -804,11 +804,15 @@ wia_status_t tn_send_inline(void* ctx, wia_conn_t conn, const void* buf, std::ui
       c->out.pop_front();
       return c->broken ? broken_conn(x, c, "send_inline") : WIA_IN_PROGRESS;
     }
-    while (!c->out.empty() && !c->broken) {
+    // Bounded: a peer that stops reading for 10 s fails the connection.
+    for (int waited_ms = 0; !c->out.empty() && !c->broken; waited_ms += 10) {
+      if (waited_ms >= 10000)
+        mark_broken(c, "send_inline: the peer took no bytes for 10 s (it stopped reading)");
       pollfd p{c->fd, POLLOUT, 0};
       ::poll(&p, 1, 10);
       progress_write(c);
     }
+    if (c->broken) return broken_conn(x, c, "send_inline");
     return WIA_SUCCESS;
   });
 }

@@ -73,11 +73,13 @@ void EagerAllReduce::post_all(const char* mine) {
   for (int q = 0; q < nranks_; ++q) {
     if (q == rank_) continue;
     const NetLink& l = links[q];
-    inline_recv_[q] = has_inline(l);
-    if (inline_recv_[q] && link_call(l, "send_inline", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+    inline_recv_[q] = has_inline(l);  // the receive loop below reads it too
+    const bool sent_inline =
+        inline_recv_[q] &&
+        link_call(l, "send_inline", [&](const wia_transport_ops_v1_t& t, void* ctx) {
           return t.send_inline(ctx, l.conn, mine, msg_bytes_, kDescriptorTag);
-        }) == WIA_SUCCESS)
-      continue;
+        }) == WIA_SUCCESS;
+    if (sent_inline) continue;
     link_call(l, "isend", [&](const wia_transport_ops_v1_t& t, void* ctx) {
       return t.isend(ctx, l.conn, mine, msg_bytes_, kDescriptorTag, nullptr, &sends_[q]);
     });
