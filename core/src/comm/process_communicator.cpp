@@ -19,6 +19,7 @@
 #include "comm/algorithm_choice.hpp"
 #include "comm/transport_choice.hpp"
 #include "engine/backoff.hpp"
+#include "comm/node_windows.hpp"
 #include "engine/eager_allreduce.hpp"
 #include "selector/selector.hpp"
 #include "common/error.hpp"
@@ -60,6 +61,9 @@ struct RankRecord {
   // The measured link figures this rank read (tuner.link_file), as a
   // digest; 0 = none. Every rank uses them only when all digests agree.
   std::uint64_t link_file_digest;
+  // This rank's node-shared window (all ranks on one node), if it has one.
+  std::uint32_t has_window;
+  wia_ipc_handle_t window;
 };
 
 // What a rank can use, from its record (every rank derives the same).
@@ -420,6 +424,9 @@ struct ProcessCommunicator::Running {
   // A small all-reduce on the fast path instead (execution unused).
   engine::EagerAllReduce eager;
   bool is_eager = false;
+  // An all-reduce through the node-shared windows instead.
+  engine::WindowAllReduce window;
+  bool is_window = false;
   // Point to point instead (peer >= 0): the one transport request.
   int peer = -1;
   bool is_send = false;
@@ -465,6 +472,8 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
       static_cast<std::uint64_t>(rt.config().get_int("collectives.post_progress_max_bytes"));
   one_shot_max_bytes_ =
       static_cast<std::uint64_t>(rt.config().get_int("collectives.one_shot_max_bytes"));
+  node_window_max_bytes_ =
+      static_cast<std::uint64_t>(rt.config().get_int("collectives.node_window_max_bytes"));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int local_size = 0;
   for (int r = 0; r < layout_.size; ++r)
@@ -553,6 +562,20 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
   // them hold the same measured figures.
   const MeasuredLinks measured = read_measured_links(rt.config(), p);
   mine.link_file_digest = measured.digest;
+  // Ranks on one node may share windows (engine/window_allreduce.hpp); the
+  // handles travel with the records.
+  const auto window_chunk =
+      static_cast<std::uint64_t>(rt.config().get_int("collectives.node_window_chunk_bytes"));
+  if (layout_.nnodes == 1 && p > 1 && window_chunk > 0) {
+    std::string why;
+    windows_ = NodeWindowSet::create(rt.device(device_), me, p, window_chunk, why);
+    if (windows_) {
+      mine.has_window = 1;
+      mine.window = windows_->handle();
+    } else {
+      log::info("comm", "rank {}: no node-shared window: {}", me, why);
+    }
+  }
   std::vector<std::uint8_t> blob(sizeof(RankRecord));
   std::memcpy(blob.data(), &mine, sizeof(mine));
   std::vector<std::uint8_t> all;
@@ -691,6 +714,31 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
   // The control channel: one receive always posted per peer.
   for (int q = 0; q < p; ++q)
     if (q != me) post_control_recv(peers_[q]);
+
+  if (layout_.nnodes == 1 && p > 1) {
+    std::vector<wia_ipc_handle_t> handles(p);
+    bool every_rank_has_one = true;
+    for (int r = 0; r < p; ++r) {
+      handles[r] = records[r].window;
+      every_rank_has_one &= records[r].has_window == 1;
+    }
+    // Only over links that stay inside the node: a configuration that
+    // chose a network transport on one node (tests, operators comparing
+    // transports) gets that transport for every collective.
+    for (int q = 0; q < p; ++q) {
+      if (q == me) continue;
+      const HandleSlot* slot = find_slot(records[q], peers_[q].transport);
+      const std::uint32_t f = slot ? slot->endpoint_flags : 0;
+      if (!(f & WIA_TRANSPORT_FLAG_INTRA_NODE) || (f & WIA_TRANSPORT_FLAG_INTER_NODE))
+        every_rank_has_one = false;
+    }
+    try {
+      setup_node_windows(exchange, handles, every_rank_has_one);
+    } catch (...) {
+      close_all();
+      throw;
+    }
+  }
 
   // Every rank costs schedules with the same model: built from the
   // gathered records, not from local measurements.
@@ -911,6 +959,17 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
     choice.num_chunks = 0;
     choice.estimated_ms = tuner::estimate(args, selector_->model()).time_us / 1000.0;
     choice.reason = "small all-reduce (collectives.one_shot_max_bytes)";
+  } else if (choice.by_cost_model && windows_ &&
+             call.collective == coll::Collective::kAllReduce &&
+             call.count * kernels::dtype_size(call.dtype) <= node_window_max_bytes_) {
+    // Through the windows a rank reads every input directly: the direct
+    // algorithm moves the fewest bytes and waits twice per chunk, and the
+    // cost model, which prices messages, does not know that.
+    args.algorithm = coll::Algorithm::kDirect;
+    choice.algorithm = coll::Algorithm::kDirect;
+    choice.num_chunks = 0;
+    choice.estimated_ms = tuner::estimate(args, selector_->model()).time_us / 1000.0;
+    choice.reason = "all ranks on one node (node-shared windows, collectives.node_window_max_bytes)";
   }
   args.algorithm = choice.algorithm;
   if (args.options.num_chunks == 0) args.options.num_chunks = choice.num_chunks;
@@ -925,6 +984,39 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
   if (estimate) *estimate = choice.estimated_ms;
   if (reason) *reason = choice.reason;
   return plan;
+}
+
+void ProcessCommunicator::setup_node_windows(Exchange& exchange,
+                                             const std::vector<wia_ipc_handle_t>& handles,
+                                             bool every_rank_has_one) {
+  const int me = layout_.rank;
+  std::string why;
+  bool ok = windows_ && every_rank_has_one;
+  if (ok && !windows_->open_peers(handles, why)) {
+    ok = false;
+    log::info("comm", "rank {}: node-shared windows not used: {}", me, why);
+  }
+  // Used only if every rank mapped every window: all ranks must take the
+  // same path for every collective.
+  const std::vector<std::uint8_t> all = exchange.all_gather({static_cast<std::uint8_t>(ok)});
+  for (int r = 0; r < layout_.size; ++r)
+    if (all[static_cast<std::size_t>(r)] != 1) ok = false;
+  if (!ok) {
+    windows_.reset();
+    return;
+  }
+  if (me == 0)
+    log::debug("comm", "communicator of {} ranks: all-reduces through node-shared windows of {} B",
+               layout_.size,
+               engine::NodeWindows::window_bytes(windows_->windows().chunk_bytes));
+}
+
+bool ProcessCommunicator::through_windows(const Call& call, const engine::ExecPlan& plan) const {
+  if (!windows_ || call.collective != coll::Collective::kAllReduce) return false;
+  const std::uint64_t bytes = call.count * kernels::dtype_size(call.dtype);
+  const coll::Algorithm a = plan.schedule.algorithm;
+  return (a == coll::Algorithm::kOneShot && bytes <= windows_->windows().chunk_bytes) ||
+         a == coll::Algorithm::kDirect;
 }
 
 bool ProcessCommunicator::eager(const Call& call, const engine::ExecPlan& plan) const {
@@ -1139,10 +1231,11 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
         plan_for(call, false, &estimate, debug ? &reason : nullptr);
     std::unique_ptr<Running> r = take_running();
     r->seq = seq;
-    r->is_eager = eager(call, *plan);
+    r->is_window = through_windows(call, *plan);
+    r->is_eager = !r->is_window && eager(call, *plan);
     engine::RankBuffers& b = r->buffers;
     b = std::move(call.buffers);  // the call is not read again
-    if (call.in_place && !r->is_eager) {
+    if (call.in_place && !r->is_eager && !r->is_window) {
       // An in-place schedule is used when its messages are the same as the
       // out-of-place one's, so peers that made out-of-place calls still
       // match; otherwise the input is snapshotted first.
@@ -1187,7 +1280,7 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
       last_selected_.collective = coll_name;
       last_selected_.estimated_time_ms = estimate;
     }
-    if (!r->is_eager) {
+    if (!r->is_eager && !r->is_window) {
       const std::uint64_t scratch = plan->schedule.scratch_bytes(me);
       if (scratch_.size() < scratch) scratch_.resize(scratch);
       b.scratch = scratch_.data();
@@ -1219,7 +1312,11 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin(
     r->options.timeout_ms = timeout_ms;
     r->options.oversubscribed = oversubscribed_;
     r->plan = std::move(plan);
-    if (r->is_eager)
+    if (r->is_window)
+      r->window.start(me, desc, call.in_place ? b.recv : b.send, b.recv, call.op,
+                      r->plan->schedule.algorithm == coll::Algorithm::kOneShot,
+                      windows_->windows(), r->control, r->options);
+    else if (r->is_eager)
       r->eager.start(me, desc, call.in_place ? b.recv : b.send, b.recv, call.op,
                      one_shot_max_bytes_, r->links, r->control, r->options);
     else
@@ -1248,6 +1345,7 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::take_running(
   r->descriptor = {};
   r->options = {};
   r->is_eager = false;
+  r->is_window = false;
   r->peer = -1;
   r->is_send = false;
   r->buf = nullptr;
@@ -1266,8 +1364,9 @@ void ProcessCommunicator::recycle(std::unique_ptr<Running> r) {
 wia_status_t ProcessCommunicator::proceed(Running& r, Clock::time_point give_up_at,
                                           std::string& error) {
   if (r.peer >= 0) return proceed_p2p(r, give_up_at, error);
-  const wia_status_t st = r.is_eager ? r.eager.progress(give_up_at, error)
-                                     : r.execution->progress(give_up_at, error);
+  const wia_status_t st = r.is_window  ? r.window.progress(give_up_at, error)
+                         : r.is_eager ? r.eager.progress(give_up_at, error)
+                                      : r.execution->progress(give_up_at, error);
   if (st == WIA_IN_PROGRESS) return st;
   running_.store(-1);
   collectives_done_.store(r.index + 1);

@@ -44,6 +44,7 @@
 #include "common/page_aligned.hpp"
 #include "engine/net_exec.hpp"
 #include "engine/progress_signal.hpp"
+#include "engine/window_allreduce.hpp"
 #include "topology/topology.hpp"
 #include "tuner/cost_model.hpp"
 
@@ -52,6 +53,8 @@ class Bootstrap;
 }
 
 namespace wia::comm {
+
+class NodeWindowSet;
 
 // What setup needs to know about the ranks, whoever gathers it.
 struct ProcessLayout {
@@ -203,6 +206,13 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Whether `call`, run as `plan`, takes the one-shot fast path
   // (engine/eager_allreduce.hpp).
   bool eager(const Call& call, const engine::ExecPlan& plan) const;
+  // Whether `call`, run as `plan`, runs through the node-shared windows
+  // (engine/window_allreduce.hpp).
+  bool through_windows(const Call& call, const engine::ExecPlan& plan) const;
+  // Maps the peers' windows when every rank has one and every link stays
+  // inside the node; collective (one exchange round when on one node).
+  void setup_node_windows(Exchange& exchange, const std::vector<wia_ipc_handle_t>& handles,
+                          bool every_rank_has_one);
   // Running's links: this communicator's, connections refreshed.
   void fill_links(std::vector<engine::NetLink>& links) const;
 
@@ -217,6 +227,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::chrono::microseconds post_progress_{0};
   std::uint64_t post_progress_max_bytes_ = 0;
   std::uint64_t one_shot_max_bytes_ = 0;  // collectives.one_shot_max_bytes
+  std::uint64_t node_window_max_bytes_ = 0;  // collectives.node_window_max_bytes
+  // Every rank's window, when all ranks share one node (else nullptr).
+  std::unique_ptr<NodeWindowSet> windows_;
 
   std::mutex mu_;  // plans, selector; next_seq_ is only changed under it
   std::atomic<std::uint64_t> next_seq_{0};

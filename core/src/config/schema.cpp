@@ -83,6 +83,23 @@ constexpr KeySpec kCoreSchema[] = {
                     "with the data (0 = never; docs/processes.md)",
      .min_value = 0,
      .max_value = 1048576},
+    {.key = "collectives.node_window_chunk_bytes",
+     .type = ValueType::kInt,
+     .default_value = "524288",
+     .description = "Process communicators whose ranks share one node: each rank maps every "
+                    "rank's window of about 4x this many bytes and runs all-reduces through them "
+                    "with loads and stores, this many bytes per step (0 = never; "
+                    "docs/processes.md)",
+     .min_value = 0,
+     .max_value = 268435456},
+    {.key = "collectives.node_window_max_bytes",
+     .type = ValueType::kInt,
+     .default_value = "1099511627776",
+     .description = "Process communicators with node-shared windows: all-reduces of at most this "
+                    "many bytes whose algorithm the cost model would choose run the direct "
+                    "algorithm through the windows",
+     .min_value = 0,
+     .max_value = 1099511627776},
     {.key = "collectives.engine",
      .type = ValueType::kEnum,
      .default_value = "auto",

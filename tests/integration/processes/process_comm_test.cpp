@@ -679,9 +679,11 @@ namespace {
 // in every type, products of up to 4 ranks stay small).
 double small_input(int r, std::uint64_t i) { return static_cast<double>((r + 2 * i) % 3 + 1); }
 
+// Checks one all-reduce against a reference, and that `algorithm` ran it.
 template <typename T>
-int check_small_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype_t dtype,
-                           wia_reduce_op_t op, std::uint64_t n, bool in_place) {
+int check_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype_t dtype,
+                     wia_reduce_op_t op, std::uint64_t n, bool in_place,
+                     const char* algorithm = "one_shot") {
   std::vector<T> in(n), out(n, T(-9));
   for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<T>(small_input(rank, i));
   wia_collective_config_t cfg{};
@@ -711,8 +713,9 @@ int check_small_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_da
     if (std::fabs(got - ref) > 1e-6 * std::max(1.0, std::fabs(ref))) ++wrong;
   }
   const wia_algorithm_t algo = wia_get_selected_algorithm(comm);
-  if (!algo.name || std::string(algo.name) != "one_shot") {
-    std::fprintf(stderr, "rank %d: selected %s, not one_shot\n", rank, algo.name ? algo.name : "?");
+  if (!algo.name || std::string(algo.name) != algorithm) {
+    std::fprintf(stderr, "rank %d: selected %s, not %s\n", rank, algo.name ? algo.name : "?",
+                 algorithm);
     ++wrong;
   }
   return wrong;
@@ -720,12 +723,16 @@ int check_small_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_da
 
 }  // namespace
 
+// Over shm by default through the node-shared windows; with them off,
+// through shm messages (inline ones); over tcp, through its messages.
 TEST_CASE("small all-reduces run one-shot: every op, four dtypes, in and out of place") {
-  for (const char* transport : {"shm", "tcp"})
+  for (const char* variant : {"shm", "shm-messages", "tcp"})
     for (int n : {2, 3}) {
-      INFO(transport << " with " << n << " processes");
+      INFO(variant << " with " << n << " processes");
+      const bool windows_off = std::string(variant) == "shm-messages";
+      const char* transport = std::string(variant) == "tcp" ? "tcp" : "shm";
       const auto st = run_ranks(
-          n, base_yaml(),
+          n, base_yaml() + (windows_off ? "  node_window_chunk_bytes: 0\n" : ""),
           [](int rank, int nranks) {
             wia_communicator_t comm = join(rank, nranks);
             if (!comm) return kApiError;
@@ -734,13 +741,13 @@ TEST_CASE("small all-reduces run one-shot: every op, four dtypes, in and out of 
                                        WIA_REDUCE_MAX, WIA_REDUCE_AVG})
               for (std::uint64_t count : {1, 7, 1000})
                 for (bool in_place : {false, true}) {
-                  int w = check_small_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op,
+                  int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op,
                                                         count, in_place);
-                  w += check_small_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op,
+                  w += check_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op,
                                                       count, in_place);
-                  w += check_small_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op,
+                  w += check_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op,
                                                             count, in_place);
-                  w += check_small_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op,
+                  w += check_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op,
                                                             count, in_place);
                   if (w < 0) return kApiError;
                   wrong += w;
@@ -773,7 +780,7 @@ TEST_CASE("one-shot over shm messages larger than its eager size: declined inlin
   // recv_inline decline them, and the one-shot path falls back to
   // isend/irecv per peer. 1000 floats = 4 KiB > 1 KiB.
   const auto st = run_ranks(
-      3, base_yaml() + "shm:\n  eager_size: 1024\n",
+      3, base_yaml() + "  node_window_chunk_bytes: 0\nshm:\n  eager_size: 1024\n",
       [](int rank, int nranks) {
         wia_communicator_t comm = join(rank, nranks);
         if (!comm) return kApiError;
@@ -781,7 +788,7 @@ TEST_CASE("one-shot over shm messages larger than its eager size: declined inlin
         for (bool in_place : {false, true}) {
           // 2 floats still fit inline: both kinds of message in one run.
           for (std::uint64_t count : {1000, 2}) {
-            const int w = check_small_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32,
+            const int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32,
                                                         WIA_REDUCE_SUM, count, in_place);
             if (w < 0) return kApiError;
             wrong += w;
@@ -797,11 +804,12 @@ TEST_CASE("one-shot over shm messages larger than its eager size: declined inlin
 TEST_CASE("a rank on the one-shot path and ranks on the general path fail, never hang") {
   // Rank 1's count is small (one-shot), the others' large (the general
   // engine): every rank must report an error within the timeout.
-  for (int n : {2, 3}) {
-    INFO(n << " processes");
+  for (int n : {2, 3})
+  for (const char* windows : {"", "  node_window_chunk_bytes: 0\n"}) {
+    INFO(n << " processes" << (*windows ? ", node-shared windows off" : ""));
     const auto start = std::chrono::steady_clock::now();
     const auto st = run_ranks(
-        n, base_yaml(5000),
+        n, base_yaml(5000) + windows,
         [](int rank, int nranks) {
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;
@@ -854,4 +862,81 @@ TEST_CASE("collectives.one_shot_max_bytes = 0 leaves small all-reduces to the co
       },
       {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
   check_all(st);
+}
+
+// All ranks on one node over shm: all-reduces run through the node-shared
+// windows (engine/window_allreduce.hpp). Banks of 4 KiB make the larger
+// counts tens of chunks, so both banks are reused many times per call,
+// and counts that do not divide by the ranks leave uneven slices. The
+// float64 1000-element call is too large for a 4 KiB bank and goes one-shot
+// through shm messages: both paths interleave in one communicator.
+TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four dtypes") {
+  for (int n : {2, 3, 4}) {
+    INFO(n << " processes");
+    const auto st = run_ranks(
+        n, base_yaml() + "  node_window_chunk_bytes: 4096\n",
+        [](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          int wrong = 0;
+          for (wia_reduce_op_t op : {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN,
+                                     WIA_REDUCE_MAX, WIA_REDUCE_AVG})
+            for (std::uint64_t count : {3, 1000, 5000, 20011})
+              for (bool in_place : {false, true}) {
+                const char* algo = count <= 1000 ? "one_shot" : "direct";
+                int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op, count,
+                                                in_place, algo);
+                w += check_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op, count,
+                                              in_place, algo);
+                w += check_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op, count,
+                                                    in_place, algo);
+                w += check_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op, count,
+                                                    in_place, algo);
+                if (w < 0) return kApiError;
+                wrong += w;
+              }
+          // Every rank holds the same bits when rounding depends on the
+          // order of the sum: gather the results and compare.
+          const std::size_t len = 3001;
+          std::vector<float> x(len), all(len * nranks);
+          for (std::size_t i = 0; i < len; ++i)
+            x[i] = 0.1f * static_cast<float>(rank + 1) + 1e-7f * static_cast<float>(i);
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          cfg.reduction_op = WIA_REDUCE_SUM;
+          int ok = wia_all_reduce(comm, x.data(), x.data(), len, &cfg, nullptr) == WIA_SUCCESS;
+          cfg.operation = WIA_COLLECTIVE_ALLGATHER;
+          ok &= wia_all_gather_ex(comm, x.data(), all.data(), len, &cfg, nullptr) == WIA_SUCCESS;
+          ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+          for (int q = 1; q < nranks; ++q)
+            wrong += std::memcmp(all.data(), all.data() + len * q, len * sizeof(float)) != 0;
+          wia_destroy_communicator(comm);
+          if (!ok) return kApiError;
+          if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
+          return wrong ? kWrong : kOk;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+    check_all(st);
+  }
+}
+
+TEST_CASE("ranks that disagree in an all-reduce through node-shared windows all name it") {
+  const auto st = run_ranks(
+      3, base_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        std::vector<float> b(200000, 1.0f);
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        const auto [s, msg] = all_reduce_in_place(comm, b.data(), rank == 1 ? 100001 : 100000, cfg);
+        // Every rank compares every peer's descriptor: each names the count.
+        const int named = error_naming(rank, s, msg, {"count 100000 vs 100001",
+                                                      "count 100001 vs 100000"});
+        const bool after = wia_all_reduce(comm, b.data(), b.data(), 1, &cfg, nullptr) != WIA_SUCCESS;
+        wia_destroy_communicator(comm);
+        return named == kSawError && after ? kSawError : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st, kSawError);
 }

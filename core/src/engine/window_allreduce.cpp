@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/window_allreduce.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/error.hpp"
+#include "engine/backoff.hpp"
+#include "kernels/cpu_reduce.hpp"
+
+namespace wia::engine {
+
+namespace {
+
+// A window is a page whose first line holds the step up to which its owner
+// has finished reading every window (NodeWindows::release_reads) and the
+// owner's pid, then four
+// regions, [bank 0 input][bank 0 slices][bank 1 input][bank 1 slices],
+// each a 64-byte header line then the data, padded to a page. The header line starts with the step its data belongs to; an
+// input header also carries the descriptor and, for vectors of up to 24
+// bytes, the data itself, so a small all-reduce reads one cache line per
+// peer.
+constexpr std::uint64_t kLine = 64;
+constexpr std::uint64_t kPage = 4096;
+struct RegionHeader {
+  std::uint64_t step;
+  Descriptor desc;
+  char inline_data[24];
+};
+static_assert(sizeof(RegionHeader) == kLine, "one cache line");
+constexpr std::uint64_t kInlineBytes = sizeof(RegionHeader::inline_data);
+constexpr int kInput = 0, kSlices = 1;
+
+std::uint64_t region_bytes(std::uint64_t chunk_bytes) {
+  return (kLine + chunk_bytes + kPage - 1) / kPage * kPage;
+}
+
+RegionHeader* region(char* base, std::uint64_t chunk_bytes, std::uint64_t step, int kind) {
+  const std::uint64_t index = 2 * (step & 1) + static_cast<std::uint64_t>(kind);
+  return reinterpret_cast<RegionHeader*>(base + kPage + index * region_bytes(chunk_bytes));
+}
+
+char* data_of(RegionHeader* h, std::uint64_t bytes) {
+  return bytes <= kInlineBytes ? h->inline_data : reinterpret_cast<char*>(h) + kLine;
+}
+
+std::uint64_t load_step(const RegionHeader* h) {
+  return std::atomic_ref<const std::uint64_t>(h->step).load(std::memory_order_acquire);
+}
+
+void publish(RegionHeader* h, std::uint64_t step) {
+  std::atomic_ref<std::uint64_t>(h->step).store(step, std::memory_order_release);
+}
+
+const char* kind_name(int kind) { return kind == kInput ? "input" : "reduced slice"; }
+
+}  // namespace
+
+std::uint64_t NodeWindows::window_bytes(std::uint64_t chunk_bytes) {
+  return kPage + 4 * region_bytes(chunk_bytes);
+}
+
+void NodeWindows::clear(char* window, std::uint64_t chunk_bytes) {
+  std::memset(window, 0, kLine);
+  for (std::uint64_t step = 0; step < 2; ++step)
+    for (int kind : {kInput, kSlices}) *region(window, chunk_bytes, step, kind) = RegionHeader{};
+}
+
+void NodeWindows::release_reads(int rank, std::uint64_t up_to) {
+  std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(base[rank]))
+      .store(up_to, std::memory_order_release);
+}
+
+void NodeWindows::set_owner_pid(int rank, int pid) {
+  reinterpret_cast<std::int64_t*>(base[rank])[1] = pid;
+}
+
+int NodeWindows::owner_pid(int q) const {
+  return static_cast<int>(reinterpret_cast<const std::int64_t*>(base[q])[1]);
+}
+
+bool NodeWindows::released(int q, std::uint64_t up_to) const {
+  const std::uint64_t v =
+      std::atomic_ref<const std::uint64_t>(*reinterpret_cast<const std::uint64_t*>(base[q]))
+          .load(std::memory_order_acquire);
+  // 0 after steps were taken: q freed its window (the host provider
+  // zeroes freed memory), which it does only when done with ours.
+  return v >= up_to || (v == 0 && up_to > 0);
+}
+
+void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, void* recv,
+                            wia_reduce_op_t op, bool one_shot, NodeWindows& windows,
+                            ControlChannel& control, const NetExecOptions& options) {
+  rank_ = rank;
+  nranks_ = static_cast<int>(windows.base.size());
+  desc_ = desc;
+  send_ = static_cast<const char*>(send);
+  recv_ = static_cast<char*>(recv);
+  op_ = op;
+  one_shot_ = one_shot;
+  windows_ = &windows;
+  control_ = &control;
+  options_ = &options;
+  elem_size_ = kernels::dtype_size(static_cast<wia_datatype_t>(desc.dtype));
+  chunk_elems_ = one_shot ? std::max<std::uint64_t>(desc.count, 1)
+                          : std::max<std::uint64_t>(windows.chunk_bytes / elem_size_, 1);
+  chunks_ = std::max<std::uint64_t>((desc.count + chunk_elems_ - 1) / chunk_elems_, 1);
+  chunk_ = 0;
+  srcs_.resize(static_cast<std::size_t>(nranks_));
+  phase_ = Phase::kPublishInput;
+}
+
+void WindowAllReduce::publish_input() {
+  step_ = ++windows_->step;
+  const std::uint64_t first = chunk_ * chunk_elems_;
+  const std::uint64_t bytes = std::min(chunk_elems_, desc_.count - first) * elem_size_;
+  RegionHeader* h = region(windows_->base[rank_], windows_->chunk_bytes, step_, kInput);
+  h->desc = desc_;
+  // Copied, not referenced: the peers read it after this rank's call may
+  // have returned and the caller reused its buffer.
+  std::memcpy(data_of(h, one_shot_ ? bytes : kLine), send_ + first * elem_size_, bytes);
+  publish(h, step_);
+  next_peer_ = 0;
+}
+
+bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_point give_up_at) {
+  Backoff backoff(options_->oversubscribed);
+  std::uint32_t idle_rounds = 0;
+  while (next_peer_ < nranks_) {
+    if (next_peer_ == rank_ ||
+        load_step(region(windows_->base[next_peer_], windows_->chunk_bytes, step_, which)) ==
+            step_) {
+      ++next_peer_;
+      backoff.reset();
+      continue;
+    }
+    // Peers that failed tell us on the control channel (and a peer that
+    // died is noticed by its transport there); peers asking where we are
+    // get their answer.
+    if ((++idle_rounds & 63) == 0) {
+      const std::string reason = control_->poll();
+      if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
+    }
+    backoff.wait();
+    if (backoff.read_clock()) {
+      if (backoff.now() > options_->deadline) fail_timeout(which);
+      if (backoff.now() > give_up_at) return false;
+    }
+  }
+  next_peer_ = 0;
+  return true;
+}
+
+void WindowAllReduce::fail_timeout(int which) const {
+  std::string ranks;
+  for (int q = 0; q < nranks_; ++q)
+    if (q != rank_ &&
+        load_step(region(windows_->base[q], windows_->chunk_bytes, step_, which)) != step_)
+      ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", q);
+  const std::string where = control_->diagnose(desc_.seq);
+  throw Error(WIA_ERROR_TIMEOUT,
+              fmt::format("collective #{} ({} all-reduce of {} B through node-shared windows, "
+                          "chunk {} of {}) timed out after {} ms on rank {}: waiting for the {} "
+                          "of rank(s) {}{}",
+                          desc_.seq, one_shot_ ? "one-shot" : "direct", desc_.count * elem_size_,
+                          chunk_ + 1, chunks_, options_->timeout_ms, rank_, kind_name(which),
+                          ranks.empty() ? "none" : ranks, where.empty() ? "" : "; " + where));
+}
+
+void WindowAllReduce::check_descriptors() const {
+  for (int q = 0; q < nranks_; ++q) {
+    if (q == rank_) continue;
+    const Descriptor& theirs =
+        region(windows_->base[q], windows_->chunk_bytes, step_, kInput)->desc;
+    if (std::memcmp(&theirs, &desc_, sizeof(Descriptor)) == 0) continue;
+    const Descriptor copy = theirs;
+    std::string diff = describe_difference(desc_, copy);
+    if (diff.empty()) diff = "descriptor bytes";
+    throw Error(WIA_ERROR_MISMATCH,
+                fmt::format("collective #{} does not match across ranks: rank {} and rank {} "
+                            "differ in {}",
+                            desc_.seq, rank_, q, diff));
+  }
+}
+
+void WindowAllReduce::reduce(void* dst, const std::vector<const void*>& srcs,
+                             std::uint64_t count) const {
+  wia_reduce_args_v1_t a{};
+  a.struct_size = sizeof(a);
+  a.dtype = static_cast<wia_datatype_t>(desc_.dtype);
+  a.op = op_;  // AVG with divisor 0 divides by nsrcs
+  a.nsrcs = static_cast<std::uint32_t>(srcs.size());
+  a.count = count;
+  a.dst = dst;
+  a.srcs = srcs.data();
+  // Validated when the call was posted; the windows are ours.
+  const wia_status_t rc = kernels::reduce_unchecked(a);
+  if (rc != WIA_SUCCESS)
+    throw Error(WIA_ERROR_INTERNAL,
+                fmt::format("rank {}: all-reduce #{} through node-shared windows: CPU reduction "
+                            "of {} elements failed: {}",
+                            rank_, desc_.seq, count, status_name(rc)));
+}
+
+void WindowAllReduce::reduce_inputs() {
+  const std::uint64_t first = chunk_ * chunk_elems_;
+  const std::uint64_t n = std::min(chunk_elems_, desc_.count - first);
+  if (one_shot_) {
+    // Every rank reduces the whole vector, in rank order: bit-identical.
+    for (int q = 0; q < nranks_; ++q)
+      srcs_[q] = data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kInput),
+                         n * elem_size_);
+    reduce(recv_ + first * elem_size_, srcs_, n);
+    return;
+  }
+  // This rank's slice of the chunk, from every rank's input, into its
+  // window for the others to copy.
+  const std::uint64_t lo = n * static_cast<std::uint64_t>(rank_) / nranks_;
+  const std::uint64_t hi = n * static_cast<std::uint64_t>(rank_ + 1) / nranks_;
+  for (int q = 0; q < nranks_; ++q)
+    srcs_[q] = data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kInput), kLine) +
+               lo * elem_size_;
+  RegionHeader* mine = region(windows_->base[rank_], windows_->chunk_bytes, step_, kSlices);
+  reduce(data_of(mine, kLine) + lo * elem_size_, srcs_, hi - lo);
+  publish(mine, step_);
+}
+
+void WindowAllReduce::copy_slices_out() {
+  const std::uint64_t first = chunk_ * chunk_elems_;
+  const std::uint64_t n = std::min(chunk_elems_, desc_.count - first);
+  char* out = recv_ + first * elem_size_;
+  for (int q = 0; q < nranks_; ++q) {
+    const std::uint64_t lo = n * static_cast<std::uint64_t>(q) / nranks_;
+    const std::uint64_t hi = n * static_cast<std::uint64_t>(q + 1) / nranks_;
+    const char* slices =
+        data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kSlices), kLine);
+    std::memcpy(out + lo * elem_size_, slices + lo * elem_size_, (hi - lo) * elem_size_);
+  }
+}
+
+bool WindowAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
+  for (;;) {
+    switch (phase_) {
+      case Phase::kPublishInput:
+        publish_input();
+        phase_ = Phase::kWaitInputs;
+        break;
+      case Phase::kWaitInputs:
+        if (!wait_for_peers(kInput, give_up_at)) return false;
+        check_descriptors();
+        reduce_inputs();
+        phase_ = one_shot_ ? Phase::kDone : Phase::kWaitSlices;
+        break;
+      case Phase::kWaitSlices:
+        if (!wait_for_peers(kSlices, give_up_at)) return false;
+        copy_slices_out();
+        phase_ = ++chunk_ < chunks_ ? Phase::kPublishInput : Phase::kDone;
+        break;
+      case Phase::kDone:
+        return true;
+    }
+  }
+}
+
+wia_status_t WindowAllReduce::progress(std::chrono::steady_clock::time_point give_up_at,
+                                       std::string& error) {
+  wia_status_t st;
+  try {
+    if (!run(give_up_at)) return WIA_IN_PROGRESS;
+    st = WIA_SUCCESS;
+  } catch (const Error& e) {
+    error = e.what();
+    st = e.status();
+  } catch (const std::exception& e) {
+    error = fmt::format("rank {}: {}", rank_, e.what());
+    st = WIA_ERROR_INTERNAL;
+  }
+  // Done with the peers' windows, whatever happened: they may free them.
+  windows_->release_reads(rank_, windows_->step);
+  return st;
+}
+
+}  // namespace wia::engine

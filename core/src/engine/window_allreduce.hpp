@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+// All-reduce through node-shared windows: when every rank of a process
+// communicator is on one node, each rank maps every rank's window (device
+// memory exported with the device provider's IPC entries) and the ranks
+// exchange data with loads and stores instead of transport messages.
+//
+// Why: on one node a transport message is a copy into a shared ring and a
+// copy out of it, plus a header, a queue and a wake-up per message. The
+// ring all-reduce makes 2(p-1) such steps, each a point where a rank waits
+// for a peer that, with more ranks than cores, may not be running. Here a
+// step is: copy the input into my window, publish a step number, wait for
+// everyone's, read what I need straight from their windows. Measured at
+// 4 ranks on 2 cores, 1 MiB: about half the bytes moved and 2 waits per
+// chunk instead of 6 (docs/processes.md, "Node-shared windows").
+//
+// The schedules are the usual ones, run through memory rather than messages:
+//  - one-shot: every rank publishes its vector and reduces all p of them
+//    (rank order, so every rank computes the identical result);
+//  - direct: per chunk, every rank publishes its input, reduces its 1/p
+//    slice from all p inputs (rank order) into its window, publishes that,
+//    and copies every rank's reduced slice out.
+//
+// Reuse without acknowledgements: every window has two banks, used by
+// alternate steps. A rank writes bank (t % 2) for step t + 2 only after it
+// saw every peer publish step t + 1, which each peer does only after it
+// finished reading everything of step t. So a bank is never rewritten
+// while anyone still reads it.
+//
+// Every published step carries the collective's descriptor, checked
+// against every peer's, so ranks that made different calls get a mismatch
+// error; a peer that never publishes becomes a timeout naming it; a peer
+// that failed says why on the control channel, polled while waiting.
+#pragma once
+
+#include <wia/provider.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/net_exec.hpp"
+
+namespace wia::engine {
+
+// Every rank's window as mapped in this process, and the step counter all
+// ranks advance together. Set up by the communicator (comm/node_windows).
+struct NodeWindows {
+  std::vector<char*> base;        // [rank]: this rank's own window too
+  std::uint64_t chunk_bytes = 0;  // data bytes of one bank
+  std::uint64_t step = 0;         // steps taken: the same on every rank
+
+  // Bytes of one window holding banks of `chunk_bytes` of data.
+  static std::uint64_t window_bytes(std::uint64_t chunk_bytes);
+  // Zeroes the step numbers of a new window (the data needs no zeroing).
+  static void clear(char* window, std::uint64_t chunk_bytes);
+  // This rank reads no window for steps up to `step` any more (its
+  // all-reduce finished or failed): published in its own window.
+  void release_reads(int rank, std::uint64_t step);
+  // Whether rank q released its reads of every step up to `step`.
+  bool released(int q, std::uint64_t step) const;
+  // The process that owns rank q's window (set by its owner).
+  void set_owner_pid(int rank, int pid);
+  int owner_pid(int q) const;
+};
+
+class WindowAllReduce {
+ public:
+  // Starts the all-reduce `desc` describes: `count` elements of `dtype`
+  // from `send` (may equal `recv`: in place). `one_shot` selects the
+  // schedule; one-shot needs the vector to fit one bank. References must
+  // outlive progress().
+  void start(int rank, const Descriptor& desc, const void* send, void* recv, wia_reduce_op_t op,
+             bool one_shot, NodeWindows& windows, ControlChannel& control,
+             const NetExecOptions& options);
+
+  // WIA_SUCCESS when the result is in `recv`; WIA_IN_PROGRESS when peers
+  // had not published by `give_up_at` (call again); a negative status
+  // with `error` naming the rank, the peer and the problem otherwise.
+  wia_status_t progress(std::chrono::steady_clock::time_point give_up_at, std::string& error);
+
+ private:
+  enum class Phase { kPublishInput, kWaitInputs, kWaitSlices, kDone };
+  bool run(std::chrono::steady_clock::time_point give_up_at);
+  void publish_input();
+  void reduce_inputs();
+  void copy_slices_out();
+  // Waits until every peer published `step_` in `which` (0 input, 1
+  // reduced slice); false at `give_up_at`.
+  bool wait_for_peers(int which, std::chrono::steady_clock::time_point give_up_at);
+  void check_descriptors() const;
+  [[noreturn]] void fail_timeout(int which) const;
+  void reduce(void* dst, const std::vector<const void*>& srcs, std::uint64_t count) const;
+
+  int rank_ = 0;
+  int nranks_ = 0;
+  Descriptor desc_{};
+  const char* send_ = nullptr;
+  char* recv_ = nullptr;
+  wia_reduce_op_t op_{};
+  bool one_shot_ = false;
+  NodeWindows* windows_ = nullptr;
+  ControlChannel* control_ = nullptr;
+  const NetExecOptions* options_ = nullptr;
+  std::uint64_t elem_size_ = 0, chunk_elems_ = 0, chunks_ = 0, chunk_ = 0;
+  std::uint64_t step_ = 0;  // of the chunk in progress
+  Phase phase_ = Phase::kDone;
+  int next_peer_ = 0;  // the wait resumes here
+  std::vector<const void*> srcs_;
+};
+
+}  // namespace wia::engine
