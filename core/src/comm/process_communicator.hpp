@@ -178,6 +178,14 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::unique_ptr<Running> begin(std::uint64_t seq, Call& call,
                                  std::chrono::steady_clock::time_point deadline,
                                  wia_status_t& status, std::string& error);
+  // The same for a repeat of the last small all-reduce through the
+  // windows (window_repeat_): the call, the plan and the descriptor are
+  // those of last time, so only the sequence numbers change.
+  std::unique_ptr<Running> begin_window_repeat(std::uint64_t seq, const Call& call,
+                                               std::chrono::steady_clock::time_point deadline);
+  bool repeats_window_call(const Call& call) const;
+  // Records what wia_get_selected_algorithm reports (when it changed).
+  void note_selected(coll::Algorithm algorithm, coll::Collective collective, double estimate);
   // The same for a point-to-point operation.
   // It cannot fail: posting is retried, bounded, in proceed_p2p.
   std::unique_ptr<Running> begin_p2p(std::uint64_t seq, const Call& call, int peer, bool is_send,
@@ -251,6 +259,16 @@ class ProcessCommunicator final : public CommunicatorBase {
   };
   std::array<PlanMemo, 8> plan_memo_;
   std::unique_ptr<Running> spare_running_;  // take_running()
+  // The last one-shot all-reduce that ran through the windows: a call
+  // with the same arguments skips the plan lookup and the descriptor's
+  // construction (an 8-byte all-reduce is a few hundred ns).
+  struct WindowRepeat {
+    bool valid = false;
+    Call key;  // buffers unused
+    engine::Descriptor descriptor;
+    double estimate = 0;
+  };
+  WindowRepeat window_repeat_;
   // Whether the last in-place plan sends the same messages as its
   // out-of-place twin (holding both keeps their addresses unique).
   struct SameMessagesMemo {

@@ -55,6 +55,15 @@ void publish(RegionHeader* h, std::uint64_t step) {
   std::atomic_ref<std::uint64_t>(h->step).store(step, std::memory_order_release);
 }
 
+// Four 8-byte compares, inline: memcmp is a call for a 32-byte block.
+bool same_bytes(const Descriptor& a, const Descriptor& b) {
+  std::uint64_t x[4], y[4];
+  std::memcpy(x, &a, sizeof(x));
+  std::memcpy(y, &b, sizeof(y));
+  return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+}
+static_assert(sizeof(Descriptor) == 32, "same_bytes compares 32 bytes");
+
 const char* kind_name(int kind) { return kind == kInput ? "input" : "reduced slice"; }
 
 }  // namespace
@@ -105,9 +114,13 @@ void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, 
   control_ = &control;
   options_ = &options;
   elem_size_ = kernels::dtype_size(static_cast<wia_datatype_t>(desc.dtype));
-  chunk_elems_ = one_shot ? std::max<std::uint64_t>(desc.count, 1)
-                          : std::max<std::uint64_t>(windows.chunk_bytes / elem_size_, 1);
-  chunks_ = std::max<std::uint64_t>((desc.count + chunk_elems_ - 1) / chunk_elems_, 1);
+  if (one_shot) {  // no divisions: this is the 8-byte path
+    chunk_elems_ = desc.count;
+    chunks_ = 1;
+  } else {
+    chunk_elems_ = std::max<std::uint64_t>(windows.chunk_bytes / elem_size_, 1);
+    chunks_ = std::max<std::uint64_t>((desc.count + chunk_elems_ - 1) / chunk_elems_, 1);
+  }
   chunk_ = 0;
   srcs_.resize(static_cast<std::size_t>(nranks_));
   phase_ = Phase::kPublishInput;
@@ -175,7 +188,7 @@ void WindowAllReduce::check_descriptors() const {
     if (q == rank_) continue;
     const Descriptor& theirs =
         region(windows_->base[q], windows_->chunk_bytes, step_, kInput)->desc;
-    if (std::memcmp(&theirs, &desc_, sizeof(Descriptor)) == 0) continue;
+    if (same_bytes(theirs, desc_)) continue;
     const Descriptor copy = theirs;
     std::string diff = describe_difference(desc_, copy);
     if (diff.empty()) diff = "descriptor bytes";

@@ -895,6 +895,29 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
                 if (w < 0) return kApiError;
                 wrong += w;
               }
+          // The same small call again and again (a training loop's
+          // pattern) takes the repeat lane: new data every time, and a
+          // broadcast in between must not confuse what is reported.
+          for (int it = 0; it < 300; ++it) {
+            std::int64_t v[3] = {rank + it, rank * it, -it}, sum[3] = {};
+            wia_collective_config_t c{};
+            c.datatype = WIA_INT64;
+            if (wia_all_reduce(comm, v, sum, 3, &c, nullptr) != WIA_SUCCESS ||
+                wia_stream_synchronize(nullptr) != WIA_SUCCESS)
+              return kApiError;
+            const std::int64_t p = nranks, ranks_sum = p * (p - 1) / 2;
+            wrong += sum[0] != ranks_sum + p * it || sum[1] != ranks_sum * it || sum[2] != -p * it;
+            if (it == 150) {
+              std::int64_t b = rank == 0 ? 42 : 0;
+              if (wia_broadcast(comm, &b, 1, 0, WIA_INT64, nullptr) != WIA_SUCCESS ||
+                  wia_stream_synchronize(nullptr) != WIA_SUCCESS)
+                return kApiError;
+              wrong += b != 42;
+            }
+          }
+          const wia_algorithm_t last = wia_get_selected_algorithm(comm);
+          wrong += !last.name || std::string(last.name) != "one_shot" ||
+                   std::string(last.collective ? last.collective : "") != "allreduce";
           // Every rank holds the same bits when rounding depends on the
           // order of the sum: gather the results and compare.
           const std::size_t len = 3001;
