@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "comm/node_windows.hpp"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -21,9 +20,10 @@ std::unique_ptr<NodeWindowSet> NodeWindowSet::create(const Device& device, int r
                                                      std::uint64_t chunk_bytes, std::string& why) {
   const wia_device_ops_v1_t& ops = ops_of(device);
   if (!(ops.caps & WIA_DEVICE_CAP_IPC)) {
-    why = fmt::format("device {} ({}) cannot share memory between processes (no "
-                      "WIA_DEVICE_CAP_IPC)",
-                      device.id, device.provider->name());
+    why = fmt::format(
+        "device {} ({}) cannot share memory between processes (no "
+        "WIA_DEVICE_CAP_IPC)",
+        device.id, device.provider->name());
     return nullptr;
   }
   std::unique_ptr<NodeWindowSet> set(new NodeWindowSet(device, rank));

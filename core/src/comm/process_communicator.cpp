@@ -949,28 +949,26 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
   coll::validate_args(args);
   std::lock_guard<std::mutex> lock(mu_);
   AlgorithmChoice choice = choose_algorithm(args, call.algorithm, *selector_);
-  if (choice.by_cost_model && call.collective == coll::Collective::kAllReduce &&
-      size() > 1 && size() <= coll::kOneShotMaxRanks &&
-      call.count * kernels::dtype_size(call.dtype) <= one_shot_max_bytes_) {
-    // The cost model does not see the descriptor messages and step
-    // bookkeeping the one-shot fast path saves, which dominate here.
-    args.algorithm = coll::Algorithm::kOneShot;
-    choice.algorithm = coll::Algorithm::kOneShot;
+  // Paths the cost model, which prices messages, does not see.
+  auto take_instead = [&](coll::Algorithm algorithm, const char* reason) {
+    args.algorithm = algorithm;
+    choice.algorithm = algorithm;
     choice.num_chunks = 0;
     choice.estimated_ms = tuner::estimate(args, selector_->model()).time_us / 1000.0;
-    choice.reason = "small all-reduce (collectives.one_shot_max_bytes)";
-  } else if (choice.by_cost_model && windows_ &&
-             call.collective == coll::Collective::kAllReduce &&
-             call.count * kernels::dtype_size(call.dtype) <= node_window_max_bytes_) {
+    choice.reason = reason;
+  };
+  const std::uint64_t bytes = call.count * kernels::dtype_size(call.dtype);
+  const bool all_reduce_by_model =
+      choice.by_cost_model && call.collective == coll::Collective::kAllReduce && size() > 1;
+  if (all_reduce_by_model && size() <= coll::kOneShotMaxRanks && bytes <= one_shot_max_bytes_)
+    // The descriptor messages and step bookkeeping the one-shot fast path
+    // saves dominate here.
+    take_instead(coll::Algorithm::kOneShot, "small all-reduce (collectives.one_shot_max_bytes)");
+  else if (all_reduce_by_model && windows_ && bytes <= node_window_max_bytes_)
     // Through the windows a rank reads every input directly: the direct
-    // algorithm moves the fewest bytes and waits twice per chunk, and the
-    // cost model, which prices messages, does not know that.
-    args.algorithm = coll::Algorithm::kDirect;
-    choice.algorithm = coll::Algorithm::kDirect;
-    choice.num_chunks = 0;
-    choice.estimated_ms = tuner::estimate(args, selector_->model()).time_us / 1000.0;
-    choice.reason = "all ranks on one node (node-shared windows, collectives.node_window_max_bytes)";
-  }
+    // algorithm moves the fewest bytes and waits twice per chunk.
+    take_instead(coll::Algorithm::kDirect,
+                 "all ranks on one node (node-shared windows, collectives.node_window_max_bytes)");
   args.algorithm = choice.algorithm;
   if (args.options.num_chunks == 0) args.options.num_chunks = choice.num_chunks;
   std::shared_ptr<const engine::ExecPlan> plan = plans_.find(args, choice.algorithm);
@@ -1094,9 +1092,13 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   const auto timeout = std::chrono::milliseconds(timeout_ms);
   const bool clock_unread = now == Clock::time_point{};
   const auto deadline = clock_unread ? Clock::time_point::max() : now + timeout;
-  std::unique_ptr<Running> r = peer >= 0                ? begin_p2p(seq, call, peer, is_send, deadline)
-                               : repeats_window_call(call) ? begin_window_repeat(seq, call, deadline)
-                                                           : begin(seq, call, deadline, st, error);
+  std::unique_ptr<Running> r;
+  if (peer >= 0)
+    r = begin_p2p(seq, call, peer, is_send, deadline);
+  else if (repeats_window_call(call))
+    r = begin_window_repeat(seq, call, deadline);
+  else
+    r = begin(seq, call, deadline, st, error);
   if (r) {
     // Without the time, a first attempt takes what is ready and gives up
     // at its first look at the clock; the time and the deadlines are known

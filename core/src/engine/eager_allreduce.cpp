@@ -192,37 +192,16 @@ bool EagerAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
     }
     // Peers that failed tell us on the control channel, and peers asking
     // where we are get their answer: looked at while waiting only.
-    if ((++idle_rounds & 63) == 0) {
-      const std::string reason = control_->poll();
-      if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
-    }
-    backoff.wait();
-    if (backoff.read_clock()) {
-      const auto now = backoff.now();
-      if (now > options_->deadline) {
-        const std::string where = control_->diagnose(desc_.seq);
-        throw Error(WIA_ERROR_TIMEOUT, timeout_message() + (where.empty() ? "" : "; " + where));
-      }
-      if (now > give_up_at) return false;
+    const IdleRound waited = idle_round(backoff, idle_rounds, *control_, *options_, give_up_at);
+    if (waited == IdleRound::kGiveUp) return false;
+    if (waited == IdleRound::kTimedOut) {
+      const std::string where = control_->diagnose(desc_.seq);
+      throw Error(WIA_ERROR_TIMEOUT, timeout_message() + (where.empty() ? "" : "; " + where));
     }
   }
   if (!reduced_) {
     // Rank order on every rank: bit-identical results.
-    wia_reduce_args_v1_t a{};
-    a.struct_size = sizeof(a);
-    a.dtype = static_cast<wia_datatype_t>(desc_.dtype);
-    a.op = op_;  // AVG with divisor 0 divides by nsrcs
-    a.nsrcs = static_cast<std::uint32_t>(nranks_);
-    a.count = desc_.count;
-    a.dst = recv_;
-    a.srcs = srcs_.data();
-    // Validated when the call was posted; the buffers are ours or checked.
-    const wia_status_t rc = kernels::reduce_unchecked(a);
-    if (rc != WIA_SUCCESS)
-      throw Error(WIA_ERROR_INTERNAL,
-                  fmt::format("rank {}: one-shot all-reduce #{}: CPU reduction of {} elements "
-                              "failed: {}",
-                              rank_, desc_.seq, desc_.count, status_name(rc)));
+    reduce_in_order(desc_, op_, recv_, srcs_, desc_.count, rank_, "one-shot all-reduce");
     reduced_ = true;
   }
   return true;

@@ -35,6 +35,37 @@ std::string describe_difference(const Descriptor& a, const Descriptor& b) {
   return diff;
 }
 
+void reduce_in_order(const Descriptor& desc, wia_reduce_op_t op, void* dst,
+                     const std::vector<const void*>& srcs, std::uint64_t count, int rank,
+                     const char* what) {
+  wia_reduce_args_v1_t a{};
+  a.struct_size = sizeof(a);
+  a.dtype = static_cast<wia_datatype_t>(desc.dtype);
+  a.op = op;  // AVG with divisor 0 divides by nsrcs
+  a.nsrcs = static_cast<std::uint32_t>(srcs.size());
+  a.count = count;
+  a.dst = dst;
+  a.srcs = srcs.data();
+  const wia_status_t rc = kernels::reduce_unchecked(a);
+  if (rc != WIA_SUCCESS)
+    throw Error(WIA_ERROR_INTERNAL,
+                fmt::format("rank {}: {} #{}: CPU reduction of {} elements failed: {}", rank, what,
+                            desc.seq, count, status_name(rc)));
+}
+
+IdleRound idle_round(Backoff& backoff, std::uint32_t& rounds, ControlChannel& control,
+                     const NetExecOptions& options,
+                     std::chrono::steady_clock::time_point give_up_at) {
+  if ((++rounds & 63) == 0) {
+    const std::string reason = control.poll();
+    if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
+  }
+  backoff.wait();
+  if (!backoff.read_clock()) return IdleRound::kAgain;
+  if (backoff.now() > options.deadline) return IdleRound::kTimedOut;
+  return backoff.now() > give_up_at ? IdleRound::kGiveUp : IdleRound::kAgain;
+}
+
 std::uint64_t staging_bytes(const ExecPlan& plan, int rank) {
   std::uint64_t n = 0;
   for (const coll::Step& st : plan.schedule.programs[rank].steps)

@@ -85,6 +85,26 @@ struct NetExecOptions {
   bool oversubscribed = false;   // more busy processes than cores: spin less
 };
 
+class Backoff;
+
+// dst = srcs[0] op ... op srcs[n-1] over `count` elements of `desc`'s
+// dtype, in that order (so ranks that fold in rank order get identical
+// bits); arguments were validated when the call was posted. Throws
+// Error(WIA_ERROR_INTERNAL) naming `rank`, `what` and the collective.
+void reduce_in_order(const Descriptor& desc, wia_reduce_op_t op, void* dst,
+                     const std::vector<const void*>& srcs, std::uint64_t count, int rank,
+                     const char* what);
+
+// One idle round of a rank waiting for its peers: every 64th round looks
+// at the control channel (a peer's failure, or a dead peer its transport
+// noticed, becomes Error(WIA_ERROR_REMOTE)); then waits, and on the rounds
+// that read the clock says whether `options.deadline` (kTimedOut: the
+// caller throws its own timeout message) or `give_up_at` passed.
+enum class IdleRound { kAgain, kGiveUp, kTimedOut };
+IdleRound idle_round(Backoff& backoff, std::uint32_t& rounds, ControlChannel& control,
+                     const NetExecOptions& options,
+                     std::chrono::steady_clock::time_point give_up_at);
+
 // One rank's program of a collective in progress: progress() can be
 // called from one thread, then another (the posting thread starts it, a
 // stream's worker finishes it when peers were late). Everything passed by

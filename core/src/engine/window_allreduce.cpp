@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/window_allreduce.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/error.hpp"
 #include "engine/backoff.hpp"
@@ -19,8 +19,8 @@ namespace {
 // has finished reading every window (NodeWindows::release_reads) and the
 // owner's pid, then four
 // regions, [bank 0 input][bank 0 slices][bank 1 input][bank 1 slices],
-// each a 64-byte header line then the data, padded to a page. The header line starts with the step its data belongs to; an
-// input header also carries the descriptor and, for vectors of up to 24
+// each a 64-byte header line then the data, padded to a page. The header line starts with the step
+// its data belongs to; an input header also carries the descriptor and, for vectors of up to 24
 // bytes, the data itself, so a small all-reduce reads one cache line per
 // peer.
 constexpr std::uint64_t kLine = 64;
@@ -63,6 +63,8 @@ bool same_bytes(const Descriptor& a, const Descriptor& b) {
   return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
 }
 static_assert(sizeof(Descriptor) == 32, "same_bytes compares 32 bytes");
+
+constexpr const char* kWhat = "all-reduce through node-shared windows";
 
 const char* kind_name(int kind) { return kind == kInput ? "input" : "reduced slice"; }
 
@@ -143,9 +145,8 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
   Backoff backoff(options_->oversubscribed);
   std::uint32_t idle_rounds = 0;
   while (next_peer_ < nranks_) {
-    if (next_peer_ == rank_ ||
-        load_step(region(windows_->base[next_peer_], windows_->chunk_bytes, step_, which)) ==
-            step_) {
+    if (next_peer_ == rank_ || load_step(region(windows_->base[next_peer_], windows_->chunk_bytes,
+                                                step_, which)) == step_) {
       ++next_peer_;
       backoff.reset();
       continue;
@@ -153,15 +154,9 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
     // Peers that failed tell us on the control channel (and a peer that
     // died is noticed by its transport there); peers asking where we are
     // get their answer.
-    if ((++idle_rounds & 63) == 0) {
-      const std::string reason = control_->poll();
-      if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
-    }
-    backoff.wait();
-    if (backoff.read_clock()) {
-      if (backoff.now() > options_->deadline) fail_timeout(which);
-      if (backoff.now() > give_up_at) return false;
-    }
+    const IdleRound waited = idle_round(backoff, idle_rounds, *control_, *options_, give_up_at);
+    if (waited == IdleRound::kGiveUp) return false;
+    if (waited == IdleRound::kTimedOut) fail_timeout(which);
   }
   next_peer_ = 0;
   return true;
@@ -199,34 +194,15 @@ void WindowAllReduce::check_descriptors() const {
   }
 }
 
-void WindowAllReduce::reduce(void* dst, const std::vector<const void*>& srcs,
-                             std::uint64_t count) const {
-  wia_reduce_args_v1_t a{};
-  a.struct_size = sizeof(a);
-  a.dtype = static_cast<wia_datatype_t>(desc_.dtype);
-  a.op = op_;  // AVG with divisor 0 divides by nsrcs
-  a.nsrcs = static_cast<std::uint32_t>(srcs.size());
-  a.count = count;
-  a.dst = dst;
-  a.srcs = srcs.data();
-  // Validated when the call was posted; the windows are ours.
-  const wia_status_t rc = kernels::reduce_unchecked(a);
-  if (rc != WIA_SUCCESS)
-    throw Error(WIA_ERROR_INTERNAL,
-                fmt::format("rank {}: all-reduce #{} through node-shared windows: CPU reduction "
-                            "of {} elements failed: {}",
-                            rank_, desc_.seq, count, status_name(rc)));
-}
-
 void WindowAllReduce::reduce_inputs() {
   const std::uint64_t first = chunk_ * chunk_elems_;
   const std::uint64_t n = std::min(chunk_elems_, desc_.count - first);
   if (one_shot_) {
     // Every rank reduces the whole vector, in rank order: bit-identical.
     for (int q = 0; q < nranks_; ++q)
-      srcs_[q] = data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kInput),
-                         n * elem_size_);
-    reduce(recv_ + first * elem_size_, srcs_, n);
+      srcs_[q] =
+          data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kInput), n * elem_size_);
+    reduce_in_order(desc_, op_, recv_ + first * elem_size_, srcs_, n, rank_, kWhat);
     return;
   }
   // This rank's slice of the chunk, from every rank's input, into its
@@ -237,7 +213,7 @@ void WindowAllReduce::reduce_inputs() {
     srcs_[q] = data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kInput), kLine) +
                lo * elem_size_;
   RegionHeader* mine = region(windows_->base[rank_], windows_->chunk_bytes, step_, kSlices);
-  reduce(data_of(mine, kLine) + lo * elem_size_, srcs_, hi - lo);
+  reduce_in_order(desc_, op_, data_of(mine, kLine) + lo * elem_size_, srcs_, hi - lo, rank_, kWhat);
   publish(mine, step_);
 }
 

@@ -90,7 +90,6 @@ class WindowAllReduce {
   bool wait_for_peers(int which, std::chrono::steady_clock::time_point give_up_at);
   void check_descriptors() const;
   [[noreturn]] void fail_timeout(int which) const;
-  void reduce(void* dst, const std::vector<const void*>& srcs, std::uint64_t count) const;
 
   int rank_ = 0;
   int nranks_ = 0;

@@ -378,29 +378,43 @@ TEST_CASE("torchrun-style variables: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE"
 }
 
 TEST_CASE("mismatched calls across processes fail on every rank, naming the difference") {
-  const auto st = run_ranks(
-      3, base_yaml(),
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        std::vector<float> b(128, 1.0f);
-        wia_collective_config_t cfg{};
-        cfg.datatype = WIA_FLOAT32;
-        const auto [s, msg] = all_reduce_in_place(comm, b.data(), rank == 1 ? 100 : 99, cfg);
-        if (s == WIA_SUCCESS) return kNoError;
-        std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
-        // The descriptor check names the field; a rank whose data step saw
-        // the wrong size first says so (which one wins is a race).
-        const bool named = msg.find("count 99 vs 100") != std::string::npos ||
-                           msg.find("count 100 vs 99") != std::string::npos ||
-                           msg.find("the ranks' calls differ") != std::string::npos;
-        // Later calls fail at once: the communicator is unusable.
-        const bool after = wia_all_reduce(comm, b.data(), b.data(), 1, &cfg, nullptr) != WIA_SUCCESS;
-        wia_destroy_communicator(comm);
-        return named && after ? kSawError : kWrong;
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
-  check_all(st, kSawError);
+  // Over tcp messages, and through the node-shared windows over shm.
+  struct Variant {
+    const char* transport;
+    std::uint64_t count;  // rank 1 calls with one more
+    // Messages: a rank whose data step saw the wrong size first may say
+    // so instead (which one wins is a race). Windows: every rank compares
+    // every peer's descriptor, so each names the count.
+    bool size_may_come_first;
+  };
+  for (const Variant v : {Variant{"tcp", 99, true}, Variant{"shm", 100000, false}}) {
+    INFO(v.transport);
+    const auto st = run_ranks(
+        3, base_yaml(),
+        [v](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          std::vector<float> b(v.count + 1, 1.0f);
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          const auto [s, msg] =
+              all_reduce_in_place(comm, b.data(), rank == 1 ? v.count + 1 : v.count, cfg);
+          if (s == WIA_SUCCESS) return kNoError;
+          std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+          const std::string c = std::to_string(v.count), c1 = std::to_string(v.count + 1);
+          const bool named = msg.find("count " + c + " vs " + c1) != std::string::npos ||
+                             msg.find("count " + c1 + " vs " + c) != std::string::npos ||
+                             (v.size_may_come_first &&
+                              msg.find("the ranks' calls differ") != std::string::npos);
+          // Later calls fail at once: the communicator is unusable.
+          const bool after =
+              wia_all_reduce(comm, b.data(), b.data(), 1, &cfg, nullptr) != WIA_SUCCESS;
+          wia_destroy_communicator(comm);
+          return named && after ? kSawError : kWrong;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", v.transport}});
+    check_all(st, kSawError);
+  }
 }
 
 TEST_CASE("a rank that never calls becomes a timeout on every other rank, naming it") {
@@ -721,6 +735,52 @@ int check_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype
   return wrong;
 }
 
+// check_all_reduce for every op and four dtypes, each of `counts`, in
+// and out of place; `algorithm(count)` names what must have run. The
+// wrong results, or -1 on an API error.
+template <typename AlgorithmOf>
+int check_every_op(wia_communicator_t comm, int rank, int nranks,
+                   std::initializer_list<std::uint64_t> counts, AlgorithmOf algorithm) {
+  int wrong = 0;
+  for (wia_reduce_op_t op :
+       {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN, WIA_REDUCE_MAX, WIA_REDUCE_AVG})
+    for (std::uint64_t count : counts)
+      for (bool in_place : {false, true}) {
+        const char* algo = algorithm(count);
+        int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op, count, in_place, algo);
+        w += check_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op, count, in_place, algo);
+        w += check_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op, count, in_place,
+                                            algo);
+        w += check_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op, count, in_place,
+                                            algo);
+        if (w < 0) return -1;
+        wrong += w;
+      }
+  return wrong;
+}
+
+// Every rank holds the same bits, even where rounding depends on the order
+// of the sum: an all-reduce of `len` floats, its results gathered and
+// compared. The ranks whose results differ from rank 0's, or -1 on an API
+// error.
+int same_bits_everywhere(wia_communicator_t comm, int rank, int nranks, std::size_t len) {
+  std::vector<float> x(len), all(len * nranks);
+  for (std::size_t i = 0; i < len; ++i)
+    x[i] = 0.1f * static_cast<float>(rank + 1) + 1e-7f * static_cast<float>(i);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  cfg.reduction_op = WIA_REDUCE_SUM;
+  int ok = wia_all_reduce(comm, x.data(), x.data(), len, &cfg, nullptr) == WIA_SUCCESS;
+  cfg.operation = WIA_COLLECTIVE_ALLGATHER;
+  ok &= wia_all_gather_ex(comm, x.data(), all.data(), len, &cfg, nullptr) == WIA_SUCCESS;
+  ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+  if (!ok) return -1;
+  int differ = 0;
+  for (int q = 1; q < nranks; ++q)
+    differ += std::memcmp(all.data(), all.data() + len * q, len * sizeof(float)) != 0;
+  return differ;
+}
+
 }  // namespace
 
 // Over shm by default through the node-shared windows; with them off,
@@ -736,39 +796,14 @@ TEST_CASE("small all-reduces run one-shot: every op, four dtypes, in and out of 
           [](int rank, int nranks) {
             wia_communicator_t comm = join(rank, nranks);
             if (!comm) return kApiError;
-            int wrong = 0;
-            for (wia_reduce_op_t op : {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN,
-                                       WIA_REDUCE_MAX, WIA_REDUCE_AVG})
-              for (std::uint64_t count : {1, 7, 1000})
-                for (bool in_place : {false, true}) {
-                  int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op,
-                                                        count, in_place);
-                  w += check_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op,
-                                                      count, in_place);
-                  w += check_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op,
-                                                            count, in_place);
-                  w += check_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op,
-                                                            count, in_place);
-                  if (w < 0) return kApiError;
-                  wrong += w;
-                }
-            // Every rank holds the same bits, even when rounding differs
-            // with the order of the sum: gather the results and compare.
-            std::vector<float> x(64), all(64 * nranks);
-            for (int i = 0; i < 64; ++i) x[i] = 0.1f * static_cast<float>(rank + 1) + 1e-7f * i;
-            wia_collective_config_t cfg{};
-            cfg.datatype = WIA_FLOAT32;
-            cfg.reduction_op = WIA_REDUCE_SUM;
-            int ok = wia_all_reduce(comm, x.data(), x.data(), 64, &cfg, nullptr) == WIA_SUCCESS;
-            cfg.operation = WIA_COLLECTIVE_ALLGATHER;
-            ok &= wia_all_gather_ex(comm, x.data(), all.data(), 64, &cfg, nullptr) == WIA_SUCCESS;
-            ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
-            for (int q = 1; q < nranks; ++q)
-              wrong += std::memcmp(all.data(), all.data() + 64 * q, 64 * sizeof(float)) != 0;
+            const int wrong = check_every_op(comm, rank, nranks, {1, 7, 1000},
+                                             [](std::uint64_t) { return "one_shot"; });
+            const int differ = same_bits_everywhere(comm, rank, nranks, 64);
             wia_destroy_communicator(comm);
-            if (!ok) return kApiError;
-            if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
-            return wrong ? kWrong : kOk;
+            if (wrong < 0 || differ < 0) return kApiError;
+            if (wrong || differ)
+              std::fprintf(stderr, "rank %d: %d wrong, %d ranks differ\n", rank, wrong, differ);
+            return wrong || differ ? kWrong : kOk;
           },
           {{"WIA_TRANSPORT", transport}, {"TEST_WIA_ID", unique_id_env()}});
       check_all(st);
@@ -878,23 +913,11 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
         [](int rank, int nranks) {
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;
-          int wrong = 0;
-          for (wia_reduce_op_t op : {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN,
-                                     WIA_REDUCE_MAX, WIA_REDUCE_AVG})
-            for (std::uint64_t count : {3, 1000, 5000, 20011})
-              for (bool in_place : {false, true}) {
-                const char* algo = count <= 1000 ? "one_shot" : "direct";
-                int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op, count,
-                                                in_place, algo);
-                w += check_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op, count,
-                                              in_place, algo);
-                w += check_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op, count,
-                                                    in_place, algo);
-                w += check_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op, count,
-                                                    in_place, algo);
-                if (w < 0) return kApiError;
-                wrong += w;
-              }
+          int wrong = check_every_op(comm, rank, nranks, {3, 1000, 5000, 20011},
+                                     [](std::uint64_t count) {
+                                       return count <= 1000 ? "one_shot" : "direct";
+                                     });
+          if (wrong < 0) return kApiError;
           // The same small call again and again (a training loop's
           // pattern) takes the repeat lane: new data every time, and a
           // broadcast in between must not confuse what is reported.
@@ -918,21 +941,9 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
           const wia_algorithm_t last = wia_get_selected_algorithm(comm);
           wrong += !last.name || std::string(last.name) != "one_shot" ||
                    std::string(last.collective ? last.collective : "") != "allreduce";
-          // Every rank holds the same bits when rounding depends on the
-          // order of the sum: gather the results and compare.
-          const std::size_t len = 3001;
-          std::vector<float> x(len), all(len * nranks);
-          for (std::size_t i = 0; i < len; ++i)
-            x[i] = 0.1f * static_cast<float>(rank + 1) + 1e-7f * static_cast<float>(i);
-          wia_collective_config_t cfg{};
-          cfg.datatype = WIA_FLOAT32;
-          cfg.reduction_op = WIA_REDUCE_SUM;
-          int ok = wia_all_reduce(comm, x.data(), x.data(), len, &cfg, nullptr) == WIA_SUCCESS;
-          cfg.operation = WIA_COLLECTIVE_ALLGATHER;
-          ok &= wia_all_gather_ex(comm, x.data(), all.data(), len, &cfg, nullptr) == WIA_SUCCESS;
-          ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
-          for (int q = 1; q < nranks; ++q)
-            wrong += std::memcmp(all.data(), all.data() + len * q, len * sizeof(float)) != 0;
+          const int differ = same_bits_everywhere(comm, rank, nranks, 3001);
+          const bool ok = differ >= 0;
+          wrong += std::max(differ, 0);
           wia_destroy_communicator(comm);
           if (!ok) return kApiError;
           if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
@@ -941,25 +952,4 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
         {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
     check_all(st);
   }
-}
-
-TEST_CASE("ranks that disagree in an all-reduce through node-shared windows all name it") {
-  const auto st = run_ranks(
-      3, base_yaml(),
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        std::vector<float> b(200000, 1.0f);
-        wia_collective_config_t cfg{};
-        cfg.datatype = WIA_FLOAT32;
-        const auto [s, msg] = all_reduce_in_place(comm, b.data(), rank == 1 ? 100001 : 100000, cfg);
-        // Every rank compares every peer's descriptor: each names the count.
-        const int named = error_naming(rank, s, msg, {"count 100000 vs 100001",
-                                                      "count 100001 vs 100000"});
-        const bool after = wia_all_reduce(comm, b.data(), b.data(), 1, &cfg, nullptr) != WIA_SUCCESS;
-        wia_destroy_communicator(comm);
-        return named == kSawError && after ? kSawError : kWrong;
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
-  check_all(st, kSawError);
 }
