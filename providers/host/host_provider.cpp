@@ -699,28 +699,49 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
       return p.fail(WIA_ERROR_INVALID_HANDLE,
                     "ipc_open_handle on host device %d: not an IPC handle of the host provider",
                     dev);
-    // Take a duplicate of the exporter's arena descriptor. Needs ptrace
-    // rights over the exporter: same user (and Yama ptrace_scope <= 1 with
-    // an ancestor, or 0) or CAP_SYS_PTRACE.
-    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
-    if (pidfd < 0) {
-      const int e = errno;
-      return p.fail(e == ESRCH ? WIA_ERROR_REMOTE : WIA_ERROR_UNAVAILABLE,
-                    "ipc_open_handle on host device %d: pidfd_open(pid %d): %s", dev, w.pid,
-                    errno_text(e).c_str());
+    // Take a duplicate of the exporter's arena descriptor: pidfd_getfd,
+    // which pins the exporter's identity but needs ptrace-attach rights
+    // (same user and Yama ptrace_scope 0, or CAP_SYS_PTRACE); where those
+    // are refused or the call is missing (Yama's default 1 on Ubuntu,
+    // kernels before 5.6, valgrind), reopen /proc/<pid>/fd/<fd>, which
+    // needs only ptrace-read rights. Either way the inode check below makes
+    // sure it is the exported memory (a reused pid cannot pass it).
+    int fd = -1, getfd_errno = 0, proc_errno = 0;
+    if (p.ipc_open != Provider::IpcOpen::kProc) {
+      const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
+      if (pidfd >= 0) {
+        fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, w.fd, 0));
+        getfd_errno = fd < 0 ? errno : 0;
+        close(pidfd);
+      } else {
+        getfd_errno = errno;
+      }
     }
-    const int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, w.fd, 0));
-    const int getfd_errno = errno;
-    close(pidfd);
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%d/fd/%d", w.pid, w.fd);
+    if (fd < 0 && p.ipc_open != Provider::IpcOpen::kPidfd && getfd_errno != ESRCH &&
+        getfd_errno != EBADF) {
+      fd = open(path, O_RDWR | O_CLOEXEC);
+      proc_errno = fd < 0 ? errno : 0;
+    }
     if (fd < 0) {
-      const wia_status_t st = getfd_errno == EPERM    ? WIA_ERROR_UNAVAILABLE
-                              : getfd_errno == EBADF  ? WIA_ERROR_INVALID_HANDLE
-                              : getfd_errno == ESRCH  ? WIA_ERROR_REMOTE
-                              : getfd_errno == ENOSYS ? WIA_ERROR_NOT_SUPPORTED
-                                                      : WIA_ERROR_IO;
-      return p.fail(st, "ipc_open_handle on host device %d: pidfd_getfd(pid %d, fd %d): %s%s", dev,
-                    w.pid, w.fd, errno_text(getfd_errno).c_str(),
-                    getfd_errno == EPERM ? " (needs ptrace access to the exporting process)" : "");
+      const int e = proc_errno ? proc_errno : getfd_errno;
+      const wia_status_t st = e == EPERM || e == EACCES  ? WIA_ERROR_UNAVAILABLE
+                              : e == EBADF || e == ENOENT ? WIA_ERROR_INVALID_HANDLE
+                              : e == ESRCH               ? WIA_ERROR_REMOTE
+                              : e == ENOSYS              ? WIA_ERROR_NOT_SUPPORTED
+                                                         : WIA_ERROR_IO;
+      const std::string via_pidfd = p.ipc_open == Provider::IpcOpen::kProc
+                                        ? std::string()
+                                        : "pidfd_getfd: " + errno_text(getfd_errno);
+      const std::string via_proc =
+          proc_errno ? std::string("open(") + path + "): " + errno_text(proc_errno)
+                     : std::string();
+      return p.fail(st, "ipc_open_handle on host device %d: memory of pid %d (fd %d): %s%s%s%s",
+                    dev, w.pid, w.fd, via_pidfd.c_str(),
+                    !via_pidfd.empty() && !via_proc.empty() ? "; " : "", via_proc.c_str(),
+                    st == WIA_ERROR_UNAVAILABLE ? " (needs ptrace access to the exporting process)"
+                                                : "");
     }
     struct stat st {};
     if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_ino) != w.inode ||
@@ -805,6 +826,15 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
     text = param_text(host, "peer_access", "true");
     if (!parse_bool(text, &p->peer_access))
       return p->fail(WIA_ERROR_CONFIG, "host.peer_access = '%s': expected true or false", text);
+    text = param_text(host, "ipc_open", "auto");
+    if (std::strcmp(text, "auto") == 0)
+      p->ipc_open = Provider::IpcOpen::kAuto;
+    else if (std::strcmp(text, "pidfd") == 0)
+      p->ipc_open = Provider::IpcOpen::kPidfd;
+    else if (std::strcmp(text, "proc") == 0)
+      p->ipc_open = Provider::IpcOpen::kProc;
+    else
+      return p->fail(WIA_ERROR_CONFIG, "host.ipc_open = '%s': expected auto, pidfd or proc", text);
     text = param_text(host, "host_accessible", "true");
     if (!parse_bool(text, &p->host_accessible))
       return p->fail(WIA_ERROR_CONFIG, "host.host_accessible = '%s': expected true or false",
@@ -885,6 +915,11 @@ const wia_param_decl_v1_t kParams[] = {
     {sizeof(wia_param_decl_v1_t), WIA_PARAM_BOOL, "peer_access", "true",
      "offer direct copies between host devices; false makes the core stage through host memory", 0,
      1},
+    {sizeof(wia_param_decl_v1_t), WIA_PARAM_STRING, "ipc_open", "auto",
+     "how ipc_open_handle maps another process's memory: 'pidfd' (pidfd_getfd, needs "
+     "ptrace-attach rights), 'proc' (reopen /proc/<pid>/fd/<fd>, needs ptrace-read rights), "
+     "'auto' (pidfd, then proc)",
+     0, 0},
     {sizeof(wia_param_decl_v1_t), WIA_PARAM_BOOL, "host_accessible", "true",
      "announce device memory as host-addressable; false makes the core treat it like accelerator "
      "memory it must not touch (exercises the device paths on machines without accelerators)",

@@ -202,6 +202,8 @@ class Provider {
   std::uint64_t memory_limit = 0;  // per device, 0 = none
   bool peer_access = true;
   bool host_accessible = true;  // WIA_DEVICE_FLAG_HOST_ACCESSIBLE (host.host_accessible)
+  // host.ipc_open: how ipc_open_handle reaches the exporter's memory.
+  enum class IpcOpen { kAuto, kPidfd, kProc } ipc_open = IpcOpen::kAuto;
   int numa_nodes = 0;                 // NUMA nodes found in /sys, 0 = no NUMA info
   std::uint64_t physical_memory = 0;  // RAM + swap, the OS bound for one allocation
 

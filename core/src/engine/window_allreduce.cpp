@@ -13,45 +13,47 @@
 
 namespace wia::engine {
 
-namespace {
-
 // A window is a page whose first line holds the step up to which its owner
 // has finished reading every window (NodeWindows::release_reads) and the
-// owner's pid, then four
-// regions, [bank 0 input][bank 0 slices][bank 1 input][bank 1 slices],
-// each a 64-byte header line then the data, padded to a page. The header line starts with the step
-// its data belongs to; an input header also carries the descriptor and, for vectors of up to 24
+// owner's pid, then four regions, [bank 0 input][bank 0 slices][bank 1
+// input][bank 1 slices], each a 64-byte header line then the data, padded
+// to a page. The header line starts with the step its data belongs to; an
+// input header also carries the descriptor and, for vectors of up to 24
 // bytes, the data itself, so a small all-reduce reads one cache line per
 // peer.
-constexpr std::uint64_t kLine = 64;
-constexpr std::uint64_t kPage = 4096;
-struct RegionHeader {
+struct WindowRegionHeader {
   std::uint64_t step;
   Descriptor desc;
   char inline_data[24];
 };
-static_assert(sizeof(RegionHeader) == kLine, "one cache line");
-constexpr std::uint64_t kInlineBytes = sizeof(RegionHeader::inline_data);
+
+namespace {
+
+constexpr std::uint64_t kLine = 64;
+constexpr std::uint64_t kPage = 4096;
+
+static_assert(sizeof(WindowRegionHeader) == kLine, "one cache line");
+constexpr std::uint64_t kInlineBytes = sizeof(WindowRegionHeader::inline_data);
 constexpr int kInput = 0, kSlices = 1;
 
 std::uint64_t region_bytes(std::uint64_t chunk_bytes) {
   return (kLine + chunk_bytes + kPage - 1) / kPage * kPage;
 }
 
-RegionHeader* region(char* base, std::uint64_t chunk_bytes, std::uint64_t step, int kind) {
+WindowRegionHeader* region(char* base, std::uint64_t chunk_bytes, std::uint64_t step, int kind) {
   const std::uint64_t index = 2 * (step & 1) + static_cast<std::uint64_t>(kind);
-  return reinterpret_cast<RegionHeader*>(base + kPage + index * region_bytes(chunk_bytes));
+  return reinterpret_cast<WindowRegionHeader*>(base + kPage + index * region_bytes(chunk_bytes));
 }
 
-char* data_of(RegionHeader* h, std::uint64_t bytes) {
+char* data_of(WindowRegionHeader* h, std::uint64_t bytes) {
   return bytes <= kInlineBytes ? h->inline_data : reinterpret_cast<char*>(h) + kLine;
 }
 
-std::uint64_t load_step(const RegionHeader* h) {
+std::uint64_t load_step(const WindowRegionHeader* h) {
   return std::atomic_ref<const std::uint64_t>(h->step).load(std::memory_order_acquire);
 }
 
-void publish(RegionHeader* h, std::uint64_t step) {
+void publish(WindowRegionHeader* h, std::uint64_t step) {
   std::atomic_ref<std::uint64_t>(h->step).store(step, std::memory_order_release);
 }
 
@@ -77,7 +79,8 @@ std::uint64_t NodeWindows::window_bytes(std::uint64_t chunk_bytes) {
 void NodeWindows::clear(char* window, std::uint64_t chunk_bytes) {
   std::memset(window, 0, kLine);
   for (std::uint64_t step = 0; step < 2; ++step)
-    for (int kind : {kInput, kSlices}) *region(window, chunk_bytes, step, kind) = RegionHeader{};
+    for (int kind : {kInput, kSlices})
+      *region(window, chunk_bytes, step, kind) = WindowRegionHeader{};
 }
 
 void NodeWindows::release_reads(int rank, std::uint64_t up_to) {
@@ -102,6 +105,12 @@ bool NodeWindows::released(int q, std::uint64_t up_to) const {
   return v >= up_to || (v == 0 && up_to > 0);
 }
 
+// This step's region `kind` of rank q's window.
+WindowRegionHeader* WindowAllReduce::header(int q, int kind) const {
+  return reinterpret_cast<WindowRegionHeader*>(windows_->base[q] + bank_ +
+                                               static_cast<std::uint64_t>(kind) * stride_);
+}
+
 void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, void* recv,
                             wia_reduce_op_t op, bool one_shot, NodeWindows& windows,
                             ControlChannel& control, const NetExecOptions& options) {
@@ -124,15 +133,17 @@ void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, 
     chunks_ = std::max<std::uint64_t>((desc.count + chunk_elems_ - 1) / chunk_elems_, 1);
   }
   chunk_ = 0;
+  stride_ = region_bytes(windows.chunk_bytes);
   srcs_.resize(static_cast<std::size_t>(nranks_));
   phase_ = Phase::kPublishInput;
 }
 
 void WindowAllReduce::publish_input() {
   step_ = ++windows_->step;
+  bank_ = kPage + 2 * (step_ & 1) * stride_;
   const std::uint64_t first = chunk_ * chunk_elems_;
   const std::uint64_t bytes = std::min(chunk_elems_, desc_.count - first) * elem_size_;
-  RegionHeader* h = region(windows_->base[rank_], windows_->chunk_bytes, step_, kInput);
+  WindowRegionHeader* h = header(rank_, kInput);
   h->desc = desc_;
   // Copied, not referenced: the peers read it after this rank's call may
   // have returned and the caller reused its buffer.
@@ -145,8 +156,9 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
   Backoff backoff(options_->oversubscribed);
   std::uint32_t idle_rounds = 0;
   while (next_peer_ < nranks_) {
-    if (next_peer_ == rank_ || load_step(region(windows_->base[next_peer_], windows_->chunk_bytes,
-                                                step_, which)) == step_) {
+    if (next_peer_ == rank_ || load_step(header(next_peer_, which)) == step_) {
+      // The descriptor shares the step's cache line: checked while hot.
+      if (which == kInput && next_peer_ != rank_) check_descriptor(next_peer_);
       ++next_peer_;
       backoff.reset();
       continue;
@@ -165,8 +177,7 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
 void WindowAllReduce::fail_timeout(int which) const {
   std::string ranks;
   for (int q = 0; q < nranks_; ++q)
-    if (q != rank_ &&
-        load_step(region(windows_->base[q], windows_->chunk_bytes, step_, which)) != step_)
+    if (q != rank_ && load_step(header(q, which)) != step_)
       ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", q);
   const std::string where = control_->diagnose(desc_.seq);
   throw Error(WIA_ERROR_TIMEOUT,
@@ -178,20 +189,16 @@ void WindowAllReduce::fail_timeout(int which) const {
                           ranks.empty() ? "none" : ranks, where.empty() ? "" : "; " + where));
 }
 
-void WindowAllReduce::check_descriptors() const {
-  for (int q = 0; q < nranks_; ++q) {
-    if (q == rank_) continue;
-    const Descriptor& theirs =
-        region(windows_->base[q], windows_->chunk_bytes, step_, kInput)->desc;
-    if (same_bytes(theirs, desc_)) continue;
-    const Descriptor copy = theirs;
-    std::string diff = describe_difference(desc_, copy);
-    if (diff.empty()) diff = "descriptor bytes";
-    throw Error(WIA_ERROR_MISMATCH,
-                fmt::format("collective #{} does not match across ranks: rank {} and rank {} "
-                            "differ in {}",
-                            desc_.seq, rank_, q, diff));
-  }
+void WindowAllReduce::check_descriptor(int q) const {
+  const Descriptor& theirs = header(q, kInput)->desc;
+  if (same_bytes(theirs, desc_)) return;
+  const Descriptor copy = theirs;
+  std::string diff = describe_difference(desc_, copy);
+  if (diff.empty()) diff = "descriptor bytes";
+  throw Error(WIA_ERROR_MISMATCH,
+              fmt::format("collective #{} does not match across ranks: rank {} and rank {} "
+                          "differ in {}",
+                          desc_.seq, rank_, q, diff));
 }
 
 void WindowAllReduce::reduce_inputs() {
@@ -199,9 +206,7 @@ void WindowAllReduce::reduce_inputs() {
   const std::uint64_t n = std::min(chunk_elems_, desc_.count - first);
   if (one_shot_) {
     // Every rank reduces the whole vector, in rank order: bit-identical.
-    for (int q = 0; q < nranks_; ++q)
-      srcs_[q] =
-          data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kInput), n * elem_size_);
+    for (int q = 0; q < nranks_; ++q) srcs_[q] = data_of(header(q, kInput), n * elem_size_);
     reduce_in_order(desc_, op_, recv_ + first * elem_size_, srcs_, n, rank_, kWhat);
     return;
   }
@@ -209,10 +214,8 @@ void WindowAllReduce::reduce_inputs() {
   // window for the others to copy.
   const std::uint64_t lo = n * static_cast<std::uint64_t>(rank_) / nranks_;
   const std::uint64_t hi = n * static_cast<std::uint64_t>(rank_ + 1) / nranks_;
-  for (int q = 0; q < nranks_; ++q)
-    srcs_[q] = data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kInput), kLine) +
-               lo * elem_size_;
-  RegionHeader* mine = region(windows_->base[rank_], windows_->chunk_bytes, step_, kSlices);
+  for (int q = 0; q < nranks_; ++q) srcs_[q] = data_of(header(q, kInput), kLine) + lo * elem_size_;
+  WindowRegionHeader* mine = header(rank_, kSlices);
   reduce_in_order(desc_, op_, data_of(mine, kLine) + lo * elem_size_, srcs_, hi - lo, rank_, kWhat);
   publish(mine, step_);
 }
@@ -224,8 +227,7 @@ void WindowAllReduce::copy_slices_out() {
   for (int q = 0; q < nranks_; ++q) {
     const std::uint64_t lo = n * static_cast<std::uint64_t>(q) / nranks_;
     const std::uint64_t hi = n * static_cast<std::uint64_t>(q + 1) / nranks_;
-    const char* slices =
-        data_of(region(windows_->base[q], windows_->chunk_bytes, step_, kSlices), kLine);
+    const char* slices = data_of(header(q, kSlices), kLine);
     std::memcpy(out + lo * elem_size_, slices + lo * elem_size_, (hi - lo) * elem_size_);
   }
 }
@@ -239,7 +241,6 @@ bool WindowAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
         break;
       case Phase::kWaitInputs:
         if (!wait_for_peers(kInput, give_up_at)) return false;
-        check_descriptors();
         reduce_inputs();
         phase_ = one_shot_ ? Phase::kDone : Phase::kWaitSlices;
         break;

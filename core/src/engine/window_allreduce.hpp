@@ -64,6 +64,8 @@ struct NodeWindows {
   int owner_pid(int q) const;
 };
 
+struct WindowRegionHeader;  // window_allreduce.cpp
+
 class WindowAllReduce {
  public:
   // Starts the all-reduce `desc` describes: `count` elements of `dtype`
@@ -88,7 +90,8 @@ class WindowAllReduce {
   // Waits until every peer published `step_` in `which` (0 input, 1
   // reduced slice); false at `give_up_at`.
   bool wait_for_peers(int which, std::chrono::steady_clock::time_point give_up_at);
-  void check_descriptors() const;
+  void check_descriptor(int q) const;
+  WindowRegionHeader* header(int q, int kind) const;
   [[noreturn]] void fail_timeout(int which) const;
 
   int rank_ = 0;
@@ -102,7 +105,9 @@ class WindowAllReduce {
   ControlChannel* control_ = nullptr;
   const NetExecOptions* options_ = nullptr;
   std::uint64_t elem_size_ = 0, chunk_elems_ = 0, chunks_ = 0, chunk_ = 0;
-  std::uint64_t step_ = 0;  // of the chunk in progress
+  std::uint64_t step_ = 0;    // of the chunk in progress
+  std::uint64_t stride_ = 0;  // bytes of one region of a window
+  std::uint64_t bank_ = 0;    // offset of step_'s bank in every window
   Phase phase_ = Phase::kDone;
   int next_peer_ = 0;  // the wait resumes here
   std::vector<const void*> srcs_;

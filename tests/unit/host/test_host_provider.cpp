@@ -5,6 +5,7 @@
 // test can choose devices, memory_limit and peer_access.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,7 +219,8 @@ TEST_CASE("init: device count defaults to the NUMA nodes and follows host.device
 TEST_CASE("init: garbage parameters fail with WIA_ERROR_CONFIG and say which key") {
   const std::pair<const char*, const char*> bad[] = {
       {"devices", "three"},     {"devices", "65"},       {"devices", "-1"},
-      {"memory_limit", "lots"}, {"memory_limit", "12Q"}, {"peer_access", "maybe"}};
+      {"memory_limit", "lots"}, {"memory_limit", "12Q"}, {"peer_access", "maybe"},
+      {"ipc_open", "ptrace"}};
   for (const auto& [key, value] : bad) {
     TestHost host(Params{{key, value}});
     void* ctx = reinterpret_cast<void*>(1);
@@ -866,6 +868,36 @@ TEST_CASE("concurrent enqueues on one stream (a core bug) still lose nothing") {
   CHECK(count == kThreads * kEach);
   CHECK(inst.ops->stream_query(inst.ctx(), s) == WIA_SUCCESS);
   CHECK(inst.ops->stream_destroy(inst.ctx(), s) == WIA_SUCCESS);
+}
+
+// Through /proc/<pid>/fd, the fallback where ptrace-attach rights are
+// refused (Yama ptrace_scope 1), forced here: the same pages, and a
+// stale handle is still told apart from the exported memory.
+TEST_CASE("ipc: host.ipc_open=proc maps the exported memory through /proc/<pid>/fd") {
+  Instance inst(Params{{"devices", "2"}, {"ipc_open", "proc"}});
+  auto* mem = static_cast<std::uint32_t*>(inst.alloc(0, 1 << 16));
+  for (std::uint32_t i = 0; i < (1 << 14); ++i) mem[i] = 3 * i;
+  wia_ipc_handle_t h;
+  REQUIRE(inst.ops->ipc_get_handle(inst.ctx(), 0, mem, &h) == WIA_SUCCESS);
+  void* opened = nullptr;
+  REQUIRE_MESSAGE(inst.ops->ipc_open_handle(inst.ctx(), 1, &h, &opened) == WIA_SUCCESS,
+                  t_last_error);
+  auto* view = static_cast<std::uint32_t*>(opened);
+  CHECK(view[4321] == 3 * 4321u);
+  view[9] = 0xfeedu;
+  CHECK(mem[9] == 0xfeedu);
+  CHECK(inst.ops->ipc_close_handle(inst.ctx(), 1, opened) == WIA_SUCCESS);
+  // The handle's descriptor number now names another file: refused.
+  wia_ipc_handle_t stale = h;
+  const int other = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(other >= 0);
+  // The wire format: u64 magic, u32 version, i32 pid, i32 fd, ...
+  // (host_provider.cpp, IpcWire).
+  std::memcpy(stale.bytes + 16, &other, sizeof(other));
+  t_last_error.clear();
+  CHECK(inst.ops->ipc_open_handle(inst.ctx(), 1, &stale, &opened) == WIA_ERROR_INVALID_HANDLE);
+  CHECK_MESSAGE(contains(t_last_error, "stale"), t_last_error);
+  close(other);
 }
 
 TEST_CASE("ipc: export device memory, open it at another address, write through it") {
