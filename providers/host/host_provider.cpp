@@ -707,6 +707,7 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
     // needs only ptrace-read rights. Either way the inode check below makes
     // sure it is the exported memory (a reused pid cannot pass it).
     int fd = -1, getfd_errno = 0, proc_errno = 0;
+    const char* pidfd_call = "pidfd_getfd";
     if (p.ipc_open != Provider::IpcOpen::kProc) {
       const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
       if (pidfd >= 0) {
@@ -715,6 +716,7 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
         close(pidfd);
       } else {
         getfd_errno = errno;
+        pidfd_call = "pidfd_open";
       }
     }
     char path[64];
@@ -723,6 +725,10 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
         getfd_errno != EBADF) {
       fd = open(path, O_RDWR | O_CLOEXEC);
       proc_errno = fd < 0 ? errno : 0;
+      // No /proc/<pid> at all: the exporter is gone, not the handle bad.
+      char dir[32];
+      std::snprintf(dir, sizeof(dir), "/proc/%d", w.pid);
+      if (proc_errno == ENOENT && access(dir, F_OK) != 0) proc_errno = ESRCH;
     }
     if (fd < 0) {
       const int e = proc_errno ? proc_errno : getfd_errno;
@@ -733,7 +739,7 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
                                                          : WIA_ERROR_IO;
       const std::string via_pidfd = p.ipc_open == Provider::IpcOpen::kProc
                                         ? std::string()
-                                        : "pidfd_getfd: " + errno_text(getfd_errno);
+                                        : std::string(pidfd_call) + ": " + errno_text(getfd_errno);
       const std::string via_proc =
           proc_errno ? std::string("open(") + path + "): " + errno_text(proc_errno)
                      : std::string();

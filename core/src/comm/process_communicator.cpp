@@ -61,9 +61,15 @@ struct RankRecord {
   // The measured link figures this rank read (tuner.link_file), as a
   // digest; 0 = none. Every rank uses them only when all digests agree.
   std::uint64_t link_file_digest;
-  // This rank's node-shared window (all ranks on one node), if it has one.
+  // This rank's node-shared window (all ranks on one node), if it has one,
+  // and the settings every rank must share to use the windows: the bank
+  // size (the layout of every window) and the limits that decide which
+  // calls take them.
   std::uint32_t has_window;
   wia_ipc_handle_t window;
+  std::uint64_t window_chunk_bytes;
+  std::uint64_t window_max_bytes;
+  std::uint64_t one_shot_max_bytes;
 };
 
 // What a rank can use, from its record (every rank derives the same).
@@ -572,6 +578,9 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
     if (windows_) {
       mine.has_window = 1;
       mine.window = windows_->handle();
+      mine.window_chunk_bytes = window_chunk;
+      mine.window_max_bytes = node_window_max_bytes_;
+      mine.one_shot_max_bytes = one_shot_max_bytes_;
     } else {
       log::info("comm", "rank {}: no node-shared window: {}", me, why);
     }
@@ -718,9 +727,27 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
   if (layout_.nnodes == 1 && p > 1) {
     std::vector<wia_ipc_handle_t> handles(p);
     bool every_rank_has_one = true;
+    int differs = -1;
     for (int r = 0; r < p; ++r) {
       handles[r] = records[r].window;
       every_rank_has_one &= records[r].has_window == 1;
+      if (records[r].has_window == 1 && records[0].has_window == 1 && differs < 0 &&
+          (records[r].window_chunk_bytes != records[0].window_chunk_bytes ||
+           records[r].window_max_bytes != records[0].window_max_bytes ||
+           records[r].one_shot_max_bytes != records[0].one_shot_max_bytes))
+        differs = r;
+    }
+    if (differs >= 0) {
+      every_rank_has_one = false;
+      if (me == 0)
+        log::warn("comm",
+                  "communicator of {} ranks: node-shared windows not used: rank {} has other "
+                  "collectives.node_window_chunk_bytes / node_window_max_bytes / "
+                  "one_shot_max_bytes than rank 0 ({} / {} / {} vs {} / {} / {})",
+                  p, differs, records[differs].window_chunk_bytes,
+                  records[differs].window_max_bytes, records[differs].one_shot_max_bytes,
+                  records[0].window_chunk_bytes, records[0].window_max_bytes,
+                  records[0].one_shot_max_bytes);
     }
     // Only over links that stay inside the node: a configuration that
     // chose a network transport on one node (tests, operators comparing
@@ -1096,7 +1123,7 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   if (peer >= 0)
     r = begin_p2p(seq, call, peer, is_send, deadline);
   else if (repeats_window_call(call))
-    r = begin_window_repeat(seq, call, deadline);
+    r = begin_window_repeat(seq, call, deadline, st, error);
   else
     r = begin(seq, call, deadline, st, error);
   if (r) {
@@ -1371,7 +1398,8 @@ bool ProcessCommunicator::repeats_window_call(const Call& call) const {
 }
 
 std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin_window_repeat(
-    std::uint64_t seq, const Call& call, Clock::time_point deadline) {
+    std::uint64_t seq, const Call& call, Clock::time_point deadline, wia_status_t& status,
+    std::string& error) try {
   std::unique_ptr<Running> r = take_running();
   r->seq = seq;
   r->is_window = true;
@@ -1387,6 +1415,11 @@ std::unique_ptr<ProcessCommunicator::Running> ProcessCommunicator::begin_window_
                   true, windows_->windows(), r->control, r->options);
   running_.store(static_cast<std::int64_t>(r->index));
   return r;
+} catch (const std::exception& e) {  // out of memory: as begin() fails
+  status = WIA_ERROR_OUT_OF_MEMORY;
+  error = fmt::format("rank {}: starting collective #{}: {}", layout_.rank, seq, e.what());
+  break_communicator(status, error);
+  return nullptr;
 }
 
 // One Running is kept for reuse: a collective after another (the common

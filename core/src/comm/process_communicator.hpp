@@ -182,7 +182,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   // windows (window_repeat_): the call, the plan and the descriptor are
   // those of last time, so only the sequence numbers change.
   std::unique_ptr<Running> begin_window_repeat(std::uint64_t seq, const Call& call,
-                                               std::chrono::steady_clock::time_point deadline);
+                                               std::chrono::steady_clock::time_point deadline,
+                                               wia_status_t& status, std::string& error);
   bool repeats_window_call(const Call& call) const;
   // Records what wia_get_selected_algorithm reports (when it changed).
   void note_selected(coll::Algorithm algorithm, coll::Collective collective, double estimate);

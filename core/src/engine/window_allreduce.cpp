@@ -76,8 +76,16 @@ std::uint64_t NodeWindows::window_bytes(std::uint64_t chunk_bytes) {
   return kPage + 4 * region_bytes(chunk_bytes);
 }
 
+namespace {
+// Marks a published "released up to" word, so that 0 can only mean a
+// window its owner freed (the host provider zeroes freed memory), never
+// one whose owner is still inside its first collective.
+constexpr std::uint64_t kReleasedMark = 1ull << 63;
+}  // namespace
+
 void NodeWindows::clear(char* window, std::uint64_t chunk_bytes) {
   std::memset(window, 0, kLine);
+  *reinterpret_cast<std::uint64_t*>(window) = kReleasedMark;  // released up to step 0
   for (std::uint64_t step = 0; step < 2; ++step)
     for (int kind : {kInput, kSlices})
       *region(window, chunk_bytes, step, kind) = WindowRegionHeader{};
@@ -85,7 +93,7 @@ void NodeWindows::clear(char* window, std::uint64_t chunk_bytes) {
 
 void NodeWindows::release_reads(int rank, std::uint64_t up_to) {
   std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(base[rank]))
-      .store(up_to, std::memory_order_release);
+      .store(up_to | kReleasedMark, std::memory_order_release);
 }
 
 void NodeWindows::set_owner_pid(int rank, int pid) {
@@ -100,9 +108,8 @@ bool NodeWindows::released(int q, std::uint64_t up_to) const {
   const std::uint64_t v =
       std::atomic_ref<const std::uint64_t>(*reinterpret_cast<const std::uint64_t*>(base[q]))
           .load(std::memory_order_acquire);
-  // 0 after steps were taken: q freed its window (the host provider
-  // zeroes freed memory), which it does only when done with ours.
-  return v >= up_to || (v == 0 && up_to > 0);
+  // 0: q freed its window, which it does only when done with ours.
+  return v == 0 || (v & ~kReleasedMark) >= up_to;
 }
 
 // This step's region `kind` of rank q's window.
@@ -146,8 +153,10 @@ void WindowAllReduce::publish_input() {
   WindowRegionHeader* h = header(rank_, kInput);
   h->desc = desc_;
   // Copied, not referenced: the peers read it after this rank's call may
-  // have returned and the caller reused its buffer.
-  std::memcpy(data_of(h, one_shot_ ? bytes : kLine), send_ + first * elem_size_, bytes);
+  // have returned and the caller reused its buffer. (No copy for an empty
+  // vector, whose buffers may be null.)
+  if (bytes > 0)
+    std::memcpy(data_of(h, one_shot_ ? bytes : kLine), send_ + first * elem_size_, bytes);
   publish(h, step_);
   next_peer_ = 0;
 }
@@ -186,7 +195,8 @@ void WindowAllReduce::fail_timeout(int which) const {
                           "of rank(s) {}{}",
                           desc_.seq, one_shot_ ? "one-shot" : "direct", desc_.count * elem_size_,
                           chunk_ + 1, chunks_, options_->timeout_ms, rank_, kind_name(which),
-                          ranks.empty() ? "none" : ranks, where.empty() ? "" : "; " + where));
+                          ranks.empty() ? "none (they arrived at the deadline)" : ranks,
+                          where.empty() ? "" : "; " + where));
 }
 
 void WindowAllReduce::check_descriptor(int q) const {
@@ -228,7 +238,8 @@ void WindowAllReduce::copy_slices_out() {
     const std::uint64_t lo = n * static_cast<std::uint64_t>(q) / nranks_;
     const std::uint64_t hi = n * static_cast<std::uint64_t>(q + 1) / nranks_;
     const char* slices = data_of(header(q, kSlices), kLine);
-    std::memcpy(out + lo * elem_size_, slices + lo * elem_size_, (hi - lo) * elem_size_);
+    if (hi > lo)
+      std::memcpy(out + lo * elem_size_, slices + lo * elem_size_, (hi - lo) * elem_size_);
   }
 }
 

@@ -51,13 +51,15 @@ std::string write_config(const std::string& text) {
 std::vector<int> run_ranks(int nranks, const std::string& yaml, const RankBody& body,
                            const std::vector<std::pair<std::string, std::string>>& env = {},
                            const std::function<void(std::vector<pid_t>&)>& during = {},
-                           int limit_s = 120) {
+                           int limit_s = 120,
+                           const std::function<void(int rank)>& before_init = {}) {
   const std::string cfg = write_config(yaml);
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
       for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      if (before_init) before_init(r);
       if (wia_init_with_config(cfg.c_str()) != WIA_SUCCESS) {
         std::fprintf(stderr, "rank %d: init: %s\n", r, wia_get_last_error());
         _exit(kApiError);
@@ -955,4 +957,38 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
         {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}, {"WIA_HOST_IPC_OPEN", ipc_open}});
     check_all(st);
   }
+}
+
+// The window layout is every rank's bank size: ranks configured
+// differently must not map each other's windows with their own layout
+// (reads past a mapping), nor split between windows and messages (each
+// waiting for the other). They all fall back to messages, correctly.
+TEST_CASE("ranks with different node-window settings all use messages, with correct results") {
+  const auto st = run_ranks(
+      3, base_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        int wrong = 0;
+        for (std::size_t n : {std::size_t{2}, std::size_t{70001}}) {
+          std::vector<float> x(n), y(n);
+          for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(input(rank, i));
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          if (wia_all_reduce(comm, x.data(), y.data(), n, &cfg, nullptr) != WIA_SUCCESS ||
+              wia_stream_synchronize(nullptr) != WIA_SUCCESS)
+            return kApiError;
+          for (std::size_t i = 0; i < n; ++i) {
+            double ref = 0;
+            for (int q = 0; q < nranks; ++q) ref += input(q, i);
+            wrong += y[i] != static_cast<float>(ref);
+          }
+        }
+        wia_destroy_communicator(comm);
+        return wrong ? kWrong : kOk;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}}, {}, 120, [](int rank) {
+        if (rank == 1) setenv("WIA_COLLECTIVES_NODE_WINDOW_CHUNK_BYTES", "8192", 1);
+      });
+  check_all(st);
 }
