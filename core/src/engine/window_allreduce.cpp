@@ -40,9 +40,11 @@ std::uint64_t region_bytes(std::uint64_t chunk_bytes) {
   return (kLine + chunk_bytes + kPage - 1) / kPage * kPage;
 }
 
-WindowRegionHeader* region(char* base, std::uint64_t chunk_bytes, std::uint64_t step, int kind) {
+// Region `kind` of the bank that `step` uses, in a window whose regions
+// are `stride` bytes (region_bytes).
+WindowRegionHeader* region(char* base, std::uint64_t stride, std::uint64_t step, int kind) {
   const std::uint64_t index = 2 * (step & 1) + static_cast<std::uint64_t>(kind);
-  return reinterpret_cast<WindowRegionHeader*>(base + kPage + index * region_bytes(chunk_bytes));
+  return reinterpret_cast<WindowRegionHeader*>(base + kPage + index * stride);
 }
 
 char* data_of(WindowRegionHeader* h, std::uint64_t bytes) {
@@ -88,7 +90,7 @@ void NodeWindows::clear(char* window, std::uint64_t chunk_bytes) {
   *reinterpret_cast<std::uint64_t*>(window) = kReleasedMark;  // released up to step 0
   for (std::uint64_t step = 0; step < 2; ++step)
     for (int kind : {kInput, kSlices})
-      *region(window, chunk_bytes, step, kind) = WindowRegionHeader{};
+      *region(window, region_bytes(chunk_bytes), step, kind) = WindowRegionHeader{};
 }
 
 void NodeWindows::release_reads(int rank, std::uint64_t up_to) {
@@ -114,8 +116,7 @@ bool NodeWindows::released(int q, std::uint64_t up_to) const {
 
 // This step's region `kind` of rank q's window.
 WindowRegionHeader* WindowAllReduce::header(int q, int kind) const {
-  return reinterpret_cast<WindowRegionHeader*>(windows_->base[q] + bank_ +
-                                               static_cast<std::uint64_t>(kind) * stride_);
+  return region(windows_->base[q], stride_, step_, kind);
 }
 
 void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, void* recv,
@@ -147,7 +148,6 @@ void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, 
 
 void WindowAllReduce::publish_input() {
   step_ = ++windows_->step;
-  bank_ = kPage + 2 * (step_ & 1) * stride_;
   const std::uint64_t first = chunk_ * chunk_elems_;
   const std::uint64_t bytes = std::min(chunk_elems_, desc_.count - first) * elem_size_;
   WindowRegionHeader* h = header(rank_, kInput);

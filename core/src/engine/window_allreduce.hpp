@@ -107,7 +107,6 @@ class WindowAllReduce {
   std::uint64_t elem_size_ = 0, chunk_elems_ = 0, chunks_ = 0, chunk_ = 0;
   std::uint64_t step_ = 0;    // of the chunk in progress
   std::uint64_t stride_ = 0;  // bytes of one region of a window
-  std::uint64_t bank_ = 0;    // offset of step_'s bank in every window
   Phase phase_ = Phase::kDone;
   int next_peer_ = 0;  // the wait resumes here
   std::vector<const void*> srcs_;
