@@ -137,12 +137,7 @@ std::uint32_t fusable_chain_end(const ExecPlan& plan, int rank, std::uint32_t i,
   std::uint32_t last = i;
   for (std::uint32_t k = i + 1; k < prog.steps.size(); ++k) {
     const coll::Step& st = prog.steps[k];
-    if (st.kind != coll::StepKind::kRecvReduce || st.count != first.count ||
-        st.dst.kind != first.dst.kind || st.dst.shard != first.dst.shard ||
-        st.dst.offset != first.dst.offset || st.src.kind != st.dst.kind ||
-        st.src.shard != st.dst.shard || st.src.offset != st.dst.offset)
-      break;
-    if (prog.steps[last].divisor > 1) break;  // only the chain's last step may divide
+    if (!extends_chain(first, prog.steps[last], st)) break;
     bool ready = sync.published[st.peer][plan.match[rank][k]].load(std::memory_order_acquire);
     const std::uint32_t* deps = prog.deps_of(st);
     for (std::uint32_t d = 0; ready && d < st.dep_count; ++d) {
@@ -175,17 +170,9 @@ void reduce_chain(const ExecPlan& plan, int rank, std::uint32_t i, std::uint32_t
     const coll::Step& send = s.programs[st.peer].steps[plan.match[rank][k]];
     srcs.push_back(region_ptr(all[st.peer], send.src, es));
   }
-  const coll::KernelOp op = coll::kernel_op(s.op, prog.steps[last]);
-  wia_reduce_args_v1_t args{};
-  args.struct_size = sizeof(args);
-  args.dtype = s.dtype;
-  args.op = op.op;
-  args.nsrcs = static_cast<std::uint32_t>(srcs.size());
-  args.count = first.count;
-  args.divisor = op.divisor;
-  args.dst = region_ptr(all[rank], first.dst, es);
-  args.srcs = srcs.data();
-  check_reduce(kernels::reduce(args), s, first.count);
+  check_reduce(kernels::reduce(chain_reduce_args(s, prog.steps[last],
+                                                 region_ptr(all[rank], first.dst, es), srcs)),
+               s, first.count);
   for (std::uint32_t k = i; k <= last; ++k) {
     const coll::Step& st = prog.steps[k];
     sync.consumed[st.peer][plan.match[rank][k]].store(1, std::memory_order_release);

@@ -256,6 +256,10 @@ class NetExecution::Executor {
           progressed = true;
         }
         if (!deps_done(st)) return progressed;
+        if (const std::uint32_t last = chain_end(k); last > k) {
+          reduce_chain(k, last);
+          return true;
+        }
         reduce(st, at(st.dst), at(st.src), st_[k].slot);
         st_[k].done = true;
         return true;
@@ -274,12 +278,52 @@ class NetExecution::Executor {
     return false;
   }
 
+  // Steps k..last (inclusive) form a chain of receive-reduces into one
+  // region (extends_chain) whose messages have all arrived and whose other
+  // dependencies are done. Returns k when there is no such chain. Fusing
+  // it reads every source once and writes the destination once instead
+  // of once per message: the direct all-reduce's p-1 receive-reduces of a
+  // 4 MiB chunk reduce in half the time (4 ranks, from memory).
+  std::uint32_t chain_end(std::uint32_t k) {
+    const coll::Step& first = prog_.steps[k];
+    std::uint32_t last = k;
+    for (std::uint32_t j = k + 1; j < prog_.steps.size(); ++j) {
+      const coll::Step& st = prog_.steps[j];
+      if (!extends_chain(first, prog_.steps[last], st) || !st_[j].posted) break;
+      if (!st_[j].arrived) {
+        if (!test(j)) break;
+        st_[j].arrived = true;
+      }
+      const std::uint32_t* deps = prog_.deps_of(st);
+      bool ready = true;
+      for (std::uint32_t d = 0; ready && d < st.dep_count; ++d)
+        ready = deps[d] >= k || st_[deps[d]].done;  // inside the chain: met by fusing
+      if (!ready) break;
+      last = j;
+    }
+    return last;
+  }
+
+  void reduce_chain(std::uint32_t k, std::uint32_t last) {
+    const coll::Step& first = prog_.steps[k];
+    chain_srcs_.clear();
+    chain_srcs_.push_back(at(first.src));
+    for (std::uint32_t j = k; j <= last; ++j) chain_srcs_.push_back(st_[j].slot);
+    check_reduce(
+        kernels::reduce(chain_reduce_args(s_, prog_.steps[last], at(first.dst), chain_srcs_)),
+        first.count);
+    for (std::uint32_t j = k; j <= last; ++j) st_[j].done = true;
+  }
+
   void reduce(const coll::Step& st, void* dst, const void* a, const void* b) {
     const void* srcs[2] = {a, b};
-    const wia_status_t rc = kernels::reduce(step_reduce_args(s_, st, dst, srcs));
+    check_reduce(kernels::reduce(step_reduce_args(s_, st, dst, srcs)), st.count);
+  }
+
+  void check_reduce(wia_status_t rc, std::uint64_t count) const {
     if (rc != WIA_SUCCESS)
       throw Error(WIA_ERROR_INTERNAL, fmt::format("{}: CPU reduction of {} elements failed: {}",
-                                                  s_.describe(), st.count, status_name(rc)));
+                                                  s_.describe(), count, status_name(rc)));
   }
 
   void post_descriptor() {
@@ -386,6 +430,7 @@ class NetExecution::Executor {
     bool posted = false, done = false, arrived = false;
   };
   std::vector<StepState> st_;
+  std::vector<const void*> chain_srcs_;
 };
 
 NetExecution::NetExecution(const ExecPlan& plan, int rank, const RankBuffers& mine,

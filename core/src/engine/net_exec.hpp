@@ -5,7 +5,9 @@
 // Each peer is reached through one connection of a transport provider
 // (shm, tcp, ...). A send step is an isend of its region; a receive lands
 // straight in its destination region; a receive-reduce lands in a staging
-// slot and is then reduced into its destination by the CPU kernels. All
+// slot and is then reduced into its destination by the CPU kernels (a
+// chain of them into one region whose messages have all arrived, as in
+// the direct all-reduce, in one n-ary pass: extends_chain). All
 // receive-reduces are posted at the start (their slots are private), plain
 // receives and sends as soon as their dependencies are done, so the
 // transport always holds every message the rank can accept: a sender never
