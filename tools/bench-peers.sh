@@ -6,7 +6,10 @@
 #   Gloo ring-chunked all-reduce over TCP                  vs libwia WIA_TRANSPORT=tcp
 # and tcp point to point: wia-transport-bench --provider tcp vs iperf3 over
 # loopback. Prints busbw (GB/s; the 8-byte row in microseconds) and the
-# ratios libwia-shm / Open MPI and libwia-tcp / Gloo (> 1: libwia faster).
+# ratios libwia-shm / Open MPI and libwia-tcp / Gloo (> 1: libwia faster),
+# and libwia-tcp against the tcp bound from 16 MiB: the same bytes streamed
+# over plain blocking sockets in a ring (tools/bench-peers/tcp_ring_bound.cpp;
+# 1 means libwia reached it).
 # Not part of CI; about 7 minutes.
 #
 #   tools/bench-peers.sh [BUILD_DIR]     (default build/bench, built if needed)
@@ -48,6 +51,9 @@ src=$root/tools/bench-peers
 [ "$peers/gloo_allreduce" -nt "$src/gloo_allreduce.cpp" ] ||
   g++ -O2 -std=c++17 -Wall -o "$peers/gloo_allreduce" "$src/gloo_allreduce.cpp" "$gloo_lib" -lpthread
 
+[ "$peers/tcp_ring_bound" -nt "$src/tcp_ring_bound.cpp" ] ||
+  g++ -O2 -std=c++17 -Wall -pthread -o "$peers/tcp_ring_bound" "$src/tcp_ring_bound.cpp"
+
 # --- libwia: configure and build the benchmarks if needed ----------------------
 if [ ! -x "$build/bin/wia-bench" ] || [ ! -x "$build/bin/wia-transport-bench" ]; then
   echo "# building libwia in $build"
@@ -80,6 +86,10 @@ run_gloo() {  # np
   [ $ok -eq 1 ] || { echo "# Gloo np $1 failed:"; tail -5 "$out"/gloo."$1".r*; }
   cp "$out/gloo.$1.r0" "$out/gloo.$1"
 }
+run_bound() {  # np: the same bytes over plain blocking sockets (tcp_ring_bound.cpp)
+  timeout 600 "$peers/tcp_ring_bound" "$1" $sizes >"$out/bound.$1" 2>"$out/bound.$1.err" ||
+    { echo "# tcp_ring_bound np $1 failed:"; tail -5 "$out/bound.$1.err"; }
+}
 run_wia() {  # transport np
   WIA_TRANSPORT=$1 timeout 600 "$wia_bench" --procs "$2" --sizes "$sizes_csv" -w 3 \
     >"$out/wia-$1.$2.raw" 2>"$out/wia-$1.$2.err" ||
@@ -105,21 +115,28 @@ echo "# time = slowest rank, median of 3 repetitions of back-to-back calls, each
 echo "# each cell: the median of $rounds interleaved rounds of the four runners"
 for np in $nps; do
   for ((round = 1; round <= rounds; ++round)); do
-    run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_wia tcp "$np"
-    for f in mpi.$np gloo.$np wia-shm.$np wia-tcp.$np; do
+    run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_wia tcp "$np"; run_bound "$np"
+    for f in mpi.$np gloo.$np wia-shm.$np wia-tcp.$np bound.$np; do
       [ -e "$out/$f" ] && mv "$out/$f" "$out/$f.r$round"
     done
   done
-  for f in mpi gloo wia-shm wia-tcp; do median_of_rounds "$f" "$np"; done
+  for f in mpi gloo wia-shm wia-tcp bound; do median_of_rounds "$f" "$np"; done
   echo
   echo "## $np processes"
-  printf '| %9s | %9s | %9s | %9s | %9s | %11s | %9s | %s\n' size "Open MPI" "wia shm" \
-    Gloo "wia tcp" "shm/OpenMPI" "tcp/Gloo" "wrong (mpi gloo shm tcp), wia algorithms"
+  printf '| %9s | %9s | %9s | %9s | %9s | %9s | %11s | %9s | %9s | %s\n' size "Open MPI" "wia shm" \
+    Gloo "wia tcp" "tcp bound" "shm/OpenMPI" "tcp/Gloo" "tcp/bound" \
+    "wrong (mpi gloo shm tcp), wia algorithms"
   for s in $sizes; do
     line() { awk -v s="$s" '$1 == s' "$out/$1" 2>/dev/null | head -n 1; }
     m=$(line mpi.$np) g=$(line gloo.$np) ws=$(line wia-shm.$np) wt=$(line wia-tcp.$np)
-    awk -v s="$s" -v m="$m" -v g="$g" -v ws="$ws" -v wt="$wt" 'BEGIN {
-      split(m, M); split(g, G); split(ws, S); split(wt, T)
+    b=$(line bound.$np)
+    awk -v s="$s" -v m="$m" -v g="$g" -v ws="$ws" -v wt="$wt" -v b="$b" 'BEGIN {
+      split(m, M); split(g, G); split(ws, S); split(wt, T); split(b, B)
+      # A bound only where the kernel copies dominate (16 MiB and above):
+      # below, one blocking wake-up per message costs more than libwia
+      # polling, which then beats the plain stream.
+      cell[5] = (s >= 16777216 && B[3] != "") ? B[3] : "-"
+      r3 = (s >= 16777216 && B[2] > 0 && T[2] > 0) ? sprintf("%.3g", B[2] / T[2]) : "-"
       # shown: busbw, or the time in us for 8 bytes; ratios: peer time / libwia time
       cell[1] = (s <= 8) ? M[2] " us" : M[3]; cell[2] = (s <= 8) ? S[2] " us" : S[3]
       cell[3] = (s <= 8) ? G[2] " us" : G[3]; cell[4] = (s <= 8) ? T[2] " us" : T[3]
@@ -127,8 +144,9 @@ for np in $nps; do
       r1 = (M[2] > 0 && S[2] > 0) ? sprintf("%.3g", M[2] / S[2]) : "-"
       r2 = (G[2] > 0 && T[2] > 0) ? sprintf("%.3g", G[2] / T[2]) : "-"
       label = s >= 1048576 ? (s / 1048576) " MiB" : (s >= 1024 ? (s / 1024) " KiB" : s " B")
-      printf "| %9s | %9s | %9s | %9s | %9s | %11s | %9s | %s %s %s %s, %s %s\n", label,
-             cell[1], cell[2], cell[3], cell[4], r1, r2, M[4], G[4], S[4], T[4], S[5], T[5]
+      printf "| %9s | %9s | %9s | %9s | %9s | %9s | %11s | %9s | %9s | %s %s %s %s, %s %s\n",
+             label, cell[1], cell[2], cell[3], cell[4], cell[5], r1, r2, r3, M[4], G[4], S[4],
+             T[4], S[5], T[5]
     }'
   done
 done

@@ -411,7 +411,9 @@ std::string caps_text(const wia_provider_v1_t* d) {
     const std::uint64_t tc = d->transport->caps;
     if (tc & WIA_TRANSPORT_CAP_RMA) s += " rma";
     if (tc & WIA_TRANSPORT_CAP_INLINE) s += " inline";
-    if ((tc & (WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_INLINE)) == 0) s += " none";
+    if (tc & WIA_TRANSPORT_CAP_WAIT_FD) s += " wait_fd";
+    if ((tc & (WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_INLINE | WIA_TRANSPORT_CAP_WAIT_FD)) == 0)
+      s += " none";
     if (d->transport->must_understand & WIA_TRANSPORT_REQ_ORDERED_RECV) s += ", ordered_recv";
     s += ")";
   }

@@ -191,6 +191,10 @@ void optional_entries(Context& c) {
           has_inline ? reinterpret_cast<const void*>(o->send_inline) : nullptr, "send_inline");
     check(o->caps, WIA_TRANSPORT_CAP_INLINE, "CAP_INLINE",
           has_inline ? reinterpret_cast<const void*>(o->recv_inline) : nullptr, "recv_inline");
+    const bool has_wait_fds =
+        WIA_ABI_HAS_FIELD(wia_transport_ops_v1_t, o->struct_size, wait_fds);
+    check(o->caps, WIA_TRANSPORT_CAP_WAIT_FD, "CAP_WAIT_FD",
+          has_wait_fds ? reinterpret_cast<const void*>(o->wait_fds) : nullptr, "wait_fds");
   }
   c.expect(wrong.empty(), "optional entries non-NULL exactly when their capability is claimed",
            wrong);

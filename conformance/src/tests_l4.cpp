@@ -4,6 +4,7 @@
 // listen/connect/accept with cookies, tagged messages (sizes, per-tag order,
 // many outstanding, truncation), registration, RMA, close, and peers that
 // disappear.
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -613,6 +614,78 @@ void rma_put_get(Context& c) {
   });
 }
 
+// --- L4.wait_fd.wakes (CAP_WAIT_FD) -------------------------------------------------------------
+
+// A receiver that calls test() only when poll(2) on wait_fds wakes it, as
+// the core does with more ranks than cores: the descriptors stay quiet
+// while nothing is due (else the core would spin), and wake it for a small
+// and a large message until both are in (else the core would sleep
+// through them until its timeout).
+void wait_fd_wakes(Context& c) {
+  const auto& o = c.tp_ops();
+  if ((o.caps & WIA_TRANSPORT_CAP_WAIT_FD) == 0)
+    throw Skip("provider does not claim WIA_TRANSPORT_CAP_WAIT_FD");
+  if (!WIA_ABI_HAS_FIELD(wia_transport_ops_v1_t, o.struct_size, wait_fds) ||
+      o.wait_fds == nullptr)
+    c.fail("the transport table claims WIA_TRANSPORT_CAP_WAIT_FD but wait_fds is missing "
+           "(struct_size " + std::to_string(o.struct_size) + ")");
+  constexpr std::uint64_t kSmall = 100, kLarge = 16ull << 20;
+  run_pair(c, [&](Side& s) {
+    wia_conn_t conn = s.connect_pair(0x3a1);
+    if (s.role == 1) {
+      Buffer& small = s.buffer(kSmall);
+      Buffer& large = s.buffer(kLarge);
+      fill_pattern(small.data, kSmall, 71);
+      fill_pattern(large.data, kLarge, 72);
+      s.barrier("receives posted, quiet checked");
+      s.wait_all_ok({s.isend(conn, small, 0, kSmall, 7), s.isend(conn, large, 0, kLarge, 8)});
+      s.barrier("received");
+      return;
+    }
+    std::vector<pollfd> fds(WIA_TRANSPORT_WAIT_FDS_MAX);
+    // Entries to poll; 0 when the provider says "do not wait now".
+    auto entries = [&]() -> nfds_t {
+      std::uint32_t count = 0;
+      s.c.step("wait_fds");
+      const wia_status_t st = s.ops.wait_fds(s.c.ctx(), conn, fds.data(),
+                                             WIA_TRANSPORT_WAIT_FDS_MAX, &count);
+      if (st == WIA_IN_PROGRESS) return 0;
+      s.c.ok(st, "wait_fds");
+      if (count == 0 || count > WIA_TRANSPORT_WAIT_FDS_MAX)
+        s.fail("wait_fds returned WIA_SUCCESS with " + std::to_string(count) +
+               " entries (1.." + std::to_string(WIA_TRANSPORT_WAIT_FDS_MAX) + " expected)");
+      return count;
+    };
+    Buffer& small = s.buffer(kSmall + 64);
+    Buffer& large = s.buffer(kLarge);
+    std::memset(small.data, kUntouched, kSmall + 64);
+    Request* rs = s.irecv(conn, small, 0, kSmall + 64, 7);
+    Request* rl = s.irecv(conn, large, 0, kLarge, 8);
+    if (const nfds_t n = entries(); n > 0) {
+      const int ready = ::poll(fds.data(), n, 200);
+      s.c.expect(ready == 0, "no descriptor ready within 200 ms while the peer sends nothing",
+                 std::to_string(ready) + " ready");
+    }
+    s.barrier("receives posted, quiet checked");
+    int wakeups = 0;
+    while (s.outstanding() > 0) {
+      if (const nfds_t n = entries(); n > 0) {
+        const double budget = s.wait_budget_ms();
+        if (budget <= 0 || ::poll(fds.data(), n, static_cast<int>(budget)) <= 0)
+          s.fail("messages are due but no descriptor of wait_fds became ready (woken " +
+                 std::to_string(wakeups) + " times so far)");
+        ++wakeups;
+      }
+      s.progress();
+    }
+    s.wait_ok(rs);  // finished: fails unless it succeeded
+    s.wait_ok(rl);
+    check_message(s, rs, small, 0, kSmall, kSmall + 64, 71);
+    check_message(s, rl, large, 0, kLarge, kLarge, 72);
+    s.barrier("received");
+  });
+}
+
 // --- L4.inline.order, L4.inline.truncate (CAP_INLINE) -----------------------------------------
 
 void require_inline(Context& c) {
@@ -1014,6 +1087,10 @@ void register_l4_tests(const wia_provider_v1_t* desc) {
       "recv_inline of a message larger than its buffer: WIA_ERROR_REMOTE, nothing written past "
       "it, the next message arrives (CAP_INLINE)",
       inline_truncate);
+  add("L4.wait_fd.wakes", 30000,
+      "a receiver that tests only when poll(2) on wait_fds wakes it gets a small and a 16 MiB "
+      "message; the descriptors stay quiet while nothing is due (CAP_WAIT_FD)",
+      wait_fd_wakes);
   add("L4.close.pending", 20000,
       "close with pending requests: released, buffers untouched, peer's requests fail",
       close_pending);

@@ -1843,6 +1843,7 @@ const wia_transport_ops_v1_t kTransportOps = {
     .get = get,
     .send_inline = send_inline,
     .recv_inline = recv_inline,
+    .wait_fds = nullptr,
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <wia/provider.h>
 
@@ -153,6 +154,9 @@ class Conn {
   wia_status_t isend(const void* buf, std::uint64_t size, std::uint64_t tag, wia_request_t* out);
   wia_status_t irecv(void* buf, std::uint64_t size, std::uint64_t tag, wia_request_t* out);
   wia_status_t test(Request* req, int32_t* done, std::uint64_t* size);
+  // What to poll(2) for until test() may make progress (wait_fds in
+  // provider.h); WIA_IN_PROGRESS: do not wait.
+  wia_status_t wait_fds(pollfd* fds, std::uint32_t capacity, std::uint32_t* count);
 
   std::mutex mu;
 

@@ -283,6 +283,34 @@ wia_status_t Conn::test(Request* r, int32_t* done, std::uint64_t* size) {
   return ctx_->fail_text(status, why);
 }
 
+wia_status_t Conn::wait_fds(pollfd* fds, std::uint32_t capacity, std::uint32_t* count) {
+  std::lock_guard<std::mutex> lk(mu);
+  *count = 0;
+  // A failing connection answers test() at once; one being drained keeps
+  // its own clock (drain()); one being set up progresses in connect().
+  if (failed_ || connecting() || peer_closed_) return WIA_IN_PROGRESS;
+  std::uint32_t n = 0;
+  auto add = [&](int fd, short events) {
+    if (n < capacity) fds[n] = pollfd{fd, events, 0};
+    ++n;
+  };
+  // The control socket always: any message of the peer is progress (an
+  // expected one, or one to buffer), and POLLHUP/POLLERR come without
+  // asking. While reading is paused (the unexpected bound), only those.
+  add(ctrl_fd_, static_cast<short>((rx_paused_ ? 0 : POLLIN) | (tx_.empty() ? 0 : POLLOUT)));
+  for (const DataStream& s : streams_) {
+    const short events =
+        static_cast<short>((s.rx.empty() ? 0 : POLLIN) | (s.tx.empty() ? 0 : POLLOUT));
+    if (events != 0) add(s.fd, events);
+  }
+  if (n > capacity)
+    return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "tcp: wait_fds: the connection to %s needs %u entries, %u given",
+                      peer_.c_str(), n, capacity);
+  *count = n;
+  return WIA_SUCCESS;
+}
+
 // ---------------------------------------------------------------------------
 // Matching
 

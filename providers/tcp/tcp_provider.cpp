@@ -312,6 +312,15 @@ wia_status_t test(void* ctx, wia_request_t request, int32_t* done, uint64_t* siz
   });
 }
 
+wia_status_t wait_fds(void* ctx, wia_conn_t conn, pollfd* fds, std::uint32_t capacity,
+                      std::uint32_t* count) {
+  return guarded(ctx, "wait_fds", [&](Ctx& c) -> wia_status_t {
+    if (conn == nullptr || count == nullptr || (fds == nullptr && capacity > 0))
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT, "tcp: wait_fds: NULL connection, fds or count");
+    return reinterpret_cast<Conn*>(conn)->wait_fds(fds, capacity, count);
+  });
+}
+
 wia_status_t close_(void* ctx, wia_conn_t conn) {
   return guarded(ctx, "close", [&](Ctx& c) -> wia_status_t {
     if (conn == nullptr) return c.fail(WIA_ERROR_INVALID_HANDLE, "tcp: close: NULL connection");
@@ -361,7 +370,7 @@ const wia_param_decl_v1_t kParams[] = {
 const wia_transport_ops_v1_t kTransportOps = {
     .struct_size = sizeof(wia_transport_ops_v1_t),
     .abi_version = WIA_PROVIDER_ABI_VERSION,
-    .caps = 0,
+    .caps = WIA_TRANSPORT_CAP_WAIT_FD,
     .must_understand = 0,
     .endpoint_count = endpoint_count,
     .endpoint_props = endpoint_props,
@@ -380,6 +389,7 @@ const wia_transport_ops_v1_t kTransportOps = {
     .get = nullptr,
     .send_inline = nullptr,
     .recv_inline = nullptr,
+    .wait_fds = wait_fds,
 };
 
 }  // namespace

@@ -255,6 +255,7 @@ const char* const kL4Ids[] = {"L4.endpoint.props",
                               "L4.rma.put_get",
                               "L4.inline.order",
                               "L4.inline.truncate",
+                              "L4.wait_fd.wakes",
                               "L4.close.pending",
                               "L4.close.delivers",
                               "L4.peer.exit",
@@ -272,7 +273,7 @@ TEST_CASE("the reference transport passes every L4 test, and L5 through the core
   std::ifstream f(junit);
   std::stringstream xml;
   xml << f.rdbuf();
-  CHECK(xml.str().find("<testsuite name=\"L4\" tests=\"16\" failures=\"0\"") != std::string::npos);
+  CHECK(xml.str().find("<testsuite name=\"L4\" tests=\"17\" failures=\"0\"") != std::string::npos);
 }
 
 TEST_CASE("a transport that drops payloads fails every data check, not the others") {
@@ -305,6 +306,14 @@ TEST_CASE("a transport that corrupts the tail of large messages fails L4.send_re
   expect_verdict(r, "L4.send_recv.sizes", "FAIL", "wrong bytes");
   expect_verdict(r, "L4.send_recv.basic", "PASS");
   expect_verdict(r, "L4.send_recv.tag_order", "PASS");
+}
+
+TEST_CASE("a transport whose wait_fds never asks for incoming data fails L4.wait_fd.wakes") {
+  // 30 s scaled to 6 s: the receiver sleeps through the messages until then.
+  const Run r = run("--provider " + faulty("testnet_deaf") +
+                    " --filter 'L4.wait_fd.*' --timeout-scale 0.2");
+  CHECK(r.rc == 1);
+  expect_verdict(r, "L4.wait_fd.wakes", "FAIL", "no descriptor of wait_fds became ready");
 }
 
 TEST_CASE("a transport whose test() hangs times out, with both processes killed") {

@@ -515,6 +515,7 @@ const wia_transport_ops_v1_t kTransportOps = {
     .get = nullptr,
     .send_inline = nullptr,
     .recv_inline = nullptr,
+    .wait_fds = nullptr,
 };
 constexpr std::uint64_t kProviderCaps = WIA_PROVIDER_CAP_DEVICE | WIA_PROVIDER_CAP_TRANSPORT;
 constexpr const wia_transport_ops_v1_t* kTransport = &kTransportOps;

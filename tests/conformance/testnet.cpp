@@ -852,6 +852,30 @@ wia_status_t tn_recv_inline(void* ctx, wia_conn_t conn, void* buf, std::uint64_t
   });
 }
 
+// Everything arrives on the one socket; it is written to while frames
+// are queued.
+wia_status_t tn_wait_fds(void* ctx, wia_conn_t conn, pollfd* fds, std::uint32_t capacity,
+                         std::uint32_t* count) {
+  auto* x = static_cast<Ctx*>(ctx);
+  return guarded(x, [&]() -> wia_status_t {
+    Conn* c = live_conn(x, conn);
+    if (c == nullptr)
+      return x->fail(WIA_ERROR_INVALID_HANDLE, "testnet: wait_fds: unknown connection");
+    *count = 0;
+    if (c->broken) return WIA_IN_PROGRESS;  // test() fails at once
+    if (capacity < 1) return x->fail(WIA_ERROR_INVALID_ARGUMENT, "testnet: wait_fds: no room");
+#if defined(WIA_TESTNET_DEFECT_DEAF)
+    // Defect: never asks to be woken for incoming data.
+    const short in = 0;
+#else
+    const short in = POLLIN;
+#endif
+    fds[0] = pollfd{c->fd, static_cast<short>(in | (c->out.empty() ? 0 : POLLOUT)), 0};
+    *count = 1;
+    return WIA_SUCCESS;
+  });
+}
+
 wia_status_t tn_close(void* ctx, wia_conn_t conn) {
   auto* x = static_cast<Ctx*>(ctx);
   return guarded(x, [&]() -> wia_status_t {
@@ -922,7 +946,7 @@ wia_status_t tn_get(void* ctx, wia_conn_t conn, void* local, std::uint64_t size,
 const wia_transport_ops_v1_t kTransportOps = {
     .struct_size = sizeof(wia_transport_ops_v1_t),
     .abi_version = WIA_PROVIDER_ABI_VERSION,
-    .caps = WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_INLINE,
+    .caps = WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_INLINE | WIA_TRANSPORT_CAP_WAIT_FD,
     .must_understand = 0,
     .endpoint_count = tn_endpoint_count,
     .endpoint_props = tn_endpoint_props,
@@ -941,6 +965,7 @@ const wia_transport_ops_v1_t kTransportOps = {
     .get = tn_get,
     .send_inline = tn_send_inline,
     .recv_inline = tn_recv_inline,
+    .wait_fds = tn_wait_fds,
 };
 
 }  // namespace

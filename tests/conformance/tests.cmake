@@ -25,7 +25,7 @@ endforeach()
 
 # testnet_<defect>: the reference transport over Unix sockets, one defect
 # each (WIA_TESTNET_DEFECT_<DEFECT>); "ok" has none and must pass L4.
-foreach(defect ok nodata reorder tail hang overflow nodeath)
+foreach(defect ok nodata reorder tail hang overflow nodeath deaf)
   wia_add_provider(testnet_${defect} SOURCES ${CMAKE_CURRENT_LIST_DIR}/testnet.cpp
     OUTPUT_DIR ${WIA_FAULTY_PROVIDER_DIR} NO_INSTALL)
   target_compile_definitions(wia-provider-testnet_${defect} PRIVATE

@@ -26,6 +26,7 @@
 // descriptor, bit 33 the control channel.
 #pragma once
 
+#include <poll.h>
 #include <wia/provider.h>
 
 #include <chrono>
@@ -106,6 +107,13 @@ enum class IdleRound { kAgain, kGiveUp, kTimedOut };
 IdleRound idle_round(Backoff& backoff, std::uint32_t& rounds, ControlChannel& control,
                      const NetExecOptions& options,
                      std::chrono::steady_clock::time_point give_up_at);
+
+// Sleeps in poll(2) until a connection of `links` may make progress
+// (transport wait_fds) or `until` passes, at most a second; false at once
+// when a link's transport cannot say what to wait for (no
+// WIA_TRANSPORT_CAP_WAIT_FD, or "do not wait now"). `fds` is scratch.
+bool wait_for_links(const std::vector<NetLink>& links,
+                    std::chrono::steady_clock::time_point until, std::vector<pollfd>& fds);
 
 // One rank's program of a collective in progress: progress() can be
 // called from one thread, then another (the posting thread starts it, a

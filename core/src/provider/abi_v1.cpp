@@ -96,6 +96,7 @@ constexpr Entry kTransportEntries[] = {
     WIA_OPTIONAL(wia_transport_ops_v1_t, get, WIA_TRANSPORT_CAP_RMA),
     WIA_OPTIONAL(wia_transport_ops_v1_t, send_inline, WIA_TRANSPORT_CAP_INLINE),
     WIA_OPTIONAL(wia_transport_ops_v1_t, recv_inline, WIA_TRANSPORT_CAP_INLINE),
+    WIA_OPTIONAL(wia_transport_ops_v1_t, wait_fds, WIA_TRANSPORT_CAP_WAIT_FD),
 };
 
 #undef WIA_REQUIRED

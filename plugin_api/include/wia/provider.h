@@ -53,6 +53,8 @@
 
 #include <wia/status.h>
 
+struct pollfd; /* <poll.h>; used by the optional wait_fds entry */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -359,6 +361,9 @@ typedef struct wia_transport_props_v1 {
 
 #define WIA_TRANSPORT_CAP_RMA (1ull << 0)    /* put, get, mr_rkey          */
 #define WIA_TRANSPORT_CAP_INLINE (1ull << 1) /* send_inline, recv_inline   */
+#define WIA_TRANSPORT_CAP_WAIT_FD (1ull << 2) /* wait_fds                  */
+/* The most pollfd entries wait_fds may need for one connection. */
+#define WIA_TRANSPORT_WAIT_FDS_MAX 32
 
 /* Receives must be posted in the peer's send order (NCCL-style plugins
  * without tag matching). */
@@ -480,6 +485,22 @@ typedef struct wia_transport_ops_v1 {
                               uint64_t tag);
   wia_status_t (*recv_inline)(void* ctx, wia_conn_t conn, void* buf, uint64_t capacity,
                               uint64_t tag, int32_t* done, uint64_t* size);
+
+  /* --- optional: WIA_TRANSPORT_CAP_WAIT_FD ------------------------------ */
+  /* Lets a core with nothing to do sleep in poll(2) until `conn` can make
+   * progress, instead of calling test() in a loop: with more ranks than
+   * cores a polling rank holds a core its peers need (docs/provider-abi.md
+   * measures it). Fills fds[0 .. *count) (struct pollfd from <poll.h>, at
+   * most `capacity` entries; WIA_TRANSPORT_WAIT_FDS_MAX always suffices)
+   * with descriptors and events that become ready when test() on `conn`
+   * may make progress: a message arriving, room to send queued data, the
+   * peer going away. The core polls them with a timeout of its own and
+   * then calls test() as usual; a spurious wake-up is harmless.
+   * WIA_IN_PROGRESS, *count = 0: do not wait now (progress is possible
+   * without an event, or the connection is failing or being set up); call
+   * test(). Never blocks. */
+  wia_status_t (*wait_fds)(void* ctx, wia_conn_t conn, struct pollfd* fds, uint32_t capacity,
+                           uint32_t* count);
 } wia_transport_ops_v1_t;
 
 /* ------------------------------------------------------------------------ */

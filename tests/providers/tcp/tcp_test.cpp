@@ -1059,3 +1059,90 @@ TEST_CASE("tcp listener: hellos trickling in byte by byte are accepted, never ca
   for (auto& [cookie, c] : conns) CHECK(t.ops->close(t.ctx, c) == WIA_SUCCESS);
   CHECK(t.ops->close_listener(t.ctx, l) == WIA_SUCCESS);
 }
+
+// The engine sleeps in poll(2) on what wait_fds reports when ranks outnumber
+// cores, and calls test() only when woken: a missing descriptor or event
+// (the data sockets of a striped message, the control socket's hang-up)
+// would leave it asleep until its timeout, and a socket reported ready
+// while nothing is due would make it spin.
+TEST_CASE("tcp wait_fds: a receiver that only wakes from poll gets every message and the EOF") {
+  Tcp t(Params{{"streams", "2"}, {"min_stripe", "65536"}});
+  REQUIRE((t.ops->caps & WIA_TRANSPORT_CAP_WAIT_FD) != 0);
+  REQUIRE(static_cast<bool>(t.ops->wait_fds));
+  // Striped over both data sockets, and more than their buffers hold, so
+  // the sender needs the receiver to read.
+  const uint64_t big = 32u << 20;
+  Pair p = start_pair(t, [&](wia_conn_t c, int in, int) {
+    char go = 0;
+    if (!read_all(in, &go, 1)) child_fail(20, "no go from the parent");
+    std::vector<char> small(100), large(big);
+    fill(small, 1);
+    fill(large, 2);
+    if (wait_request(t, post_send(t, c, small.data(), small.size(), 1)) != WIA_SUCCESS ||
+        wait_request(t, post_send(t, c, large.data(), large.size(), 2)) != WIA_SUCCESS)
+      child_fail(21, "send failed");
+    // Closing only when the parent has everything: the end of the
+    // connection must not be what wakes it for the data.
+    if (!read_all(in, &go, 1)) child_fail(22, "no bye from the parent");
+    t.ops->close(t.ctx, c);
+    return 0;
+  });
+  std::vector<pollfd> fds(WIA_TRANSPORT_WAIT_FDS_MAX);
+  // Sleeps on wait_fds; the number of descriptors that woke it (0: timed out).
+  auto sleep_on = [&](int timeout_ms) {
+    uint32_t count = 0;
+    const wia_status_t st =
+        t.ops->wait_fds(t.ctx, p.conn, fds.data(), static_cast<uint32_t>(fds.size()), &count);
+    if (st == WIA_IN_PROGRESS) return 1;  // "do not wait": progress is possible now
+    REQUIRE(st == WIA_SUCCESS);
+    REQUIRE(count >= 1);
+    REQUIRE(count <= fds.size());
+    return ::poll(fds.data(), count, timeout_ms);
+  };
+  std::vector<char> small(200), large(big);
+  wia_request_t rs = post_recv(t, p.conn, small.data(), small.size(), 1);
+  wia_request_t rl = post_recv(t, p.conn, large.data(), large.size(), 2);
+  REQUIRE(rs != nullptr);
+  REQUIRE(rl != nullptr);
+  // Nothing is due yet: the descriptors stay quiet.
+  CHECK(sleep_on(200) == 0);
+  REQUIRE(write_all(p.child->to_child, "g", 1));
+  bool small_done = false, large_done = false;
+  uint64_t small_size = 0, large_size = 0;
+  int wakeups = 0;
+  while (!small_done || !large_done) {
+    REQUIRE_MESSAGE(sleep_on(10000) > 0, "messages are due but poll on wait_fds timed out");
+    ++wakeups;
+    int32_t done = 0;
+    if (!small_done) {
+      REQUIRE(t.ops->test(t.ctx, rs, &done, &small_size) == WIA_SUCCESS);
+      small_done = done != 0;
+    }
+    if (!large_done) {
+      done = 0;
+      REQUIRE(t.ops->test(t.ctx, rl, &done, &large_size) == WIA_SUCCESS);
+      large_done = done != 0;
+    }
+  }
+  CHECK(small_size == 100);
+  CHECK(check(small.data(), 100, 1));
+  CHECK(large_size == big);
+  CHECK(check(large.data(), big, 2));
+  MESSAGE("woken " << wakeups << " times for 100 B + 32 MiB");
+  REQUIRE(write_all(p.child->to_child, "b", 1));
+  // The child closed: poll wakes for the end of the connection, and a
+  // receive posted now fails instead of waiting forever.
+  CHECK(p.child->wait() == 0);
+  // (irecv may already refuse it, if the EOF was read with the data.)
+  wia_request_t after = nullptr;
+  wia_status_t st = t.ops->irecv(t.ctx, p.conn, small.data(), small.size(), 3, nullptr, &after);
+  for (int i = 0; i < 100 && st == WIA_SUCCESS; ++i) {
+    REQUIRE(after != nullptr);
+    REQUIRE_MESSAGE(sleep_on(10000) > 0, "the peer closed but poll on wait_fds timed out");
+    int32_t done = 0;
+    st = t.ops->test(t.ctx, after, &done, nullptr);
+    REQUIRE((st != WIA_SUCCESS || !done));  // nothing was sent with tag 3
+  }
+  CHECK(st == WIA_ERROR_REMOTE);
+  CHECK(t.ops->close(t.ctx, p.conn) == WIA_SUCCESS);
+}
