@@ -90,6 +90,10 @@ class WindowAllReduce {
   // Waits until every peer published `step_` in `which` (0 input, 1
   // reduced slice); false at `give_up_at`.
   bool wait_for_peers(int which, std::chrono::steady_clock::time_point give_up_at);
+  // Sleeps (futex, at most 1 ms) until rank q publishes this step's region
+  // `which`, or returns at once if it already did.
+  void sleep_until_published(int q, int which);
+  static constexpr std::uint32_t kYieldsBeforeSleeping = 64;
   void check_descriptor(int q) const;
   WindowRegionHeader* header(int q, int kind) const;
   [[noreturn]] void fail_timeout(int which) const;
