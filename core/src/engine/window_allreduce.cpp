@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <climits>
 #include <cstring>
 #include <ctime>
@@ -69,6 +70,7 @@ std::atomic_ref<std::uint32_t> sleepers_of(char* window) {
 // The futex word of a step is its low half (little-endian x86 and arm64):
 // consecutive steps differ in it. The windows are shared mappings, so the
 // futex is the shared (not process-private) kind.
+static_assert(std::endian::native == std::endian::little, "the futex word is the step's low half");
 std::uint32_t* futex_word(WindowRegionHeader* h) { return reinterpret_cast<std::uint32_t*>(&h->step); }
 
 // Publishes `step` in this rank's own region `h` of `window`, waking the
