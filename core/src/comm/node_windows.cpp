@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "runtime/device_call.hpp"
+#include "runtime/objects.hpp"
 
 namespace wia::comm {
 
@@ -61,6 +62,7 @@ bool NodeWindowSet::open_peers(const std::vector<wia_ipc_handle_t>& handles, std
                     return o.ipc_open_handle(ctx, device_.local_index, &handles[q], &base);
                   });
       windows_.base[q] = static_cast<char*>(base);
+      imports_.resize(handles.size());
     } catch (const Error& e) {
       why = fmt::format("rank {}'s window: {}", q, e.what());
       close_peers();
@@ -72,11 +74,125 @@ bool NodeWindowSet::open_peers(const std::vector<wia_ipc_handle_t>& handles, std
 
 void NodeWindowSet::close_peers() noexcept {
   const wia_device_ops_v1_t& ops = ops_of(device_);
+  for (auto& peer : imports_)
+    for (Import& im : peer)
+      if (im.base) ops.ipc_close_handle(device_.provider->ctx(), device_.local_index, im.base);
+  imports_.clear();
   for (std::size_t q = 0; q < windows_.base.size(); ++q) {
     if (static_cast<int>(q) == rank_ || !windows_.base[q]) continue;
     ops.ipc_close_handle(device_.provider->ctx(), device_.local_index, windows_.base[q]);
     windows_.base[q] = nullptr;
   }
+}
+
+void NodeWindowSet::forget_stale_exports() {
+  const wia_device_ops_v1_t& ops = ops_of(device_);
+  for (int i = 0; i < engine::kExportSlots; ++i) {
+    Export& e = exports_[i];
+    if (e.id == 0) continue;
+    const auto a = objects().allocations.find(reinterpret_cast<void*>(e.base));
+    wia_ipc_handle_t now{};
+    const bool same = a && a->base == e.base && a->size == e.bytes &&
+                      ops.ipc_get_handle(device_.provider->ctx(), device_.local_index,
+                                         reinterpret_cast<void*>(e.base), &now) == WIA_SUCCESS &&
+                      std::memcmp(&now, &e.handle, sizeof(now)) == 0;
+    if (!same) {
+      // No peer reads it now (every call that named it finished on every
+      // rank); peers drop their mapping when the slot's id changes.
+      std::atomic_ref<std::uint64_t>(windows_.export_slot(rank_, i).id)
+          .store(0, std::memory_order_release);
+      e = Export{};
+    }
+  }
+  clear_provider_error();
+}
+
+bool NodeWindowSet::export_buffer(const void* p, std::uint64_t bytes, engine::SourceRef& ref) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  const std::uint64_t generation = objects().allocations.generation();
+  if (generation != registry_generation_) {
+    forget_stale_exports();
+    registry_generation_ = generation;
+    not_exportable_ = 0;
+  }
+  ++export_calls_;
+  for (int i = 0; i < engine::kExportSlots; ++i) {
+    Export& e = exports_[i];
+    if (e.id != 0 && addr >= e.base && addr - e.base <= e.bytes && bytes <= e.bytes - (addr - e.base)) {
+      e.last_used = export_calls_;
+      ref = {static_cast<std::uint32_t>(i), 0, e.id, addr - e.base};
+      return true;
+    }
+  }
+  if (addr == not_exportable_) return false;
+  // Only this device's own allocations: other memory (malloc'd, pinned
+  // host, another device's) is copied.
+  const auto a = objects().allocations.find(p);
+  wia_ipc_handle_t handle{};
+  if (!a || a->device != device_.id || a->kind != WIA_MEM_DEVICE ||
+      bytes > a->size - (addr - a->base) ||
+      ops_of(device_).ipc_get_handle(device_.provider->ctx(), device_.local_index,
+                                     reinterpret_cast<void*>(a->base), &handle) != WIA_SUCCESS) {
+    clear_provider_error();
+    not_exportable_ = addr;
+    return false;
+  }
+  // A free slot, else the least recently used one: its peers' mappings go
+  // when they see the slot's new id.
+  int slot = 0;
+  for (int i = 1; i < engine::kExportSlots; ++i)
+    if (exports_[i].last_used < exports_[slot].last_used) slot = i;
+  Export& e = exports_[slot];
+  e = Export{a->base, a->size, next_export_id_++, export_calls_, handle};
+  engine::ExportSlot& shared = windows_.export_slot(rank_, slot);
+  std::atomic_ref<std::uint64_t>(shared.id).store(0, std::memory_order_relaxed);
+  shared.bytes = e.bytes;
+  shared.handle = handle;
+  // Published before the step that names it (release there too).
+  std::atomic_ref<std::uint64_t>(shared.id).store(e.id, std::memory_order_release);
+  ref = {static_cast<std::uint32_t>(slot), 0, e.id, addr - e.base};
+  return true;
+}
+
+const char* NodeWindowSet::import_buffer(int q, const engine::SourceRef& ref, std::uint64_t bytes) {
+  if (q < 0 || static_cast<std::size_t>(q) >= imports_.size() || q == rank_ ||
+      ref.slot >= static_cast<std::uint32_t>(engine::kExportSlots))
+    throw Error(WIA_ERROR_INTERNAL,
+                fmt::format("rank {}: rank {} named export slot {} (of {}) for its input", rank_,
+                            q, ref.slot, engine::kExportSlots));
+  Import& im = imports_[q][ref.slot];
+  if (im.id != ref.id) {
+    const engine::ExportSlot& shared = windows_.export_slot(q, static_cast<int>(ref.slot));
+    const std::uint64_t id =
+        std::atomic_ref<const std::uint64_t>(shared.id).load(std::memory_order_acquire);
+    if (id != ref.id)
+      throw Error(WIA_ERROR_INTERNAL,
+                  fmt::format("rank {}: rank {} named buffer {} in its export slot {}, which "
+                              "holds {}",
+                              rank_, q, ref.id, ref.slot, id));
+    const wia_ipc_handle_t handle = shared.handle;
+    const std::uint64_t slot_bytes = shared.bytes;
+    const wia_device_ops_v1_t& ops = ops_of(device_);
+    if (im.base) ops.ipc_close_handle(device_.provider->ctx(), device_.local_index, im.base);
+    im = Import{};
+    void* base = nullptr;
+    try {
+      device_call(device_, "ipc_open_handle", [&](const wia_device_ops_v1_t& o, void* ctx) {
+        return o.ipc_open_handle(ctx, device_.local_index, &handle, &base);
+      });
+    } catch (const Error& e) {
+      throw Error(e.status(), fmt::format("rank {}: mapping the buffer rank {} exported for this "
+                                          "all-reduce: {}",
+                                          rank_, q, e.what()));
+    }
+    im = Import{ref.id, slot_bytes, static_cast<char*>(base)};
+  }
+  if (ref.offset > im.bytes || bytes > im.bytes - ref.offset)
+    throw Error(WIA_ERROR_INTERNAL,
+                fmt::format("rank {}: rank {}'s input of {} B at offset {} lies outside the {} B "
+                            "buffer it exported",
+                            rank_, q, bytes, ref.offset, im.bytes));
+  return im.base + ref.offset;
 }
 
 NodeWindowSet::~NodeWindowSet() {

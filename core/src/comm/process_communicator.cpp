@@ -480,6 +480,8 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
       static_cast<std::uint64_t>(rt.config().get_int("collectives.one_shot_max_bytes"));
   node_window_max_bytes_ =
       static_cast<std::uint64_t>(rt.config().get_int("collectives.node_window_max_bytes"));
+  node_window_zero_copy_min_bytes_ = static_cast<std::uint64_t>(
+      rt.config().get_int("collectives.node_window_zero_copy_min_bytes"));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int local_size = 0;
   for (int r = 0; r < layout_.size; ++r)
@@ -991,6 +993,12 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
     // The descriptor messages and step bookkeeping the one-shot fast path
     // saves dominate here.
     take_instead(coll::Algorithm::kOneShot, "small all-reduce (collectives.one_shot_max_bytes)");
+  else if (all_reduce_by_model && windows_ && bytes <= node_window_max_bytes_ && size() == 2)
+    // Two ranks read as many of each other's bytes either way (the whole
+    // input, or half the input and half the result); one-shot waits once
+    // per chunk instead of twice and writes no slices.
+    take_instead(coll::Algorithm::kOneShot,
+                 "2 ranks on one node (node-shared windows, collectives.node_window_max_bytes)");
   else if (all_reduce_by_model && windows_ && bytes <= node_window_max_bytes_)
     // Through the windows a rank reads every input directly: the direct
     // algorithm moves the fewest bytes and waits twice per chunk.
@@ -1030,6 +1038,8 @@ void ProcessCommunicator::setup_node_windows(Exchange& exchange,
     windows_.reset();
     return;
   }
+  windows_->windows().sources = windows_.get();
+  windows_->windows().zero_copy_min_bytes = node_window_zero_copy_min_bytes_;
   if (me == 0)
     log::debug("comm", "communicator of {} ranks: all-reduces through node-shared windows of {} B",
                layout_.size,
@@ -1038,10 +1048,8 @@ void ProcessCommunicator::setup_node_windows(Exchange& exchange,
 
 bool ProcessCommunicator::through_windows(const Call& call, const engine::ExecPlan& plan) const {
   if (!windows_ || call.collective != coll::Collective::kAllReduce) return false;
-  const std::uint64_t bytes = call.count * kernels::dtype_size(call.dtype);
   const coll::Algorithm a = plan.schedule.algorithm;
-  return (a == coll::Algorithm::kOneShot && bytes <= windows_->windows().chunk_bytes) ||
-         a == coll::Algorithm::kDirect;
+  return a == coll::Algorithm::kOneShot || a == coll::Algorithm::kDirect;
 }
 
 bool ProcessCommunicator::eager(const Call& call, const engine::ExecPlan& plan) const {

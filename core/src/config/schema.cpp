@@ -97,7 +97,16 @@ constexpr KeySpec kCoreSchema[] = {
      .default_value = "1099511627776",
      .description = "Process communicators with node-shared windows: all-reduces of at most this "
                     "many bytes whose algorithm the cost model would choose run the direct "
-                    "algorithm through the windows",
+                    "algorithm (one-shot with 2 ranks) through the windows",
+     .min_value = 0,
+     .max_value = 1099511627776},
+    {.key = "collectives.node_window_zero_copy_min_bytes",
+     .type = ValueType::kInt,
+     .default_value = "16384",
+     .description = "Process communicators with node-shared windows: an all-reduce input of at "
+                    "least this many bytes in a libwia allocation of the communicator's device "
+                    "is read by the peers in place (exported once, mapped by each peer once) "
+                    "instead of copied into the rank's window (docs/processes.md)",
      .min_value = 0,
      .max_value = 1099511627776},
     {.key = "collectives.engine",

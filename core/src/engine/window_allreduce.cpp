@@ -21,12 +21,17 @@ namespace wia::engine {
 
 // A window is a page whose first line holds the step up to which its owner
 // has finished reading every window (NodeWindows::release_reads) and the
-// owner's pid, then four regions, [bank 0 input][bank 0 slices][bank 1
-// input][bank 1 slices], each a 64-byte header line then the data, padded
-// to a page. The header line starts with the step its data belongs to; an
-// input header also carries the descriptor and, for vectors of up to 24
-// bytes, the data itself, so a small all-reduce reads one cache line per
-// peer.
+// owner's pid, a page holding the table of buffers it exported
+// (kExportSlots ExportSlot, 256 bytes apart), then four regions, [bank 0
+// input][bank 0 slices][bank 1 input][bank 1 slices], each a 64-byte
+// header line then the data, padded to a page. The header line starts
+// with the step its data belongs to; an input header also carries the
+// descriptor and, for vectors of up to 24 bytes, the data itself, so a
+// small all-reduce reads one cache line per peer; for larger ones those
+// 24 bytes say where the data is (SourceRef: id 0, after the header).
+// The one-shot schedule's slice regions hold only a step: the "done
+// reading this step's inputs" mark that a rank whose input was read in
+// place waits for.
 struct WindowRegionHeader {
   std::uint64_t step;
   Descriptor desc;
@@ -40,6 +45,11 @@ constexpr std::uint64_t kPage = 4096;
 
 static_assert(sizeof(WindowRegionHeader) == kLine, "one cache line");
 constexpr std::uint64_t kInlineBytes = sizeof(WindowRegionHeader::inline_data);
+static_assert(sizeof(SourceRef) == kInlineBytes, "a SourceRef fills the inline bytes");
+constexpr std::uint64_t kExportSlotBytes = 256;
+static_assert(sizeof(ExportSlot) <= kExportSlotBytes && kExportSlots * kExportSlotBytes <= kPage,
+              "the export table fills one page");
+constexpr std::uint64_t kRegionsAt = 2 * kPage;  // after the first page and the export table
 constexpr int kInput = 0, kSlices = 1;
 
 std::uint64_t region_bytes(std::uint64_t chunk_bytes) {
@@ -50,11 +60,17 @@ std::uint64_t region_bytes(std::uint64_t chunk_bytes) {
 // are `stride` bytes (region_bytes).
 WindowRegionHeader* region(char* base, std::uint64_t stride, std::uint64_t step, int kind) {
   const std::uint64_t index = 2 * (step & 1) + static_cast<std::uint64_t>(kind);
-  return reinterpret_cast<WindowRegionHeader*>(base + kPage + index * stride);
+  return reinterpret_cast<WindowRegionHeader*>(base + kRegionsAt + index * stride);
 }
 
-char* data_of(WindowRegionHeader* h, std::uint64_t bytes) {
-  return bytes <= kInlineBytes ? h->inline_data : reinterpret_cast<char*>(h) + kLine;
+// Where a chunk's data is in its input region: inline in the header only
+// when the whole vector fits there (a chunked vector's header holds a
+// SourceRef instead).
+bool inline_chunk(bool single_chunk, std::uint64_t bytes) {
+  return single_chunk && bytes <= kInlineBytes;
+}
+char* data_of(WindowRegionHeader* h, bool in_header) {
+  return in_header ? h->inline_data : reinterpret_cast<char*>(h) + kLine;
 }
 
 std::uint64_t load_step(const WindowRegionHeader* h) {
@@ -94,13 +110,16 @@ bool same_bytes(const Descriptor& a, const Descriptor& b) {
 static_assert(sizeof(Descriptor) == 32, "same_bytes compares 32 bytes");
 
 constexpr const char* kWhat = "all-reduce through node-shared windows";
+constexpr SourceRef kNotExported{};
 
-const char* kind_name(int kind) { return kind == kInput ? "input" : "reduced slice"; }
+const char* kind_name(int kind, bool one_shot) {
+  return kind == kInput ? "input" : one_shot ? "done-reading mark" : "reduced slice";
+}
 
 }  // namespace
 
 std::uint64_t NodeWindows::window_bytes(std::uint64_t chunk_bytes) {
-  return kPage + 4 * region_bytes(chunk_bytes);
+  return kRegionsAt + 4 * region_bytes(chunk_bytes);
 }
 
 namespace {
@@ -113,6 +132,7 @@ constexpr std::uint64_t kReleasedMark = 1ull << 63;
 void NodeWindows::clear(char* window, std::uint64_t chunk_bytes) {
   std::memset(window, 0, 2 * kLine);  // released-reads word and pid; sleepers
   *reinterpret_cast<std::uint64_t*>(window) = kReleasedMark;  // released up to step 0
+  std::memset(window + kPage, 0, kPage);                      // no buffer exported
   for (std::uint64_t step = 0; step < 2; ++step)
     for (int kind : {kInput, kSlices})
       *region(window, region_bytes(chunk_bytes), step, kind) = WindowRegionHeader{};
@@ -125,6 +145,10 @@ void NodeWindows::release_reads(int rank, std::uint64_t up_to) {
 
 void NodeWindows::set_owner_pid(int rank, int pid) {
   reinterpret_cast<std::int64_t*>(base[rank])[1] = pid;
+}
+
+ExportSlot& NodeWindows::export_slot(int q, int i) const {
+  return *reinterpret_cast<ExportSlot*>(base[q] + kPage + static_cast<std::uint64_t>(i) * kExportSlotBytes);
 }
 
 int NodeWindows::owner_pid(int q) const {
@@ -158,13 +182,20 @@ void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, 
   control_ = &control;
   options_ = &options;
   elem_size_ = kernels::dtype_size(static_cast<wia_datatype_t>(desc.dtype));
-  if (one_shot) {  // no divisions: this is the 8-byte path
+  const std::uint64_t bytes = desc.count * elem_size_;
+  if (bytes <= windows.chunk_bytes) {  // no divisions: this is the 8-byte path
     chunk_elems_ = desc.count;
     chunks_ = 1;
   } else {
     chunk_elems_ = std::max<std::uint64_t>(windows.chunk_bytes / elem_size_, 1);
-    chunks_ = std::max<std::uint64_t>((desc.count + chunk_elems_ - 1) / chunk_elems_, 1);
+    chunks_ = (desc.count + chunk_elems_ - 1) / chunk_elems_;
   }
+  // In place, the result overwrites the input while peers may still read
+  // it: copied.
+  zero_copy_ = windows.sources && bytes >= windows.zero_copy_min_bytes &&
+               !inline_chunk(chunks_ == 1, bytes) && send != recv &&
+               (send_ + bytes <= recv_ || recv_ + bytes <= send_) &&
+               windows.sources->export_buffer(send, bytes, source_);
   chunk_ = 0;
   stride_ = region_bytes(windows.chunk_bytes);
   srcs_.resize(static_cast<std::size_t>(nranks_));
@@ -177,11 +208,18 @@ void WindowAllReduce::publish_input() {
   const std::uint64_t bytes = std::min(chunk_elems_, desc_.count - first) * elem_size_;
   WindowRegionHeader* h = header(rank_, kInput);
   h->desc = desc_;
-  // Copied, not referenced: the peers read it after this rank's call may
-  // have returned and the caller reused its buffer. (No copy for an empty
-  // vector, whose buffers may be null.)
-  if (bytes > 0)
-    std::memcpy(data_of(h, one_shot_ ? bytes : kLine), send_ + first * elem_size_, bytes);
+  read_in_place_ = false;
+  const bool in_header = inline_chunk(chunks_ == 1, bytes);
+  if (!in_header) {
+    // Where the data is; id 0: after the header.
+    static_assert(offsetof(SourceRef, id) == 8, "the id is the inline bytes' second word");
+    std::memcpy(h->inline_data, zero_copy_ ? &source_ : &kNotExported, sizeof(SourceRef));
+  }
+  // Unless read in place, copied: the peers read it after this rank's
+  // call may have returned and the caller reused its buffer. (No copy for
+  // an empty vector, whose buffers may be null.)
+  if (!zero_copy_ && bytes > 0)
+    std::memcpy(data_of(h, in_header), send_ + first * elem_size_, bytes);
   publish(windows_->base[rank_], h, step_);
   next_peer_ = 0;
 }
@@ -244,7 +282,8 @@ void WindowAllReduce::fail_timeout(int which) const {
                           "chunk {} of {}) timed out after {} ms on rank {}: waiting for the {} "
                           "of rank(s) {}{}",
                           desc_.seq, one_shot_ ? "one-shot" : "direct", desc_.count * elem_size_,
-                          chunk_ + 1, chunks_, options_->timeout_ms, rank_, kind_name(which),
+                          std::min(chunk_ + 1, chunks_), chunks_, options_->timeout_ms, rank_,
+                          kind_name(which, one_shot_),
                           ranks.empty() ? "none (they arrived at the deadline)" : ranks,
                           where.empty() ? "" : "; " + where));
 }
@@ -261,22 +300,43 @@ void WindowAllReduce::check_descriptor(int q) const {
                           desc_.seq, rank_, q, diff));
 }
 
+const char* WindowAllReduce::input_of(int q, std::uint64_t bytes) {
+  const std::uint64_t first_byte = chunk_ * chunk_elems_ * elem_size_;
+  if (q == rank_ && zero_copy_) return send_ + first_byte;
+  WindowRegionHeader* h = header(q, kInput);
+  if (inline_chunk(chunks_ == 1, bytes)) return h->inline_data;
+  SourceRef ref;
+  std::memcpy(&ref, h->inline_data, sizeof(ref));
+  if (ref.id == 0) return data_of(h, false);
+  if (!windows_->sources)
+    throw Error(WIA_ERROR_INTERNAL,
+                fmt::format("collective #{}: rank {} published its input in place (export slot "
+                            "{}) but rank {} cannot map exported buffers",
+                            desc_.seq, q, ref.slot, rank_));
+  read_in_place_ = true;
+  return windows_->sources->import_buffer(q, ref, desc_.count * elem_size_) + first_byte;
+}
+
 void WindowAllReduce::reduce_inputs() {
   const std::uint64_t first = chunk_ * chunk_elems_;
   const std::uint64_t n = std::min(chunk_elems_, desc_.count - first);
   if (one_shot_) {
-    // Every rank reduces the whole vector, in rank order: bit-identical.
-    for (int q = 0; q < nranks_; ++q) srcs_[q] = data_of(header(q, kInput), n * elem_size_);
+    // Every rank reduces the whole chunk, in rank order: bit-identical.
+    for (int q = 0; q < nranks_; ++q) srcs_[q] = input_of(q, n * elem_size_);
     reduce_in_order(desc_, op_, recv_ + first * elem_size_, srcs_, n, rank_, kWhat);
+    // Ranks whose inputs were read in place wait for this before their
+    // buffers are the caller's again.
+    if (read_in_place_) publish(windows_->base[rank_], header(rank_, kSlices), step_);
     return;
   }
   // This rank's slice of the chunk, from every rank's input, into its
   // window for the others to copy.
   const std::uint64_t lo = n * static_cast<std::uint64_t>(rank_) / nranks_;
   const std::uint64_t hi = n * static_cast<std::uint64_t>(rank_ + 1) / nranks_;
-  for (int q = 0; q < nranks_; ++q) srcs_[q] = data_of(header(q, kInput), kLine) + lo * elem_size_;
+  for (int q = 0; q < nranks_; ++q) srcs_[q] = input_of(q, n * elem_size_) + lo * elem_size_;
   WindowRegionHeader* mine = header(rank_, kSlices);
-  reduce_in_order(desc_, op_, data_of(mine, kLine) + lo * elem_size_, srcs_, hi - lo, rank_, kWhat);
+  reduce_in_order(desc_, op_, data_of(mine, false) + lo * elem_size_, srcs_, hi - lo, rank_,
+                  kWhat);
   publish(windows_->base[rank_], mine, step_);
 }
 
@@ -287,7 +347,7 @@ void WindowAllReduce::copy_slices_out() {
   for (int q = 0; q < nranks_; ++q) {
     const std::uint64_t lo = n * static_cast<std::uint64_t>(q) / nranks_;
     const std::uint64_t hi = n * static_cast<std::uint64_t>(q + 1) / nranks_;
-    const char* slices = data_of(header(q, kSlices), kLine);
+    const char* slices = data_of(header(q, kSlices), false);
     if (hi > lo)
       std::memcpy(out + lo * elem_size_, slices + lo * elem_size_, (hi - lo) * elem_size_);
   }
@@ -303,12 +363,24 @@ bool WindowAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
       case Phase::kWaitInputs:
         if (!wait_for_peers(kInput, give_up_at)) return false;
         reduce_inputs();
-        phase_ = one_shot_ ? Phase::kDone : Phase::kWaitSlices;
+        if (!one_shot_)
+          phase_ = Phase::kWaitSlices;
+        else if (++chunk_ < chunks_)
+          phase_ = Phase::kPublishInput;
+        else
+          // Every peer read the chunks in order: its mark for the last
+          // says it is done with this rank's buffer.
+          phase_ = zero_copy_ ? Phase::kWaitReadsDone : Phase::kDone;
         break;
       case Phase::kWaitSlices:
+        // (Also: every peer finished reading this chunk of our input.)
         if (!wait_for_peers(kSlices, give_up_at)) return false;
         copy_slices_out();
         phase_ = ++chunk_ < chunks_ ? Phase::kPublishInput : Phase::kDone;
+        break;
+      case Phase::kWaitReadsDone:
+        if (!wait_for_peers(kSlices, give_up_at)) return false;
+        phase_ = Phase::kDone;
         break;
       case Phase::kDone:
         return true;

@@ -14,8 +14,8 @@
 // chunk instead of 6 (docs/processes.md, "Node-shared windows").
 //
 // The schedules are the usual ones, run through memory rather than messages:
-//  - one-shot: every rank publishes its vector and reduces all p of them
-//    (rank order, so every rank computes the identical result);
+//  - one-shot: per chunk, every rank publishes its vector and reduces all
+//    p of them (rank order, so every rank computes the identical result);
 //  - direct: per chunk, every rank publishes its input, reduces its 1/p
 //    slice from all p inputs (rank order) into its window, publishes that,
 //    and copies every rank's reduced slice out.
@@ -25,6 +25,19 @@
 // saw every peer publish step t + 1, which each peer does only after it
 // finished reading everything of step t. So a bank is never rewritten
 // while anyone still reads it.
+//
+// Zero copy: a rank whose input lies in memory its device can export (the
+// communicator's WindowSources says so: a libwia device allocation)
+// publishes where it lies instead of copying it into its window, and the
+// peers read it in place, through a mapping they open once per buffer and
+// keep. The copy saved is a write of the whole vector per call, and a
+// peer reading a buffer its owner did not rewrite since reads it from its
+// own cache. The owner's buffer is the caller's again when the call
+// returns, so a rank that published its buffer returns only after every
+// peer said it finished reading it (the direct schedule's reduced slices
+// say so; the one-shot schedule publishes a "done" step). An in-place
+// input is always copied: the result is written over it while peers may
+// still read it.
 //
 // Every published step carries the collective's descriptor, checked
 // against every peer's, so ranks that made different calls get a mismatch
@@ -43,12 +56,52 @@
 
 namespace wia::engine {
 
+// Where a rank's input lies when it is not copied into its window: the
+// owner's export slot (its window's table of exported buffers, `id`
+// naming what the slot held when published) and the byte offset of the
+// vector's first element in that buffer.
+struct SourceRef {
+  std::uint32_t slot = 0;
+  std::uint32_t reserved = 0;
+  std::uint64_t id = 0;  // 0: not exported (the data is in the window)
+  std::uint64_t offset = 0;
+};
+
+// A slot of a window's table of exported buffers: written by the window's
+// owner before it publishes a step naming it, read by the peers.
+struct ExportSlot {
+  std::uint64_t id;     // never reused by the owner; 0: empty
+  std::uint64_t bytes;  // of the buffer the handle exports
+  wia_ipc_handle_t handle;
+};
+
+// Exports and maps the buffers read in place (the communicator implements
+// it with the device provider's IPC entries; see comm/node_windows).
+class WindowSources {
+ public:
+  // `bytes` at `p` as the peers can map it (this rank's export table slot
+  // written first); false when it cannot be exported: then it is copied.
+  virtual bool export_buffer(const void* p, std::uint64_t bytes, SourceRef& ref) = 0;
+  // Rank q's buffer that `ref` names, `bytes` from `ref.offset` on, as
+  // mapped here; throws Error naming q when it cannot be.
+  virtual const char* import_buffer(int q, const SourceRef& ref, std::uint64_t bytes) = 0;
+
+ protected:
+  ~WindowSources() = default;
+};
+
+constexpr int kExportSlots = 16;
+
 // Every rank's window as mapped in this process, and the step counter all
 // ranks advance together. Set up by the communicator (comm/node_windows).
 struct NodeWindows {
   std::vector<char*> base;        // [rank]: this rank's own window too
   std::uint64_t chunk_bytes = 0;  // data bytes of one bank
   std::uint64_t step = 0;         // steps taken: the same on every rank
+  // Inputs of at least `zero_copy_min_bytes` are read in place when
+  // `sources` can export them (null: always copied).
+  WindowSources* sources = nullptr;
+  std::uint64_t zero_copy_min_bytes = 0;
 
   // Bytes of one window holding banks of `chunk_bytes` of data.
   static std::uint64_t window_bytes(std::uint64_t chunk_bytes);
@@ -62,16 +115,18 @@ struct NodeWindows {
   // The process that owns rank q's window (set by its owner).
   void set_owner_pid(int rank, int pid);
   int owner_pid(int q) const;
+  // Slot i of rank q's table of exported buffers.
+  ExportSlot& export_slot(int q, int i) const;
 };
 
 struct WindowRegionHeader;  // window_allreduce.cpp
+
 
 class WindowAllReduce {
  public:
   // Starts the all-reduce `desc` describes: `count` elements of `dtype`
   // from `send` (may equal `recv`: in place). `one_shot` selects the
-  // schedule; one-shot needs the vector to fit one bank. References must
-  // outlive progress().
+  // schedule. References must outlive progress().
   void start(int rank, const Descriptor& desc, const void* send, void* recv, wia_reduce_op_t op,
              bool one_shot, NodeWindows& windows, ControlChannel& control,
              const NetExecOptions& options);
@@ -82,9 +137,11 @@ class WindowAllReduce {
   wia_status_t progress(std::chrono::steady_clock::time_point give_up_at, std::string& error);
 
  private:
-  enum class Phase { kPublishInput, kWaitInputs, kWaitSlices, kDone };
+  enum class Phase { kPublishInput, kWaitInputs, kWaitSlices, kWaitReadsDone, kDone };
   bool run(std::chrono::steady_clock::time_point give_up_at);
   void publish_input();
+  // Rank q's input of the chunk in progress (`bytes` of it).
+  const char* input_of(int q, std::uint64_t bytes);
   void reduce_inputs();
   void copy_slices_out();
   // Waits until every peer published `step_` in `which` (0 input, 1
@@ -105,6 +162,11 @@ class WindowAllReduce {
   char* recv_ = nullptr;
   wia_reduce_op_t op_{};
   bool one_shot_ = false;
+  bool zero_copy_ = false;    // this rank's input is read in place
+  SourceRef source_{};        // where, when zero_copy_
+  // This chunk read some peer's input in place: the one-shot schedule
+  // then says when it is done reading (the peer waits for that).
+  bool read_in_place_ = false;
   NodeWindows* windows_ = nullptr;
   ControlChannel* control_ = nullptr;
   const NetExecOptions* options_ = nullptr;

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -695,13 +696,50 @@ namespace {
 // in every type, products of up to 4 ranks stay small).
 double small_input(int r, std::uint64_t i) { return static_cast<double>((r + 2 * i) % 3 + 1); }
 
+// Where a test's buffers live: the heap, or libwia device memory (host
+// devices: addressable here), which node-shared windows read in place.
+enum class Memory { kHeap, kDevice };
+
+// `n` elements of T in `memory`, freed on destruction.
+template <typename T>
+class Buffer {
+ public:
+  Buffer(std::uint64_t n, Memory memory) : n_(n) {
+    if (memory == Memory::kHeap) {
+      heap_.resize(n);
+      p_ = heap_.data();
+    } else if (wia_malloc(reinterpret_cast<void**>(&p_), std::max<std::uint64_t>(n, 1) * sizeof(T)) !=
+               WIA_SUCCESS) {
+      p_ = nullptr;
+    }
+    device_ = memory == Memory::kDevice;
+  }
+  ~Buffer() {
+    if (device_ && p_) wia_free(p_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  T* data() { return p_; }
+  T& operator[](std::uint64_t i) { return p_[i]; }
+
+ private:
+  std::uint64_t n_;
+  std::vector<T> heap_;
+  T* p_ = nullptr;
+  bool device_ = false;
+};
+
 // Checks one all-reduce against a reference, and that `algorithm` ran it.
 template <typename T>
 int check_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype_t dtype,
                      wia_reduce_op_t op, std::uint64_t n, bool in_place,
-                     const char* algorithm = "one_shot") {
-  std::vector<T> in(n), out(n, T(-9));
-  for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<T>(small_input(rank, i));
+                     const char* algorithm = "one_shot", Memory memory = Memory::kHeap) {
+  Buffer<T> in(n, memory), out(n, memory);
+  if (!in.data() || !out.data()) {
+    std::fprintf(stderr, "rank %d: wia_malloc: %s\n", rank, wia_get_last_error());
+    return -1;
+  }
+  for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<T>(small_input(rank, i)), out[i] = T(-9);
   wia_collective_config_t cfg{};
   cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
   cfg.datatype = dtype;
@@ -742,19 +780,22 @@ int check_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype
 // wrong results, or -1 on an API error.
 template <typename AlgorithmOf>
 int check_every_op(wia_communicator_t comm, int rank, int nranks,
-                   std::initializer_list<std::uint64_t> counts, AlgorithmOf algorithm) {
+                   std::initializer_list<std::uint64_t> counts, AlgorithmOf algorithm,
+                   Memory memory = Memory::kHeap) {
   int wrong = 0;
   for (wia_reduce_op_t op :
        {WIA_REDUCE_SUM, WIA_REDUCE_PROD, WIA_REDUCE_MIN, WIA_REDUCE_MAX, WIA_REDUCE_AVG})
     for (std::uint64_t count : counts)
       for (bool in_place : {false, true}) {
         const char* algo = algorithm(count);
-        int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op, count, in_place, algo);
-        w += check_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op, count, in_place, algo);
+        int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, op, count, in_place, algo,
+                                        memory);
+        w += check_all_reduce<double>(comm, rank, nranks, WIA_FLOAT64, op, count, in_place, algo,
+                                      memory);
         w += check_all_reduce<std::int32_t>(comm, rank, nranks, WIA_INT32, op, count, in_place,
-                                            algo);
+                                            algo, memory);
         w += check_all_reduce<std::int64_t>(comm, rank, nranks, WIA_INT64, op, count, in_place,
-                                            algo);
+                                            algo, memory);
         if (w < 0) return -1;
         wrong += w;
       }
@@ -906,9 +947,9 @@ TEST_CASE("collectives.one_shot_max_bytes = 0 leaves small all-reduces to the co
 // All ranks on one node over shm: all-reduces run through the node-shared
 // windows (engine/window_allreduce.hpp). Banks of 4 KiB make the larger
 // counts tens of chunks, so both banks are reused many times per call,
-// and counts that do not divide by the ranks leave uneven slices. The
-// float64 1000-element call is too large for a 4 KiB bank and goes one-shot
-// through shm messages: both paths interleave in one communicator.
+// and counts that do not divide by the ranks leave uneven slices; the
+// float64 1000-element one-shot call takes two chunks. With 2 ranks every
+// size runs one-shot.
 TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four dtypes") {
   for (int n : {2, 3, 4}) {
     // With 3 the peers' windows are mapped through /proc/<pid>/fd, the
@@ -921,8 +962,8 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;
           int wrong = check_every_op(comm, rank, nranks, {3, 1000, 5000, 20011},
-                                     [](std::uint64_t count) {
-                                       return count <= 1000 ? "one_shot" : "direct";
+                                     [nranks](std::uint64_t count) {
+                                       return count <= 1000 || nranks == 2 ? "one_shot" : "direct";
                                      });
           if (wrong < 0) return kApiError;
           // The same small call again and again (a training loop's
@@ -957,6 +998,127 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
           return wrong ? kWrong : kOk;
         },
         {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}, {"WIA_HOST_IPC_OPEN", ipc_open}});
+    check_all(st);
+  }
+}
+
+// An all-reduce of `count` floats from a fresh device allocation into
+// another, both freed after: x = input(rank, i + shift). The wrong
+// results, or -1 on an API error; `reused` counts inputs that came back at
+// an address an earlier call's buffer had (`seen`).
+int fresh_buffers_all_reduce(wia_communicator_t comm, int rank, int nranks, std::uint64_t count,
+                             std::uint64_t shift, std::vector<const void*>& seen, int& reused) {
+  float* x = nullptr;
+  float* y = nullptr;
+  if (wia_malloc(reinterpret_cast<void**>(&x), count * sizeof(float)) != WIA_SUCCESS ||
+      wia_malloc(reinterpret_cast<void**>(&y), count * sizeof(float)) != WIA_SUCCESS)
+    return -1;
+  reused += std::find(seen.begin(), seen.end(), x) != seen.end();
+  seen.push_back(x);
+  seen.push_back(y);
+  for (std::uint64_t i = 0; i < count; ++i) x[i] = static_cast<float>(input(rank, i + shift));
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  int wrong = 0;
+  if (wia_all_reduce(comm, x, y, count, &cfg, nullptr) != WIA_SUCCESS ||
+      wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+    std::fprintf(stderr, "rank %d: all_reduce: %s\n", rank, wia_get_last_error());
+    wrong = -1;
+  }
+  for (std::uint64_t i = 0; wrong >= 0 && i < count; ++i) {
+    double ref = 0;
+    for (int q = 0; q < nranks; ++q) ref += input(q, i + shift);
+    wrong += y[i] != static_cast<float>(ref);
+  }
+  wia_free(x);
+  wia_free(y);
+  return wrong;
+}
+
+// Inputs in libwia device memory are read by the peers in place
+// (docs/processes.md, "Reading inputs in place"): every op and dtype, in
+// place (copied) and not, over many 4 KiB chunks with uneven slices. Then
+// buffers freed and allocated again between calls: the same address comes
+// back holding other memory, and a peer that kept reading its old mapping
+// would compute with the old data.
+TEST_CASE("all-reduces read inputs in device memory in place, across frees and reallocations") {
+  for (int n : {2, 3, 4}) {
+    INFO(n << " processes");
+    const auto st = run_ranks(
+        n,
+        base_yaml() + "  node_window_chunk_bytes: 4096\n  node_window_zero_copy_min_bytes: 64\n",
+        [](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          int wrong = check_every_op(
+              comm, rank, nranks, {3, 1000, 20011},
+              [nranks](std::uint64_t count) {
+                return count <= 1000 || nranks == 2 ? "one_shot" : "direct";
+              },
+              Memory::kDevice);
+          if (wrong < 0) return kApiError;
+          std::vector<const void*> seen;
+          int reused = 0;
+          for (std::uint64_t it = 0; it < 40; ++it) {
+            // One size, so that the same address comes back, and another
+            // now and then: more buffers than export slots over the loop.
+            const std::uint64_t count = it % 7 == 6 ? 5000 + it : 3000;
+            const int w = fresh_buffers_all_reduce(comm, rank, nranks, count, it, seen, reused);
+            if (w < 0) return kApiError;
+            wrong += w;
+          }
+          wia_destroy_communicator(comm);
+          if (reused == 0) {
+            std::fprintf(stderr, "rank %d: no input address came back: the test tested nothing\n",
+                         rank);
+            return kWrong;
+          }
+          if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
+          return wrong ? kWrong : kOk;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+    check_all(st);
+  }
+}
+
+// A rank whose input was read in place returns only when every peer
+// finished reading it: here each rank overwrites its input, last element
+// first, the moment its call returns, and then checks its result. Vectors
+// of two default-size chunks: a rank that returned early would overwrite
+// the chunk its peer is still reducing.
+TEST_CASE("an input read in place is the caller's again when the call returns") {
+  for (int n : {2, 3}) {
+    INFO(n << " processes");
+    const auto st = run_ranks(
+        n, base_yaml(),
+        [](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          const std::uint64_t count = 1 << 18;  // 1 MiB of floats
+          Buffer<float> x(count, Memory::kDevice), y(count, Memory::kDevice);
+          if (!x.data() || !y.data()) return kApiError;
+          int wrong = 0;
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          for (std::uint64_t it = 0; it < 60; ++it) {
+            for (std::uint64_t i = 0; i < count; ++i) x[i] = static_cast<float>(input(rank, i + it));
+            if (wia_all_reduce(comm, x.data(), y.data(), count, &cfg, nullptr) != WIA_SUCCESS ||
+                wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+              std::fprintf(stderr, "rank %d: all_reduce: %s\n", rank, wia_get_last_error());
+              return kApiError;
+            }
+            for (std::uint64_t i = count; i-- > 0;) x[i] = 1e6f;
+            for (std::uint64_t i = 0; i < count; i += 7) {
+              double ref = 0;
+              for (int q = 0; q < nranks; ++q) ref += input(q, i + it);
+              wrong += y[i] != static_cast<float>(ref);
+            }
+          }
+          wia_destroy_communicator(comm);
+          if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
+          return wrong ? kWrong : kOk;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
     check_all(st);
   }
 }
