@@ -90,9 +90,13 @@ static_assert(std::endian::native == std::endian::little, "the futex word is the
 std::uint32_t* futex_word(WindowRegionHeader* h) { return reinterpret_cast<std::uint32_t*>(&h->step); }
 
 // Publishes `step` in this rank's own region `h` of `window`, waking the
-// peers asleep on it.
-void publish(char* window, WindowRegionHeader* h, std::uint64_t step) {
+// peers asleep on it: they sleep only when ranks outnumber cores, which
+// every rank of a node knows alike (`may_sleep`).
+void publish(char* window, WindowRegionHeader* h, std::uint64_t step, bool may_sleep) {
   std::atomic_ref<std::uint64_t>(h->step).store(step, std::memory_order_release);
+  // Otherwise no fence: it would wait for the peers' copies of the line
+  // to be invalidated, a transfer between cores on the critical path.
+  if (!may_sleep) return;
   // Pairs with the sleeper's count-then-check (sleep_until_published):
   // either it sees the new step, or this sees it counted.
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -220,7 +224,7 @@ void WindowAllReduce::publish_input() {
   // an empty vector, whose buffers may be null.)
   if (!zero_copy_ && bytes > 0)
     std::memcpy(data_of(h, in_header), send_ + first * elem_size_, bytes);
-  publish(windows_->base[rank_], h, step_);
+  publish(windows_->base[rank_], h, step_, options_->oversubscribed);
   next_peer_ = 0;
 }
 
@@ -326,7 +330,8 @@ void WindowAllReduce::reduce_inputs() {
     reduce_in_order(desc_, op_, recv_ + first * elem_size_, srcs_, n, rank_, kWhat);
     // Ranks whose inputs were read in place wait for this before their
     // buffers are the caller's again.
-    if (read_in_place_) publish(windows_->base[rank_], header(rank_, kSlices), step_);
+    if (read_in_place_)
+      publish(windows_->base[rank_], header(rank_, kSlices), step_, options_->oversubscribed);
     return;
   }
   // This rank's slice of the chunk, from every rank's input, into its
@@ -337,7 +342,7 @@ void WindowAllReduce::reduce_inputs() {
   WindowRegionHeader* mine = header(rank_, kSlices);
   reduce_in_order(desc_, op_, data_of(mine, false) + lo * elem_size_, srcs_, hi - lo, rank_,
                   kWhat);
-  publish(windows_->base[rank_], mine, step_);
+  publish(windows_->base[rank_], mine, step_, options_->oversubscribed);
 }
 
 void WindowAllReduce::copy_slices_out() {
