@@ -9,8 +9,10 @@
 # ratios libwia-shm / Open MPI and libwia-tcp / Gloo (> 1: libwia faster),
 # and libwia-tcp against the tcp bound from 16 MiB: the same bytes streamed
 # over plain blocking sockets in a ring (tools/bench-peers/tcp_ring_bound.cpp;
-# 1 means libwia reached it).
-# Not part of CI; about 7 minutes.
+# 1 means libwia reached it). Before each round it times a cache line's
+# move between CPUs 0 and 1 (tools/bench-peers/line_pingpong.cpp), the
+# mode this VM is in (docs/performance.md, "The VM's two modes").
+# Not part of CI; about 8 minutes.
 #
 #   tools/bench-peers.sh [BUILD_DIR]     (default build/bench, built if needed)
 #   BENCH_PEERS_NPS="2 4"  BENCH_PEERS_SIZES="8 65536 ..."  override the sweep
@@ -53,6 +55,8 @@ src=$root/tools/bench-peers
 
 [ "$peers/tcp_ring_bound" -nt "$src/tcp_ring_bound.cpp" ] ||
   g++ -O2 -std=c++17 -Wall -pthread -o "$peers/tcp_ring_bound" "$src/tcp_ring_bound.cpp"
+[ "$peers/line_pingpong" -nt "$src/line_pingpong.cpp" ] ||
+  g++ -O2 -std=c++17 -Wall -pthread -o "$peers/line_pingpong" "$src/line_pingpong.cpp"
 
 # --- libwia: configure and build the benchmarks if needed ----------------------
 if [ ! -x "$build/bin/wia-bench" ] || [ ! -x "$build/bin/wia-transport-bench" ]; then
@@ -114,7 +118,9 @@ echo "# busbw GB/s (nccl-tests: bytes / time * 2(n-1)/n); the 8-byte row is time
 echo "# time = slowest rank, median of 3 repetitions of back-to-back calls, each after a barrier;"
 echo "# each cell: the median of $rounds interleaved rounds of the four runners"
 for np in $nps; do
+  line_ns=""
   for ((round = 1; round <= rounds; ++round)); do
+    line_ns+=" $("$peers/line_pingpong" || true)"
     run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_wia tcp "$np"; run_bound "$np"
     for f in mpi.$np gloo.$np wia-shm.$np wia-tcp.$np bound.$np; do
       [ -e "$out/$f" ] && mv "$out/$f" "$out/$f.r$round"
@@ -123,6 +129,8 @@ for np in $nps; do
   for f in mpi gloo wia-shm wia-tcp bound; do median_of_rounds "$f" "$np"; done
   echo
   echo "## $np processes"
+  # The VM's mode before each round (docs/performance.md, "The VM's two modes").
+  echo "# a cache line from CPU 0 to CPU 1 before each round, ns:$line_ns"
   printf '| %9s | %9s | %9s | %9s | %9s | %9s | %11s | %9s | %9s | %s\n' size "Open MPI" "wia shm" \
     Gloo "wia tcp" "tcp bound" "shm/OpenMPI" "tcp/Gloo" "tcp/bound" \
     "wrong (mpi gloo shm tcp), wia algorithms"
