@@ -194,11 +194,14 @@ void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, 
     chunk_elems_ = std::max<std::uint64_t>(windows.chunk_bytes / elem_size_, 1);
     chunks_ = (desc.count + chunk_elems_ - 1) / chunk_elems_;
   }
-  // In place, the result overwrites the input while peers may still read
-  // it: copied.
+  // In place, the one-shot schedule writes a chunk's result over the
+  // input while peers may still read it: copied. The direct schedule
+  // writes a chunk's result only after every peer published its slice of
+  // that chunk, that is, finished reading it.
+  const bool in_place = send_ == recv_;
   zero_copy_ = windows.sources && bytes >= windows.zero_copy_min_bytes &&
-               !inline_chunk(chunks_ == 1, bytes) && send != recv &&
-               (send_ + bytes <= recv_ || recv_ + bytes <= send_) &&
+               !inline_chunk(chunks_ == 1, bytes) && !(in_place && one_shot) &&
+               (in_place || send_ + bytes <= recv_ || recv_ + bytes <= send_) &&
                windows.sources->export_buffer(send, bytes, source_);
   chunk_ = 0;
   stride_ = region_bytes(windows.chunk_bytes);

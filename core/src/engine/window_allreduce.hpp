@@ -35,9 +35,10 @@
 // own cache. The owner's buffer is the caller's again when the call
 // returns, so a rank that published its buffer returns only after every
 // peer said it finished reading it (the direct schedule's reduced slices
-// say so; the one-shot schedule publishes a "done" step). An in-place
-// input is always copied: the result is written over it while peers may
-// still read it.
+// say so; the one-shot schedule publishes a "done" step). In place, the
+// one-shot schedule copies the input: it writes a chunk's result over it
+// while peers may still read it (the direct schedule writes a chunk's
+// result after every peer published its slice of it).
 //
 // Every published step carries the collective's descriptor, checked
 // against every peer's, so ranks that made different calls get a mismatch

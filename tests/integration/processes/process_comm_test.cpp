@@ -1037,7 +1037,8 @@ int fresh_buffers_all_reduce(wia_communicator_t comm, int rank, int nranks, std:
 
 // Inputs in libwia device memory are read by the peers in place
 // (docs/processes.md, "Reading inputs in place"): every op and dtype, in
-// place (copied) and not, over many 4 KiB chunks with uneven slices. Then
+// place (copied by the one-shot schedule, read in place by the direct
+// one) and not, over many 4 KiB chunks with uneven slices. Then
 // buffers freed and allocated again between calls: the same address comes
 // back holding other memory, and a peer that kept reading its old mapping
 // would compute with the old data.
@@ -1085,7 +1086,10 @@ TEST_CASE("all-reduces read inputs in device memory in place, across frees and r
 // finished reading it: here each rank overwrites its input, last element
 // first, the moment its call returns, and then checks its result. Vectors
 // of two default-size chunks: a rank that returned early would overwrite
-// the chunk its peer is still reducing.
+// the chunk its peer is still reducing. In place, a rank must not write a
+// chunk's result before its peers finished reading that chunk (with 3
+// ranks the direct schedule reads in-place inputs in place; with 2 the
+// one-shot one copies them).
 TEST_CASE("an input read in place is the caller's again when the call returns") {
   for (int n : {2, 3}) {
     INFO(n << " processes");
@@ -1101,17 +1105,20 @@ TEST_CASE("an input read in place is the caller's again when the call returns") 
           wia_collective_config_t cfg{};
           cfg.datatype = WIA_FLOAT32;
           for (std::uint64_t it = 0; it < 60; ++it) {
+            const bool in_place = it % 2 == 1;
+            float* out = in_place ? x.data() : y.data();
             for (std::uint64_t i = 0; i < count; ++i) x[i] = static_cast<float>(input(rank, i + it));
-            if (wia_all_reduce(comm, x.data(), y.data(), count, &cfg, nullptr) != WIA_SUCCESS ||
+            if (wia_all_reduce(comm, x.data(), out, count, &cfg, nullptr) != WIA_SUCCESS ||
                 wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
               std::fprintf(stderr, "rank %d: all_reduce: %s\n", rank, wia_get_last_error());
               return kApiError;
             }
-            for (std::uint64_t i = count; i-- > 0;) x[i] = 1e6f;
+            if (!in_place)
+              for (std::uint64_t i = count; i-- > 0;) x[i] = 1e6f;
             for (std::uint64_t i = 0; i < count; i += 7) {
               double ref = 0;
               for (int q = 0; q < nranks; ++q) ref += input(q, i + it);
-              wrong += y[i] != static_cast<float>(ref);
+              wrong += out[i] != static_cast<float>(ref);
             }
           }
           wia_destroy_communicator(comm);
