@@ -53,6 +53,7 @@ std::unique_ptr<NodeWindowSet> NodeWindowSet::create(const Device& device, int r
 }
 
 bool NodeWindowSet::open_peers(const std::vector<wia_ipc_handle_t>& handles, std::string& why) {
+  imports_.resize(handles.size());
   for (std::size_t q = 0; q < handles.size(); ++q) {
     if (static_cast<int>(q) == rank_) continue;
     try {
@@ -62,7 +63,6 @@ bool NodeWindowSet::open_peers(const std::vector<wia_ipc_handle_t>& handles, std
                     return o.ipc_open_handle(ctx, device_.local_index, &handles[q], &base);
                   });
       windows_.base[q] = static_cast<char*>(base);
-      imports_.resize(handles.size());
     } catch (const Error& e) {
       why = fmt::format("rank {}'s window: {}", q, e.what());
       close_peers();

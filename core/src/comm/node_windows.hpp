@@ -62,7 +62,7 @@ class NodeWindowSet final : public engine::WindowSources {
   // Drops the exports whose address no longer holds the memory exported.
   void forget_stale_exports();
 
-  // A buffer this rank exported, in slot `slot` of its table.
+  // A buffer this rank exported; exports_[i] is slot i of its table.
   struct Export {
     std::uintptr_t base = 0;
     std::uint64_t bytes = 0;

@@ -106,7 +106,8 @@ constexpr KeySpec kCoreSchema[] = {
      .description = "Process communicators with node-shared windows: an all-reduce input of at "
                     "least this many bytes in a libwia allocation of the communicator's device "
                     "is read by the peers in place (exported once, mapped by each peer once) "
-                    "instead of copied into the rank's window (docs/processes.md)",
+                    "instead of copied into the rank's window; an in-place call's input in the "
+                    "one-shot schedule is still copied (docs/processes.md)",
      .min_value = 0,
      .max_value = 1099511627776},
     {.key = "collectives.engine",

@@ -122,7 +122,6 @@ struct NodeWindows {
 
 struct WindowRegionHeader;  // window_allreduce.cpp
 
-
 class WindowAllReduce {
  public:
   // Starts the all-reduce `desc` describes: `count` elements of `dtype`
