@@ -12,10 +12,13 @@
 # 1 means libwia reached it). Before each round it times a cache line's
 # move between CPUs 0 and 1 (tools/bench-peers/line_pingpong.cpp), the
 # mode this VM is in (docs/performance.md, "The VM's two modes").
-# Not part of CI; about 8 minutes.
+# The 8-byte time is compared again per VM mode: alternating short launches
+# of Open MPI and libwia, each between two cache-line timings.
+# Not part of CI; about 9 minutes.
 #
 #   tools/bench-peers.sh [BUILD_DIR]     (default build/bench, built if needed)
 #   BENCH_PEERS_NPS="2 4"  BENCH_PEERS_SIZES="8 65536 ..."  override the sweep
+#   BENCH_PEERS_LATENCY_NPS="2"  BENCH_PEERS_LATENCY_LAUNCHES=12  the per-mode 8-byte launches
 #   BENCH_PEERS_ROUNDS=5   rounds of all four runners, interleaved; each
 #                          cell is the round with the median time, so a burst
 #                          of load from elsewhere skews one round, not a ratio
@@ -157,6 +160,59 @@ for np in $nps; do
              T[4], S[5], T[5]
     }'
   done
+done
+
+# --- 8 bytes in the VM's two modes ----------------------------------------------
+# The 8-byte time of every program doubles when this VM's two vCPUs sit
+# where a cache line takes about 200 ns to cross instead of about 45, and
+# the mode changes between launches (docs/performance.md, "The VM's two
+# modes"): a median over rounds compares whichever modes each program
+# drew. So short launches of both, alternating, each between two cache-line
+# timings; a launch counts in a mode only when both timings agree, and the
+# ratio is taken within each mode.
+latency_nps=${BENCH_PEERS_LATENCY_NPS-2}
+latency_launches=${BENCH_PEERS_LATENCY_LAUNCHES:-12}
+for np in $latency_nps; do
+  : >"$out/lat.$np"
+  for ((i = 0; i < latency_launches; ++i)); do
+    order="mpi wia"; [ $((i % 2)) -eq 1 ] && order="wia mpi"
+    for who in $order; do
+      before=$("$peers/line_pingpong" || true)
+      if [ "$who" = mpi ]; then
+        t=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$peers/mpi_allreduce" 8 \
+              2>/dev/null | awk '$1 == 8 {print $2}' || true)
+      else
+        t=$(WIA_TRANSPORT=shm timeout 120 "$wia_bench" --procs "$np" --sizes 8 -w 3 2>/dev/null |
+              awk '!/^#/ && NF >= 18 {print $7}' || true)
+      fi
+      after=$("$peers/line_pingpong" || true)
+      [ -n "$t" ] && [ -n "$before" ] && [ -n "$after" ] && echo "$who $before $after $t" >>"$out/lat.$np"
+    done
+  done
+  echo
+  echo "## 8 B all-reduce, $np processes, by the VM's mode ($latency_launches launches of each," \
+       "alternating; a cache line timed from CPU 0 to CPU 1 before and after each)"
+  awk '
+    function mode(a, b) { return (a < 120 && b < 120) ? "fast" : (a >= 120 && b >= 120) ? "slow" : "" }
+    function median(list,   n, v, i, j, x) {
+      n = split(list, v, " ")
+      for (i = 2; i <= n; ++i) { x = v[i]; for (j = i - 1; j >= 1 && v[j] + 0 > x + 0; --j) v[j + 1] = v[j]; v[j + 1] = x }
+      return n ? (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) : ""
+    }
+    { m = mode($2, $3); if (m == "") { ++mixed; next }
+      t[$1, m] = t[$1, m] " " $4; ++n[$1, m]; line[m] = line[m] " " $2 }
+    END {
+      for (k = 1; k <= 2; ++k) {
+        m = k == 1 ? "fast" : "slow"
+        if (!n["mpi", m] && !n["wia", m]) continue
+        a = median(t["mpi", m]); b = median(t["wia", m])
+        printf "  %s mode (cache line %s ns): Open MPI %s us (n=%d) | wia shm %s us (n=%d) | shm/OpenMPI %s\n",
+               m, median(line[m]), a == "" ? "-" : a, n["mpi", m], b == "" ? "-" : b, n["wia", m],
+               (a > 0 && b > 0) ? sprintf("%.3g", a / b) : "-"
+      }
+      if (mixed) printf "  (%d launches left out: the mode changed during them)\n", mixed
+    }' "$out/lat.$np"
+  echo "  launches (runner, ns before, ns after, us):" $(awk '{printf "%s %s %s %s; ", $1, $2, $3, $4}' "$out/lat.$np")
 done
 
 # --- tcp point to point --------------------------------------------------------

@@ -203,6 +203,7 @@ void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, 
                !inline_chunk(chunks_ == 1, bytes) && !(in_place && one_shot) &&
                (in_place || send_ + bytes <= recv_ || recv_ + bytes <= send_) &&
                windows.sources->export_buffer(send, bytes, source_);
+  in_header_ = inline_chunk(chunks_ == 1, bytes);
   chunk_ = 0;
   stride_ = region_bytes(windows.chunk_bytes);
   srcs_.resize(static_cast<std::size_t>(nranks_));
@@ -237,7 +238,9 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
   while (next_peer_ < nranks_) {
     if (next_peer_ == rank_ || load_step(header(next_peer_, which)) == step_) {
       // The descriptor shares the step's cache line: checked while hot.
-      if (which == kInput && next_peer_ != rank_) check_descriptor(next_peer_);
+      if (which == kInput && next_peer_ != rank_ &&
+          !same_bytes(header(next_peer_, kInput)->desc, desc_))
+        fail_descriptor(next_peer_);
       ++next_peer_;
       backoff.reset();
       yields = 0;
@@ -295,10 +298,8 @@ void WindowAllReduce::fail_timeout(int which) const {
                           where.empty() ? "" : "; " + where));
 }
 
-void WindowAllReduce::check_descriptor(int q) const {
-  const Descriptor& theirs = header(q, kInput)->desc;
-  if (same_bytes(theirs, desc_)) return;
-  const Descriptor copy = theirs;
+void WindowAllReduce::fail_descriptor(int q) const {
+  const Descriptor copy = header(q, kInput)->desc;
   std::string diff = describe_difference(desc_, copy);
   if (diff.empty()) diff = "descriptor bytes";
   throw Error(WIA_ERROR_MISMATCH,
@@ -361,7 +362,30 @@ void WindowAllReduce::copy_slices_out() {
   }
 }
 
+// The whole vector rides in the input header's line (24 bytes or fewer,
+// one-shot: a training loop's small all-reduce): one publish, one wait,
+// one reduction, without run()'s chunk bookkeeping (a seventh of the
+// instructions of a 2-rank 8-byte all-reduce, callgrind).
+bool WindowAllReduce::run_in_header(std::chrono::steady_clock::time_point give_up_at) {
+  if (phase_ == Phase::kDone) return true;
+  if (phase_ == Phase::kPublishInput) {
+    step_ = ++windows_->step;
+    WindowRegionHeader* h = header(rank_, kInput);
+    h->desc = desc_;
+    if (desc_.count > 0) std::memcpy(h->inline_data, send_, desc_.count * elem_size_);
+    publish(windows_->base[rank_], h, step_, options_->oversubscribed);
+    next_peer_ = 0;
+    phase_ = Phase::kWaitInputs;
+  }
+  if (!wait_for_peers(kInput, give_up_at)) return false;
+  for (int q = 0; q < nranks_; ++q) srcs_[q] = header(q, kInput)->inline_data;
+  reduce_in_order(desc_, op_, recv_, srcs_, desc_.count, rank_, kWhat);
+  phase_ = Phase::kDone;
+  return true;
+}
+
 bool WindowAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
+  if (in_header_ && one_shot_) return run_in_header(give_up_at);
   for (;;) {
     switch (phase_) {
       case Phase::kPublishInput:

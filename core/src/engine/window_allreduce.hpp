@@ -139,6 +139,7 @@ class WindowAllReduce {
  private:
   enum class Phase { kPublishInput, kWaitInputs, kWaitSlices, kWaitReadsDone, kDone };
   bool run(std::chrono::steady_clock::time_point give_up_at);
+  bool run_in_header(std::chrono::steady_clock::time_point give_up_at);
   void publish_input();
   // Rank q's input of the chunk in progress (`bytes` of it).
   const char* input_of(int q, std::uint64_t bytes);
@@ -151,7 +152,9 @@ class WindowAllReduce {
   // `which`, or returns at once if it already did.
   void sleep_until_published(int q, int which);
   static constexpr std::uint32_t kYieldsBeforeSleeping = 64;
-  void check_descriptor(int q) const;
+  // Rank q published another call's descriptor: throws MISMATCH naming
+  // the difference.
+  [[noreturn]] void fail_descriptor(int q) const;
   WindowRegionHeader* header(int q, int kind) const;
   [[noreturn]] void fail_timeout(int which) const;
 
@@ -162,6 +165,7 @@ class WindowAllReduce {
   char* recv_ = nullptr;
   wia_reduce_op_t op_{};
   bool one_shot_ = false;
+  bool in_header_ = false;    // the whole vector fits in the input header
   bool zero_copy_ = false;    // this rank's input is read in place
   SourceRef source_{};        // where, when zero_copy_
   // This chunk read some peer's input in place: the one-shot schedule
