@@ -173,8 +173,11 @@ wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
   // All-to-all reads arrays of pointers whose contents may change.
   const bool memo = req.collective != coll::Collective::kAllToAll;
   CheckedCall& checked = checked_call();
-  if (memo && still_checked(checked, c, req, stream))
+  if (memo && still_checked(checked, c, req, stream)) {
+    if (checked.comm->try_post_repeat(checked.rank, checked.call, checked.resolved))
+      return WIA_SUCCESS;
     return checked.comm->post(checked.rank, checked.call, checked.resolved);
+  }
   checked.valid = false;
   comm::CommunicatorBase& comm = live(c);
   wia_stream_s* s = resolve_stream(stream);

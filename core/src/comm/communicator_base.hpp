@@ -48,6 +48,12 @@ class CommunicatorBase {
   // Validates and posts `rank`'s call on `stream`. Throws for bad
   // arguments and for failures known at once.
   virtual wia_status_t post(int rank, Call call, wia_stream_s* stream) = 0;
+  // The shortest way to post `call` when it repeats the last call this
+  // thread posted, already validated then (the API's memo): true when it
+  // is posted, false to go through post().
+  virtual bool try_post_repeat(int /*rank*/, const Call& /*call*/, wia_stream_s* /*stream*/) {
+    return false;
+  }
   virtual void post_send(int rank, int peer, const void* buf, std::uint64_t count,
                          wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream) = 0;
   virtual void post_recv(int rank, int peer, void* buf, std::uint64_t count, wia_datatype_t dtype,

@@ -102,6 +102,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   const std::string& transport_to(int peer) const { return peers_[peer].transport; }
 
   wia_status_t post(int rank, Call call, wia_stream_s* stream) override;
+  bool try_post_repeat(int rank, const Call& call, wia_stream_s* stream) override;
   void post_send(int rank, int peer, const void* buf, std::uint64_t count, wia_datatype_t dtype,
                  std::uint32_t timeout_ms, wia_stream_s* stream) override;
   void post_recv(int rank, int peer, void* buf, std::uint64_t count, wia_datatype_t dtype,
@@ -173,6 +174,13 @@ class ProcessCommunicator final : public CommunicatorBase {
   // The posting-thread path (see the file comment); false when `call`
   // must go through the stream.
   bool try_post_inline(Call& call, wia_stream_s* stream, int peer, bool is_send);
+  // Runs operation `seq`, claimed by the posting thread and begun as `r`
+  // (null: begin failed with `st`, `error`), until done or `post_progress_`
+  // passes, then hands it to the stream; releases the turn when done.
+  // `now`: when the caller last read the clock (the epoch: it did not).
+  void run_claimed(std::uint64_t seq, std::unique_ptr<Running> r, wia_status_t st,
+                   std::string& error, wia_stream_s* stream, int peer, bool is_send,
+                   std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout);
   // Everything a collective needs to run, its NetExecution started; null
   // on failure (status and error set, communicator broken).
   std::unique_ptr<Running> begin(std::uint64_t seq, Call& call,
@@ -227,6 +235,10 @@ class ProcessCommunicator final : public CommunicatorBase {
 
   ProcessLayout layout_;
   wia_device_t device_;
+  // The device provider's entries and context, for the posting thread's
+  // stream query (try_post_repeat).
+  const wia_device_ops_v1_t* device_ops_ = nullptr;
+  void* device_ctx_ = nullptr;
   std::vector<Peer> peers_;
   std::vector<std::string> link_transport_;  // [a * size + b]: every link's transport
   bool oversubscribed_ = false;

@@ -204,6 +204,9 @@ void WindowAllReduce::start(int rank, const Descriptor& desc, const void* send, 
                (in_place || send_ + bytes <= recv_ || recv_ + bytes <= send_) &&
                windows.sources->export_buffer(send, bytes, source_);
   in_header_ = inline_chunk(chunks_ == 1, bytes);
+  pair_ = in_header_ && nranks_ == 2
+              ? kernels::pair_reduce(static_cast<wia_datatype_t>(desc.dtype), op)
+              : kernels::PairReduce{};
   chunk_ = 0;
   stride_ = region_bytes(windows.chunk_bytes);
   srcs_.resize(static_cast<std::size_t>(nranks_));
@@ -378,8 +381,12 @@ bool WindowAllReduce::run_in_header(std::chrono::steady_clock::time_point give_u
     phase_ = Phase::kWaitInputs;
   }
   if (!wait_for_peers(kInput, give_up_at)) return false;
-  for (int q = 0; q < nranks_; ++q) srcs_[q] = header(q, kInput)->inline_data;
-  reduce_in_order(desc_, op_, recv_, srcs_, desc_.count, rank_, kWhat);
+  if (pair_) {
+    pair_(recv_, header(0, kInput)->inline_data, header(1, kInput)->inline_data, desc_.count);
+  } else {
+    for (int q = 0; q < nranks_; ++q) srcs_[q] = header(q, kInput)->inline_data;
+    reduce_in_order(desc_, op_, recv_, srcs_, desc_.count, rank_, kWhat);
+  }
   phase_ = Phase::kDone;
   return true;
 }

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "engine/net_exec.hpp"
+#include "kernels/cpu_reduce.hpp"
 
 namespace wia::engine {
 
@@ -131,6 +132,18 @@ class WindowAllReduce {
              bool one_shot, NodeWindows& windows, ControlChannel& control,
              const NetExecOptions& options);
 
+  // Whether restart() may run this all-reduce again: its vector rides in
+  // the header line (nothing depends on the buffers' addresses).
+  bool restartable() const { return in_header_ && one_shot_; }
+  // The same all-reduce as the last start() (same shape, windows, control
+  // and options objects) from `send` into `recv`, as collective `seq`.
+  void restart(std::uint64_t seq, const void* send, void* recv) {
+    desc_.seq = seq;
+    send_ = static_cast<const char*>(send);
+    recv_ = static_cast<char*>(recv);
+    phase_ = Phase::kPublishInput;
+  }
+
   // WIA_SUCCESS when the result is in `recv`; WIA_IN_PROGRESS when peers
   // had not published by `give_up_at` (call again); a negative status
   // with `error` naming the rank, the peer and the problem otherwise.
@@ -166,6 +179,8 @@ class WindowAllReduce {
   wia_reduce_op_t op_{};
   bool one_shot_ = false;
   bool in_header_ = false;    // the whole vector fits in the input header
+  // 2 ranks, in the header: the one kernel reduce_in_order would run.
+  kernels::PairReduce pair_;
   bool zero_copy_ = false;    // this rank's input is read in place
   SourceRef source_{};        // where, when zero_copy_
   // This chunk read some peer's input in place: the one-shot schedule

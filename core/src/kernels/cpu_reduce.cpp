@@ -613,6 +613,63 @@ const KernelSet<T>* pick(wia_reduce_op_t op, const KernelSet<T>& sum, const Kern
   }
 }
 
+// Calls visit.template operator()<T, DivT>(kernel set) with the kernels
+// of a native dtype and op (T: the element type the kernels compute in,
+// DivT: the type AVG divides in) and returns what it returns; returns
+// false-like (a value-initialised result) for float16, bfloat16 or a bad
+// dtype or op. Integer SUM/AVG/PROD reuse the unsigned kernels for signed
+// types: the wrapped bits are right for them too; only the division needs
+// the signed interpretation.
+template <class Visit>
+auto with_native_kernels(wia_datatype_t dtype, wia_reduce_op_t op, Visit&& visit)
+    -> decltype(visit.template operator()<float, float>(k_f32_sum)) {
+  using Result = decltype(visit.template operator()<float, float>(k_f32_sum));
+  const bool wrapping = op == WIA_REDUCE_SUM || op == WIA_REDUCE_AVG || op == WIA_REDUCE_PROD;
+  auto run = [&]<class T, class DivT = T>(const KernelSet<T>* k) -> Result {
+    if (k == nullptr) return Result{};
+    return visit.template operator()<T, DivT>(*k);
+  };
+  switch (dtype) {
+    case WIA_UINT8:
+      return run.template operator()<std::uint8_t>(pick(op, k_u8_sum, k_u8_prod, k_u8_min, k_u8_max));
+    case WIA_INT8:
+      if (wrapping)
+        return run.template operator()<std::uint8_t, std::int8_t>(
+            pick(op, k_u8_sum, k_u8_prod, k_u8_min, k_u8_max));
+      return run.template operator()<std::int8_t>(pick(op, k_i8_min, k_i8_min, k_i8_min, k_i8_max));
+    case WIA_UINT32:
+      return run.template operator()<std::uint32_t>(
+          pick(op, k_u32_sum, k_u32_prod, k_u32_min, k_u32_max));
+    case WIA_INT32:
+      if (wrapping)
+        return run.template operator()<std::uint32_t, std::int32_t>(
+            pick(op, k_u32_sum, k_u32_prod, k_u32_min, k_u32_max));
+      return run.template operator()<std::int32_t>(
+          pick(op, k_i32_min, k_i32_min, k_i32_min, k_i32_max));
+    case WIA_UINT64:
+      return run.template operator()<std::uint64_t>(
+          pick(op, k_u64_sum, k_u64_prod, k_u64_min, k_u64_max));
+    case WIA_INT64:
+      if (wrapping)
+        return run.template operator()<std::uint64_t, std::int64_t>(
+            pick(op, k_u64_sum, k_u64_prod, k_u64_min, k_u64_max));
+      return run.template operator()<std::int64_t>(
+          pick(op, k_i64_min, k_i64_min, k_i64_min, k_i64_max));
+    case WIA_FLOAT32:
+      return run.template operator()<float>(pick(op, k_f32_sum, k_f32_prod, k_f32_min, k_f32_max));
+    case WIA_FLOAT64:
+      return run.template operator()<double>(pick(op, k_f64_sum, k_f64_prod, k_f64_min, k_f64_max));
+    default:
+      return Result{};
+  }
+}
+
+template <class T>
+void pair_first2(const void* set, void* dst, const void* a, const void* b, std::size_t count) {
+  static_cast<const KernelSet<T>*>(set)->first2(static_cast<T*>(dst), static_cast<const T*>(a),
+                                                static_cast<const T*>(b), count);
+}
+
 bool ranges_overlap(const void* a, const void* b, std::uint64_t bytes) {
   const auto x = reinterpret_cast<std::uintptr_t>(a);
   const auto y = reinterpret_cast<std::uintptr_t>(b);
@@ -728,57 +785,13 @@ wia_status_t reduce_unchecked(const wia_reduce_args_v1_t& args) noexcept {
   const wia_reduce_op_t op = args.op;
   void* dst = args.dst;
   const void* const* srcs = args.srcs;
-  // Integer SUM/AVG/PROD reuse the unsigned kernels for signed types.
-  const bool wrapping = op == WIA_REDUCE_SUM || op == WIA_REDUCE_AVG || op == WIA_REDUCE_PROD;
-
+  // Native types: the kernel set the dtype and op name.
+  if (with_native_kernels(args.dtype, op, [&]<class T, class DivT>(const KernelSet<T>& k) {
+        run_native<T, DivT>(k, dst, srcs, n, count, divisor);
+        return true;
+      }))
+    return WIA_SUCCESS;
   switch (args.dtype) {
-    case WIA_UINT8:
-      run_native(*pick(op, k_u8_sum, k_u8_prod, k_u8_min, k_u8_max), dst, srcs, n, count, divisor);
-      break;
-    case WIA_INT8:
-      if (wrapping) {
-        // The wrapped bits are right for int8 too; only the division
-        // needs the signed interpretation.
-        run_native<std::uint8_t, std::int8_t>(*pick(op, k_u8_sum, k_u8_prod, k_u8_min, k_u8_max),
-                                              dst, srcs, n, count, divisor);
-      } else {
-        run_native(*pick(op, k_i8_min, k_i8_min, k_i8_min, k_i8_max), dst, srcs, n, count, divisor);
-      }
-      break;
-    case WIA_UINT32:
-      run_native(*pick(op, k_u32_sum, k_u32_prod, k_u32_min, k_u32_max), dst, srcs, n, count,
-                 divisor);
-      break;
-    case WIA_INT32:
-      if (wrapping) {
-        run_native<std::uint32_t, std::int32_t>(
-            *pick(op, k_u32_sum, k_u32_prod, k_u32_min, k_u32_max), dst, srcs, n, count, divisor);
-      } else {
-        run_native(*pick(op, k_i32_min, k_i32_min, k_i32_min, k_i32_max), dst, srcs, n, count,
-                   divisor);
-      }
-      break;
-    case WIA_UINT64:
-      run_native(*pick(op, k_u64_sum, k_u64_prod, k_u64_min, k_u64_max), dst, srcs, n, count,
-                 divisor);
-      break;
-    case WIA_INT64:
-      if (wrapping) {
-        run_native<std::uint64_t, std::int64_t>(
-            *pick(op, k_u64_sum, k_u64_prod, k_u64_min, k_u64_max), dst, srcs, n, count, divisor);
-      } else {
-        run_native(*pick(op, k_i64_min, k_i64_min, k_i64_min, k_i64_max), dst, srcs, n, count,
-                   divisor);
-      }
-      break;
-    case WIA_FLOAT32:
-      run_native(*pick(op, k_f32_sum, k_f32_prod, k_f32_min, k_f32_max), dst, srcs, n, count,
-                 divisor);
-      break;
-    case WIA_FLOAT64:
-      run_native(*pick(op, k_f64_sum, k_f64_prod, k_f64_min, k_f64_max), dst, srcs, n, count,
-                 divisor);
-      break;
     case WIA_FLOAT16:
     case WIA_BFLOAT16: {
       const bool half = args.dtype == WIA_FLOAT16;
@@ -816,6 +829,13 @@ wia_status_t reduce_unchecked(const wia_reduce_args_v1_t& args) noexcept {
       return WIA_ERROR_INVALID_ARGUMENT;
   }
   return WIA_SUCCESS;
+}
+
+PairReduce pair_reduce(wia_datatype_t dtype, wia_reduce_op_t op) noexcept {
+  if (op == WIA_REDUCE_AVG) return {};  // divides after combining
+  return with_native_kernels(dtype, op, []<class T, class DivT>(const KernelSet<T>& k) {
+    return PairReduce{&k, &pair_first2<T>};
+  });
 }
 
 bool force_float16_path_for_testing(Float16Path path) noexcept {

@@ -31,6 +31,23 @@ wia_status_t reduce(const wia_reduce_args_v1_t& args) noexcept;
 // reducing a few elements). Bad arguments are undefined behaviour.
 wia_status_t reduce_unchecked(const wia_reduce_args_v1_t& args) noexcept;
 
+// dst = a op b over `count` elements, resolved once for a caller that
+// reduces two sources of one dtype and op over and over (a small
+// all-reduce between two ranks): the kernel reduce_unchecked runs for
+// them (dst may not alias a source), so the result is the same bit for
+// bit. Empty (explicit false) for AVG, float16 and bfloat16, which take
+// more than one kernel call.
+struct PairReduce {
+  const void* kernels = nullptr;
+  void (*fn)(const void* kernels, void* dst, const void* a, const void* b,
+             std::size_t count) = nullptr;
+  explicit operator bool() const { return fn != nullptr; }
+  void operator()(void* dst, const void* a, const void* b, std::size_t count) const {
+    fn(kernels, dst, a, b, count);
+  }
+};
+PairReduce pair_reduce(wia_datatype_t dtype, wia_reduce_op_t op) noexcept;
+
 // The checks reduce() performs before touching memory: NULL when `args`
 // is valid, otherwise a static English phrase naming the problem ("dst
 // overlaps a source", ...). Lets an asynchronous caller (a provider

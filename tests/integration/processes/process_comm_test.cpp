@@ -16,11 +16,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <mutex>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1127,6 +1130,74 @@ TEST_CASE("an input read in place is the caller's again when the call returns") 
           wia_destroy_communicator(comm);
           if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
           return wrong ? kWrong : kOk;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+    check_all(st);
+  }
+}
+
+// A repeated small all-reduce takes the shortest path (the API's memo of
+// the thread's last call, try_post_repeat restarting the window of last
+// time). Two threads of each rank posting in turn, each with buffers of
+// its own: every call restarts a window last run on the other thread's
+// buffers, so a restart that kept the old buffers reads and writes the
+// wrong ones. With the second thread's vectors larger (chunked through the
+// windows), every small call follows a window started for another shape.
+TEST_CASE("a repeated small all-reduce posted by two threads in turn uses each thread's buffers") {
+  for (const auto& [n, other] : {std::pair{2, 3}, std::pair{3, 3}, std::pair{2, 5000},
+                                 std::pair{3, 5000}}) {
+    const int other_count = other;
+    INFO(n << " processes, the other thread's count " << other_count);
+    const auto st = run_ranks(
+        n, base_yaml(),
+        [other_count](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          constexpr int kCalls = 200;
+          std::mutex mu;
+          std::condition_variable cv;
+          int turn = 0, wrong = 0;
+          bool failed = false;
+          auto thread_body = [&](int first) {
+            // 3 floats, 12 bytes: they ride in the window's header line.
+            const std::uint64_t kCount = first == 0 ? 3 : static_cast<std::uint64_t>(other_count);
+            std::vector<float> x(kCount), y(kCount);
+            wia_collective_config_t cfg{};
+            cfg.datatype = WIA_FLOAT32;
+            for (int it = first; it < kCalls; it += 2) {
+              {
+                std::unique_lock<std::mutex> lock(mu);
+                cv.wait(lock, [&] { return turn == it; });
+              }
+              for (std::uint64_t i = 0; i < kCount; ++i)
+                x[i] = static_cast<float>(input(rank, i + static_cast<std::uint64_t>(it)));
+              const bool ok = wia_all_reduce(comm, x.data(), y.data(), kCount, &cfg, nullptr) ==
+                                  WIA_SUCCESS &&
+                              wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+              int bad = 0;
+              for (std::uint64_t i = 0; i < kCount; ++i) {
+                double ref = 0;
+                for (int q = 0; q < nranks; ++q) ref += input(q, i + static_cast<std::uint64_t>(it));
+                bad += y[i] != static_cast<float>(ref);
+              }
+              {
+                std::lock_guard<std::mutex> lock(mu);
+                if (!ok) {
+                  std::fprintf(stderr, "rank %d call %d: %s\n", rank, it, wia_get_last_error());
+                  failed = true;
+                }
+                wrong += bad;
+                ++turn;
+              }
+              cv.notify_all();
+            }
+          };
+          std::thread a(thread_body, 0), b(thread_body, 1);
+          a.join();
+          b.join();
+          wia_destroy_communicator(comm);
+          if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
+          return failed ? kApiError : wrong ? kWrong : kOk;
         },
         {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
     check_all(st);

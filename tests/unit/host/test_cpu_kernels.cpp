@@ -731,3 +731,39 @@ TEST_CASE("float16 implementations: the forced path is honoured and restorable")
   CHECK(wia::kernels::force_float16_path_for_testing(Float16Path::kAuto));
   MESSAGE("float16 implementations on this CPU: " << float16_paths().size());
 }
+
+TEST_CASE("pair_reduce: bit for bit what reduce gives two sources, or empty") {
+  // The resolved two-source kernel (a small all-reduce between two ranks)
+  // must agree with reduce() exactly, or the ranks taking it and those
+  // taking reduce() would disagree; AVG, float16 and bfloat16 need more
+  // than one kernel call and get none.
+  Rng rng{20261201};
+  for (const auto dtype : kAllTypes) {
+    for (const auto op : kAllOps) {
+      INFO(wia::kernels::dtype_name(dtype) << " " << wia::kernels::reduce_op_name(op));
+      const wia::kernels::PairReduce pair = wia::kernels::pair_reduce(dtype, op);
+      const bool expected = op != WIA_REDUCE_AVG && dtype != WIA_FLOAT16 && dtype != WIA_BFLOAT16;
+      REQUIRE(static_cast<bool>(pair) == expected);
+      if (!pair) continue;
+      for (const std::size_t count : {0ul, 1ul, 3ul, 4099ul}) {
+        const std::size_t bytes = count * wia::kernels::dtype_size(dtype);
+        std::vector<unsigned char> a(bytes + 1), b(bytes + 1), want(bytes + 1), got(bytes + 1, 0xA5);
+        fill(dtype, op, a.data(), count, rng);
+        fill(dtype, op, b.data(), count, rng);
+        const void* srcs[2] = {a.data(), b.data()};
+        wia_reduce_args_v1_t args{};
+        args.struct_size = sizeof(args);
+        args.dtype = dtype;
+        args.op = op;
+        args.nsrcs = 2;
+        args.count = count;
+        args.dst = want.data();
+        args.srcs = srcs;
+        REQUIRE(wia::kernels::reduce(args) == WIA_SUCCESS);
+        pair(got.data(), a.data(), b.data(), count);
+        CHECK(std::memcmp(got.data(), want.data(), bytes) == 0);
+        CHECK(got[bytes] == 0xA5);  // nothing written past the vector
+      }
+    }
+  }
+}
