@@ -168,8 +168,10 @@ done
 # the mode changes between launches (docs/performance.md, "The VM's two
 # modes"): a median over rounds compares whichever modes each program
 # drew. So short launches of both, alternating, each between two cache-line
-# timings; a launch counts in a mode only when both timings agree, and the
-# ratio is taken within each mode.
+# timings, compared two ways: the quartiles of all launches (both runners
+# drew modes from the same alternation), and within each mode, where a
+# launch counts only when both timings agree (the mode can change within
+# a second, so few may).
 latency_nps=${BENCH_PEERS_LATENCY_NPS-2}
 latency_launches=${BENCH_PEERS_LATENCY_LAUNCHES:-12}
 for np in $latency_nps; do
@@ -199,9 +201,23 @@ for np in $latency_nps; do
       for (i = 2; i <= n; ++i) { x = v[i]; for (j = i - 1; j >= 1 && v[j] + 0 > x + 0; --j) v[j + 1] = v[j]; v[j + 1] = x }
       return n ? (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) : ""
     }
-    { m = mode($2, $3); if (m == "") { ++mixed; next }
+    function quartile(list, k,   n, v, i, j, x) {
+      n = split(list, v, " ")
+      for (i = 2; i <= n; ++i) { x = v[i]; for (j = i - 1; j >= 1 && v[j] + 0 > x + 0; --j) v[j + 1] = v[j]; v[j + 1] = x }
+      return n ? v[int((n - 1) * k / 4) + 1] : ""
+    }
+    { all[$1] = all[$1] " " $4
+      m = mode($2, $3); if (m == "") { ++mixed; next }
       t[$1, m] = t[$1, m] " " $4; ++n[$1, m]; line[m] = line[m] " " $2 }
     END {
+      # Every launch, whatever its mode: both runners drew their modes
+      # from the same alternation, so equal quartiles compare like with like.
+      printf "  all launches, quartiles (1st / median / 3rd): Open MPI %s / %s / %s us | wia shm %s / %s / %s us | shm/OpenMPI %s / %s / %s\n",
+             quartile(all["mpi"], 1), quartile(all["mpi"], 2), quartile(all["mpi"], 3),
+             quartile(all["wia"], 1), quartile(all["wia"], 2), quartile(all["wia"], 3),
+             sprintf("%.3g", quartile(all["mpi"], 1) / quartile(all["wia"], 1)),
+             sprintf("%.3g", quartile(all["mpi"], 2) / quartile(all["wia"], 2)),
+             sprintf("%.3g", quartile(all["mpi"], 3) / quartile(all["wia"], 3))
       for (k = 1; k <= 2; ++k) {
         m = k == 1 ? "fast" : "slow"
         if (!n["mpi", m] && !n["wia", m]) continue

@@ -110,21 +110,16 @@ int rank_of_stream(const comm::CommunicatorBase& comm, const wia_stream_s* s) {
 // sixth of an 8-byte all-reduce across processes. Creating or destroying
 // a communicator, stream or allocation, a new runtime or another current
 // device changes a generation and the call is checked again.
-// What the checks read besides the arguments: generations of the tables.
+// What the checks read besides the arguments: the tables and the runtime
+// (one epoch that every change of them bumps) and the current device.
 struct Stamp {
-  std::uint64_t runtime = 0, comms = 0, streams = 0, default_streams = 0, allocations = 0;
+  std::uint64_t objects = 0;
   std::uint64_t device = 0;  // the current device, which names the default stream
   bool operator==(const Stamp&) const = default;
 };
 
 Stamp stamp_now() {
-  ObjectTables& t = objects();
-  return {Runtime::get().generation(),
-          communicators().generation(),
-          t.streams.generation(),
-          t.default_streams_generation.load(std::memory_order_acquire),
-          t.allocations.generation(),
-          current_device_stamp()};
+  return {g_object_epoch.load(std::memory_order_acquire), current_device_stamp()};
 }
 
 struct CheckedCall {
@@ -179,6 +174,9 @@ wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
     return checked.comm->post(checked.rank, checked.call, checked.resolved);
   }
   checked.valid = false;
+  // Read before the checks: a table that changes while they run makes the
+  // next call check again.
+  const Stamp stamp = stamp_now();
   comm::CommunicatorBase& comm = live(c);
   wia_stream_s* s = resolve_stream(stream);
   const int rank = rank_of_stream(comm, s);
@@ -270,7 +268,7 @@ wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
     k.req = req;
     k.has_config = req.config != nullptr;
     if (req.config) std::memcpy(&k.config, req.config, sizeof(k.config));
-    k.stamp = stamp_now();
+    k.stamp = stamp;
     k.comm = &comm;
     k.resolved = s;
     k.rank = rank;

@@ -13,11 +13,13 @@ void AllocationRegistry::add(const Allocation& a) {
   std::lock_guard<std::mutex> lock(mu_);
   by_base_[a.base] = a;
   generation_.fetch_add(1, std::memory_order_release);
+  bump_object_epoch();
 }
 
 std::optional<Allocation> AllocationRegistry::remove(const void* p) {
   std::lock_guard<std::mutex> lock(mu_);
   generation_.fetch_add(1, std::memory_order_release);
+  bump_object_epoch();
   auto it = by_base_.find(reinterpret_cast<std::uintptr_t>(p));
   if (it == by_base_.end()) return std::nullopt;
   Allocation a = it->second;
@@ -150,6 +152,7 @@ void release_all_objects(Runtime& rt) noexcept {
     for (auto& [dev, s] : t.default_streams) destroy_stream(s);
     t.default_streams.clear();
     t.default_streams_generation.fetch_add(1, std::memory_order_release);
+    bump_object_epoch();
   }
   for (wia_event_s* e : t.events.all()) {
     t.events.remove(e);

@@ -91,6 +91,13 @@ class AllocationRegistry {
   std::atomic<std::uint64_t> generation_{1};  // bumped by add and remove
 };
 
+// Bumped with every table generation below (allocations, handle sets, the
+// default streams) and by every runtime created or destroyed: one load
+// tells a caller that cached a validation (the API's memo of the last
+// call) whether anything it read may have changed.
+inline std::atomic<std::uint64_t> g_object_epoch{1};
+inline void bump_object_epoch() { g_object_epoch.fetch_add(1, std::memory_order_release); }
+
 // Thread-safe set of live handles of one kind.
 template <typename T>
 class HandleSet {
@@ -99,10 +106,12 @@ class HandleSet {
     std::lock_guard<std::mutex> lock(mu_);
     live_.insert(h);
     generation_.fetch_add(1, std::memory_order_release);
+    bump_object_epoch();
   }
   bool remove(T* h) {
     std::lock_guard<std::mutex> lock(mu_);
     generation_.fetch_add(1, std::memory_order_release);
+    bump_object_epoch();
     return live_.erase(h) == 1;
   }
   // The last handle found live by the calling thread is remembered until

@@ -25,6 +25,7 @@ std::atomic<Runtime*> g_runtime_fast{nullptr};
 Runtime::Runtime(const std::string& yaml_path) {
   static std::atomic<std::uint64_t> generations{0};
   generation_ = ++generations;
+  bump_object_epoch();
   config_ = std::make_unique<Config>(yaml_path.empty() ? Config::load_from_env()
                                                         : Config::load(yaml_path));
   log::Level level = log::Level::warn;
@@ -58,7 +59,7 @@ Runtime::Runtime(const std::string& yaml_path) {
             devices_.size());
 }
 
-Runtime::~Runtime() = default;
+Runtime::~Runtime() { bump_object_epoch(); }
 
 Runtime& Runtime::get() {
   if (Runtime* r = g_runtime_fast.load(std::memory_order_acquire)) return *r;
