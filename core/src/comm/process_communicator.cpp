@@ -1089,17 +1089,15 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   if (post_progress_.count() == 0 || broken_.load() ||
       call.count * kernels::dtype_size(call.dtype) > post_progress_max_bytes_)
     return false;
-  const Device& d = Runtime::get().device(stream->device);
   // The stream must have nothing before the collective, so that running
   // it now keeps stream order; nothing of this communicator may be
   // pending either (every sequence number handed out has run). The query
-  // goes straight to the provider: any answer but "idle" (an error too)
+  // goes straight to the provider of the communicator's device (the API
+  // checked the stream is on it): any answer but "idle" (an error too)
   // sends the call through the stream, which reports errors in full.
-  const wia_device_ops_v1_t& ops = ops_of(d);
-  void* const ctx = d.provider->ctx();
   auto idle = [&] {
     return executed_.load(std::memory_order_acquire) == next_seq_ &&
-           ops.stream_query(ctx, stream->ps) == WIA_SUCCESS;
+           device_ops_->stream_query(device_ctx_, stream->ps) == WIA_SUCCESS;
   };
   // The clock is read only when something waits: a read costs 31 ns here,
   // a tenth of an 8-byte all-reduce between two processes.

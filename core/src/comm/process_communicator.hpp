@@ -236,7 +236,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   ProcessLayout layout_;
   wia_device_t device_;
   // The device provider's entries and context, for the posting thread's
-  // stream query (try_post_repeat).
+  // stream query (try_post_inline, try_post_repeat).
   const wia_device_ops_v1_t* device_ops_ = nullptr;
   void* device_ctx_ = nullptr;
   std::vector<Peer> peers_;

@@ -367,26 +367,19 @@ void WindowAllReduce::copy_slices_out() {
 
 // The whole vector rides in the input header's line (24 bytes or fewer,
 // one-shot: a training loop's small all-reduce): one publish, one wait,
-// one reduction, without run()'s chunk bookkeeping (a seventh of the
-// instructions of a 2-rank 8-byte all-reduce, callgrind).
+// one reduction, without run()'s chunk loop; 2 ranks reduce with the
+// kernel resolved at start().
 bool WindowAllReduce::run_in_header(std::chrono::steady_clock::time_point give_up_at) {
   if (phase_ == Phase::kDone) return true;
   if (phase_ == Phase::kPublishInput) {
-    step_ = ++windows_->step;
-    WindowRegionHeader* h = header(rank_, kInput);
-    h->desc = desc_;
-    if (desc_.count > 0) std::memcpy(h->inline_data, send_, desc_.count * elem_size_);
-    publish(windows_->base[rank_], h, step_, options_->oversubscribed);
-    next_peer_ = 0;
+    publish_input();
     phase_ = Phase::kWaitInputs;
   }
   if (!wait_for_peers(kInput, give_up_at)) return false;
-  if (pair_) {
+  if (pair_)
     pair_(recv_, header(0, kInput)->inline_data, header(1, kInput)->inline_data, desc_.count);
-  } else {
-    for (int q = 0; q < nranks_; ++q) srcs_[q] = header(q, kInput)->inline_data;
-    reduce_in_order(desc_, op_, recv_, srcs_, desc_.count, rank_, kWhat);
-  }
+  else
+    reduce_inputs();
   phase_ = Phase::kDone;
   return true;
 }

@@ -1166,8 +1166,14 @@ TEST_CASE("a repeated small all-reduce posted by two threads in turn uses each t
             cfg.datatype = WIA_FLOAT32;
             for (int it = first; it < kCalls; it += 2) {
               {
+                // Bounded: a thread stuck in a call (which would be a
+                // bug) must not hang the other one forever.
                 std::unique_lock<std::mutex> lock(mu);
-                cv.wait(lock, [&] { return turn == it; });
+                if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return turn == it; })) {
+                  std::fprintf(stderr, "rank %d: call %d never got its turn\n", rank, it);
+                  failed = true;
+                  return;
+                }
               }
               for (std::uint64_t i = 0; i < kCount; ++i)
                 x[i] = static_cast<float>(input(rank, i + static_cast<std::uint64_t>(it)));
