@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tool_ranks.hpp"
 
+#include <hwloc.h>
+#include <hwloc/glibc-sched.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -31,6 +34,54 @@ int env_int(const char* name, int fallback) {
 }
 
 }  // namespace
+
+RankBinding plan_rank_binding(int nprocs) {
+  RankBinding plan;
+  const char* policy = std::getenv("WIA_BIND_TO");
+  if (policy && *policy && std::strcmp(policy, "core") && std::strcmp(policy, "none")) {
+    plan.error = std::string("WIA_BIND_TO='") + policy + "': expected 'core' or 'none'";
+    return plan;
+  }
+  if (policy && !std::strcmp(policy, "none")) {
+    plan.why = "WIA_BIND_TO=none";
+    return plan;
+  }
+  hwloc_topology_t topo = nullptr;
+  if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0) {
+    if (topo) hwloc_topology_destroy(topo);
+    plan.why = "hwloc could not read this machine's cores";
+    return plan;
+  }
+  // The cores this process may run on (taskset, cgroups), each with the
+  // CPUs of it it may use.
+  hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+  if (hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_PROCESS) != 0)
+    hwloc_bitmap_copy(allowed, hwloc_topology_get_allowed_cpuset(topo));
+  const hwloc_obj_type_t unit =
+      hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  std::vector<cpu_set_t> cores;
+  hwloc_bitmap_t usable = hwloc_bitmap_alloc();
+  for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topo, unit, nullptr); o;
+       o = hwloc_get_next_obj_by_type(topo, unit, o)) {
+    hwloc_bitmap_and(usable, o->cpuset, allowed);
+    if (hwloc_bitmap_iszero(usable)) continue;
+    cpu_set_t set;
+    hwloc_cpuset_to_glibc_sched_affinity(topo, usable, &set, sizeof set);
+    cores.push_back(set);
+  }
+  hwloc_bitmap_free(usable);
+  hwloc_bitmap_free(allowed);
+  hwloc_topology_destroy(topo);
+  if (static_cast<int>(cores.size()) < nprocs) {
+    // As mpirun when oversubscribed: the scheduler shares the cores out.
+    plan.why = std::to_string(nprocs) + " ranks outnumber the " + std::to_string(cores.size()) +
+               " core(s) this process may use";
+    return plan;
+  }
+  cores.resize(static_cast<std::size_t>(nprocs));
+  plan.cpus = std::move(cores);
+  return plan;
+}
 
 void default_one_device_per_process() {
   if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
@@ -122,6 +173,11 @@ int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv) {
     for (auto& e : envs[r]) envps[r].push_back(e.data());
     envps[r].push_back(nullptr);
   }
+  const RankBinding binding = plan_rank_binding(n);
+  if (!binding.error.empty()) {
+    std::fprintf(stderr, "%s: %s\n", tool, binding.error.c_str());
+    return 2;
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(n, -1);
@@ -131,6 +187,10 @@ int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv) {
       // A rank outliving its spawner (killed, timed out) would hold its
       // peers in collectives until their timeout: it dies with the spawner.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
+      // Only a system call between fork and exec (the rendezvous root's
+      // thread runs in the parent). A binding refused is a slower run,
+      // not a failed one.
+      if (!binding.cpus.empty()) sched_setaffinity(0, sizeof(cpu_set_t), &binding.cpus[r]);
       execve(self, argp.data(), envps[r].data());
       _exit(127);
     }

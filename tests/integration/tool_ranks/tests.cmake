@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+# Where the tools' rank spawner (wia-bench --procs, wia-bw --procs) binds
+# its ranks: one core each while the cores suffice, as mpirun does.
+if(NOT TARGET wia_tool_ranks)
+  return()
+endif()
+
+add_executable(test_tool_ranks_binding_check ${CMAKE_CURRENT_LIST_DIR}/binding_check.cpp)
+target_link_libraries(test_tool_ranks_binding_check PRIVATE wia_tool_ranks wia::core wia_warnings)
+foreach(p host shm tcp)
+  if(TARGET wia-provider-${p})
+    add_dependencies(test_tool_ranks_binding_check wia-provider-${p})
+  endif()
+endforeach()
+set(_tr_check $<TARGET_FILE:test_tool_ranks_binding_check>)
+
+# 1 and 2 ranks (bound on a machine of 2 cores or more), 3 (unbound on
+# this 2-core machine, bound on a bigger one: the check works out which),
+# 2 under taskset on one CPU (1 core for 2 ranks: unbound, on that CPU),
+# and 2 with WIA_BIND_TO=none.
+add_test(NAME tool_ranks_binding_1 COMMAND ${_tr_check} --procs 1)
+add_test(NAME tool_ranks_binding_2 COMMAND ${_tr_check} --procs 2)
+add_test(NAME tool_ranks_binding_3 COMMAND ${_tr_check} --procs 3)
+add_test(NAME tool_ranks_binding_2_on_one_cpu COMMAND taskset -c 0 ${_tr_check} --procs 2)
+add_test(NAME tool_ranks_binding_2_none COMMAND ${_tr_check} --procs 2)
+set_tests_properties(tool_ranks_binding_2_none PROPERTIES ENVIRONMENT "WIA_BIND_TO=none")
+# A policy other than core or none: exit status 2 and a message naming it.
+add_test(NAME tool_ranks_binding_bad_policy COMMAND sh -c "\
+  out=$(WIA_BIND_TO=socket ${_tr_check} --procs 2 2>&1); rc=$?; echo \"$out\"; \
+  test $rc -eq 2 && echo \"$out\" | grep -q \"WIA_BIND_TO='socket': expected 'core' or 'none'\"")
+set_tests_properties(tool_ranks_binding_1 tool_ranks_binding_2 tool_ranks_binding_3
+                     tool_ranks_binding_2_on_one_cpu tool_ranks_binding_2_none
+                     tool_ranks_binding_bad_policy PROPERTIES TIMEOUT 60)
