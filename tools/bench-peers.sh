@@ -233,7 +233,7 @@ for spec in $alternate; do
       m = mode($2, $3); if (m == "") { ++mixed; next }
       t[$1, m] = t[$1, m] " " $4; ++n[$1, m]; line[m] = line[m] " " $2 }
     END {
-      printf "  all launches, quartiles (1st / median / 3rd):\n"
+      printf "  all launches, quartiles of the time (1st / median / 3rd):\n"
       printf "    %-8s %s / %s / %s\n", peer, shown(quartile(all["peer"], 1)), shown(quartile(all["peer"], 2)), shown(quartile(all["peer"], 3))
       printf "    %-8s %s / %s / %s\n", mine, shown(quartile(all["wia"], 1)), shown(quartile(all["wia"], 2)), shown(quartile(all["wia"], 3))
       printf "    libwia / %s (peer time / libwia time): %s / %s / %s\n", peer,
