@@ -114,6 +114,9 @@ bool same_bytes(const Descriptor& a, const Descriptor& b) {
 static_assert(sizeof(Descriptor) == 32, "same_bytes compares 32 bytes");
 
 constexpr const char* kWhat = "all-reduce through node-shared windows";
+
+// window_sleep_counts(): touched only on the sleeping path.
+std::atomic<std::uint64_t> g_sleeps{0}, g_sleeps_woken{0};
 constexpr SourceRef kNotExported{};
 
 const char* kind_name(int kind, bool one_shot) {
@@ -268,6 +271,10 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
   return true;
 }
 
+WindowSleepCounts window_sleep_counts() {
+  return {g_sleeps.load(std::memory_order_relaxed), g_sleeps_woken.load(std::memory_order_relaxed)};
+}
+
 void WindowAllReduce::sleep_until_published(int q, int which) {
   WindowRegionHeader* h = header(q, which);
   auto sleepers = sleepers_of(windows_->base[q]);
@@ -278,8 +285,11 @@ void WindowAllReduce::sleep_until_published(int q, int which) {
   // between sleeps, and a peer that died never publishes.
   if (seen != step_) {
     const timespec ms{0, 1000000};
-    ::syscall(SYS_futex, futex_word(h), FUTEX_WAIT, static_cast<std::uint32_t>(seen), &ms,
-              nullptr, 0);
+    g_sleeps.fetch_add(1, std::memory_order_relaxed);
+    // 0: woken (FUTEX_WAKE); -1 with ETIMEDOUT or EAGAIN (published first).
+    if (::syscall(SYS_futex, futex_word(h), FUTEX_WAIT, static_cast<std::uint32_t>(seen), &ms,
+                  nullptr, 0) == 0)
+      g_sleeps_woken.fetch_add(1, std::memory_order_relaxed);
   }
   sleepers.fetch_sub(1, std::memory_order_relaxed);
 }

@@ -123,6 +123,15 @@ struct NodeWindows {
 
 struct WindowRegionHeader;  // window_allreduce.cpp
 
+// How this process's waits on peers' windows went to sleep and ended, for
+// tests of the wake-up: a sleeper a publishing peer did not wake still
+// finishes, 1 ms later, so only these counts show the wake-up missing.
+struct WindowSleepCounts {
+  std::uint64_t sleeps = 0;  // futex waits entered (oversubscribed ranks only)
+  std::uint64_t woken = 0;   // of those, ended by a peer's FUTEX_WAKE
+};
+WindowSleepCounts window_sleep_counts();
+
 class WindowAllReduce {
  public:
   // Starts the all-reduce `desc` describes: `count` elements of `dtype`
