@@ -3,11 +3,7 @@
 # real shm and tcp transport providers (docs/processes.md).
 wia_add_unit_test(process_comm SOURCES ${CMAKE_CURRENT_LIST_DIR}/process_comm_test.cpp
                   LIBS wia_core_internal TIMEOUT 900)
-foreach(p host shm tcp)
-  if(TARGET wia-provider-${p})
-    add_dependencies(test_process_comm wia-provider-${p})
-  endif()
-endforeach()
+wia_test_loads_providers(test_process_comm)
 
 # Spec 6.10's snippet as C11, run as a one-process job.
 add_executable(test_spec_distributed_c ${CMAKE_CURRENT_LIST_DIR}/spec_distributed.c)

@@ -5,13 +5,7 @@ if(NOT TARGET wia_tool_ranks)
   return()
 endif()
 
-add_executable(test_tool_ranks_binding_check ${CMAKE_CURRENT_LIST_DIR}/binding_check.cpp)
-target_link_libraries(test_tool_ranks_binding_check PRIVATE wia_tool_ranks wia::core wia_warnings)
-foreach(p host shm tcp)
-  if(TARGET wia-provider-${p})
-    add_dependencies(test_tool_ranks_binding_check wia-provider-${p})
-  endif()
-endforeach()
+wia_add_job_check(test_tool_ranks_binding_check ${CMAKE_CURRENT_LIST_DIR}/binding_check.cpp)
 set(_tr_check $<TARGET_FILE:test_tool_ranks_binding_check>)
 
 # 1 and 2 ranks (bound on a machine of 2 cores or more), 3 (unbound on
