@@ -35,6 +35,10 @@ nps=${BENCH_PEERS_NPS-2 4}
 sizes=${BENCH_PEERS_SIZES:-8 65536 1048576 16777216 67108864}
 rounds=${BENCH_PEERS_ROUNDS:-5}
 alternate=${BENCH_PEERS_ALTERNATE-2:8:mpi:12 4:67108864:gloo:6}
+for spec in $alternate; do  # checked now, not after the tables
+  [[ $spec =~ ^[0-9]+:[0-9]+:(mpi|gloo):[0-9]+$ ]] || {
+    echo "bench-peers: BENCH_PEERS_ALTERNATE: '$spec' is not NP:BYTES:mpi|gloo:LAUNCHES" >&2; exit 2; }
+done
 peers=$build/bench-peers
 mkdir -p "$peers"
 
@@ -110,9 +114,10 @@ run_wia() {  # transport np
 }
 
 # The round with the median time, per size, of "<bytes> <time_us> <busbw>
-# <wrong> [algorithm]" files name.np.r1 ... (wrong: summed over rounds).
+# <wrong> [algorithm]" files name.np.r1 ... (wrong: summed over rounds;
+# name.np.raw is not a round).
 median_of_rounds() {  # name np
-  cat "$out/$1.$2".r* 2>/dev/null | sort -k1,1n -k2,2g | awk '
+  cat "$out/$1.$2".r[0-9]* 2>/dev/null | sort -k1,1n -k2,2g | awk '
     {line[$1, ++n[$1]] = $0; wrong[$1] += $4}
     END {for (s in n) {split(line[s, int((n[s] + 1) / 2)], f, " "); f[4] = wrong[s]
                        out = f[1]; for (i = 2; i in f; ++i) out = out " " f[i]; print out}}' \
@@ -196,8 +201,7 @@ launch_time() {
 
 for spec in $alternate; do
   IFS=: read -r np bytes peer launches <<<"$spec"
-  case $peer in mpi) mine=shm; peer_name="Open MPI" ;; gloo) mine=tcp; peer_name=Gloo ;;
-    *) echo "bench-peers: BENCH_PEERS_ALTERNATE: '$spec': the peer is mpi or gloo" >&2; exit 2 ;; esac
+  case $peer in mpi) mine=shm; peer_name="Open MPI" ;; *) mine=tcp; peer_name=Gloo ;; esac
   log=$out/alt.$np.$bytes
   : >"$log"
   for ((i = 0; i < launches; ++i)); do
@@ -225,20 +229,21 @@ for spec in $alternate; do
       n = sorted(list, v)
       return n ? (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2) : ""
     }
+    # The 1st and 3rd quartiles (k = 1, 3): the lower value of the pair around them.
     function quartile(list, k,   n, v) { n = sorted(list, v); return n ? v[int((n - 1) * k / 4) + 1] : "" }
     # Time in us, or busbw in GB/s (nccl-tests: bytes / time * 2(n-1)/n) from 1 MiB.
-    function shown(us) { return bytes < 1048576 ? us " us" : sprintf("%.3g GB/s", bytes / us / 1000 * 2 * (np - 1) / np) }
+    function shown(us) { return us == "" ? "-" : bytes < 1048576 ? us " us" : sprintf("%.3g GB/s", bytes / us / 1000 * 2 * (np - 1) / np) }
     function ratio(p, w) { return (p > 0 && w > 0) ? sprintf("%.3g", p / w) : "-" }
     { all[$1] = all[$1] " " $4
       m = mode($2, $3); if (m == "") { ++mixed; next }
       t[$1, m] = t[$1, m] " " $4; ++n[$1, m]; line[m] = line[m] " " $2 }
     END {
       printf "  all launches, quartiles of the time (1st / median / 3rd):\n"
-      printf "    %-8s %s / %s / %s\n", peer, shown(quartile(all["peer"], 1)), shown(quartile(all["peer"], 2)), shown(quartile(all["peer"], 3))
-      printf "    %-8s %s / %s / %s\n", mine, shown(quartile(all["wia"], 1)), shown(quartile(all["wia"], 2)), shown(quartile(all["wia"], 3))
+      printf "    %-8s %s / %s / %s\n", peer, shown(quartile(all["peer"], 1)), shown(median(all["peer"])), shown(quartile(all["peer"], 3))
+      printf "    %-8s %s / %s / %s\n", mine, shown(quartile(all["wia"], 1)), shown(median(all["wia"])), shown(quartile(all["wia"], 3))
       printf "    libwia / %s (peer time / libwia time): %s / %s / %s\n", peer,
              ratio(quartile(all["peer"], 1), quartile(all["wia"], 1)),
-             ratio(quartile(all["peer"], 2), quartile(all["wia"], 2)),
+             ratio(median(all["peer"]), median(all["wia"])),
              ratio(quartile(all["peer"], 3), quartile(all["wia"], 3))
       for (k = 1; k <= 2; ++k) {
         m = k == 1 ? "fast" : "slow"

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,32 +47,40 @@ RankBinding plan_rank_binding(int nprocs) {
     plan.why = "WIA_BIND_TO=none";
     return plan;
   }
-  hwloc_topology_t topo = nullptr;
-  if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0) {
-    if (topo) hwloc_topology_destroy(topo);
+  struct TopologyDeleter {
+    void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+  };
+  struct BitmapDeleter {
+    void operator()(hwloc_bitmap_s* b) const { hwloc_bitmap_free(b); }
+  };
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) {
+    plan.why = "hwloc could not read this machine's cores";
+    return plan;
+  }
+  const std::unique_ptr<hwloc_topology, TopologyDeleter> topo(raw);
+  const std::unique_ptr<hwloc_bitmap_s, BitmapDeleter> allowed(hwloc_bitmap_alloc());
+  const std::unique_ptr<hwloc_bitmap_s, BitmapDeleter> usable(hwloc_bitmap_alloc());
+  if (hwloc_topology_load(topo.get()) != 0 || !allowed || !usable) {
     plan.why = "hwloc could not read this machine's cores";
     return plan;
   }
   // The cores this process may run on (taskset, cgroups), each with the
   // CPUs of it it may use.
-  hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-  if (hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_PROCESS) != 0)
-    hwloc_bitmap_copy(allowed, hwloc_topology_get_allowed_cpuset(topo));
+  if (hwloc_get_cpubind(topo.get(), allowed.get(), HWLOC_CPUBIND_PROCESS) != 0)
+    hwloc_bitmap_copy(allowed.get(), hwloc_topology_get_allowed_cpuset(topo.get()));
   const hwloc_obj_type_t unit =
-      hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+      hwloc_get_nbobjs_by_type(topo.get(), HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
   std::vector<cpu_set_t> cores;
-  hwloc_bitmap_t usable = hwloc_bitmap_alloc();
-  for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topo, unit, nullptr); o;
-       o = hwloc_get_next_obj_by_type(topo, unit, o)) {
-    hwloc_bitmap_and(usable, o->cpuset, allowed);
-    if (hwloc_bitmap_iszero(usable)) continue;
+  for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topo.get(), unit, nullptr); o;
+       o = hwloc_get_next_obj_by_type(topo.get(), unit, o)) {
+    hwloc_bitmap_and(usable.get(), o->cpuset, allowed.get());
     cpu_set_t set;
-    hwloc_cpuset_to_glibc_sched_affinity(topo, usable, &set, sizeof set);
-    cores.push_back(set);
+    // (A core past cpu_set_t's CPU_SETSIZE CPUs comes out empty: skipped.)
+    if (hwloc_cpuset_to_glibc_sched_affinity(topo.get(), usable.get(), &set, sizeof set) == 0 &&
+        CPU_COUNT(&set) > 0)
+      cores.push_back(set);
   }
-  hwloc_bitmap_free(usable);
-  hwloc_bitmap_free(allowed);
-  hwloc_topology_destroy(topo);
   if (static_cast<int>(cores.size()) < nprocs) {
     // As mpirun when oversubscribed: the scheduler shares the cores out.
     plan.why = std::to_string(nprocs) + " ranks outnumber the " + std::to_string(cores.size()) +
@@ -82,6 +91,39 @@ RankBinding plan_rank_binding(int nprocs) {
   plan.cpus = std::move(cores);
   return plan;
 }
+
+namespace {
+
+// "0-3,8": the CPUs of `set`, for the binding report.
+std::string cpu_list(const cpu_set_t& set) {
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set) || (c > 0 && CPU_ISSET(c - 1, &set))) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(c) +
+           (last > c ? "-" + std::to_string(last) : std::string());
+  }
+  return out;
+}
+
+// The binding, on stderr, at WIA_LOG_LEVEL info or more (as mpirun's
+// --report-bindings).
+void report_binding(const char* tool, const RankBinding& binding) {
+  const char* level = std::getenv("WIA_LOG_LEVEL");
+  if (!level ||
+      (std::strcmp(level, "info") && std::strcmp(level, "debug") && std::strcmp(level, "trace")))
+    return;
+  if (binding.cpus.empty()) {
+    std::fprintf(stderr, "%s: ranks not bound: %s\n", tool, binding.why.c_str());
+    return;
+  }
+  for (std::size_t r = 0; r < binding.cpus.size(); ++r)
+    std::fprintf(stderr, "%s: rank %zu bound to CPU(s) %s\n", tool, r,
+                 cpu_list(binding.cpus[r]).c_str());
+}
+
+}  // namespace
 
 void default_one_device_per_process() {
   if (!std::getenv("WIA_HOST_DEVICES") && !std::getenv("WIA_CONFIG"))
@@ -118,6 +160,12 @@ wia_status_t join_job(const char* tool, wia_communicator_t* comm) {
 
 int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv) {
   default_one_device_per_process();
+  const RankBinding binding = plan_rank_binding(nprocs);
+  if (!binding.error.empty()) {
+    std::fprintf(stderr, "%s: %s\n", tool, binding.error.c_str());
+    return 2;
+  }
+  report_binding(tool, binding);
   wia_unique_id_t id{};
   // Runs the rendezvous root in this process.
   if (const wia_status_t st = wia_get_unique_id(&id); st != WIA_SUCCESS) {
@@ -172,11 +220,6 @@ int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv) {
       envs[r].push_back(kv);
     for (auto& e : envs[r]) envps[r].push_back(e.data());
     envps[r].push_back(nullptr);
-  }
-  const RankBinding binding = plan_rank_binding(n);
-  if (!binding.error.empty()) {
-    std::fprintf(stderr, "%s: %s\n", tool, binding.error.c_str());
-    return 2;
   }
   std::fflush(stdout);
   std::fflush(stderr);

@@ -27,12 +27,13 @@ void default_one_device_per_process();
 // (OMPI_COMM_WORLD_SIZE, PMI_SIZE or WIA_WORLD_SIZE).
 bool launched_by_launcher();
 
-// Where spawn_local_ranks binds its ranks, as `mpirun --bind-to core` does
-// by default: rank r to the r-th core (the CPUs of it this process may use,
-// hwloc order) when there are at least as many cores as ranks; unbound
-// when the ranks outnumber them (as mpirun when oversubscribed) or
+// Where spawn_local_ranks binds its ranks, as `mpirun --bind-to core`:
+// rank r to the r-th core (the CPUs of it this process may use, hwloc
+// order) when there are at least as many cores as ranks; unbound when the
+// ranks outnumber them (as mpirun when oversubscribed) or
 // WIA_BIND_TO=none. Unbound, two spinning ranks could share one core for a
 // whole short benchmark before the scheduler moves one (docs/decisions.md).
+// spawn_local_ranks prints the binding at WIA_LOG_LEVEL info or more.
 struct RankBinding {
   std::vector<cpu_set_t> cpus;  // one per rank, or empty: unbound
   std::string why;              // why unbound

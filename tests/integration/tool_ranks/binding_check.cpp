@@ -2,14 +2,16 @@
 // Checks where spawn_local_ranks (wia-bench --procs, wia-bw --procs) binds
 // its ranks (tests.cmake runs it):
 //
-//   tool_ranks_binding_check --procs N
-//       spawns N ranks; each reads its own CPU affinity and the ranks
+//   tool_ranks_binding_check --procs N [--on-first-cpu]
+//       spawns N ranks (from a spawner restricted to the first CPU it may
+//       use, with --on-first-cpu); each reads its own CPU affinity and the ranks
 //       all-gather them over a process communicator. Rank 0 checks them
 //       against what it works out from sysfs (not hwloc, which the spawner
 //       uses): when the spawner's CPUs span at least N cores and
 //       WIA_BIND_TO is not "none", each rank runs on exactly the spawner's
 //       CPUs of one core, no two ranks on the same core; otherwise every
-//       rank runs on all of the spawner's CPUs.
+//       rank runs on all of the spawner's CPUs. Exits with 77 (skipped)
+//       where sysfs does not describe the cores.
 #include <sched.h>
 #include <unistd.h>
 
@@ -64,26 +66,29 @@ std::string describe(const Mask& m) {
   return "{" + s + "}";
 }
 
-int read_int(const std::string& path) {
+constexpr int kSkipped = 77;  // ctest SKIP_RETURN_CODE
+
+bool read_int(const std::string& path, int* v) {
   std::ifstream f(path);
-  int v = -1;
-  f >> v;
-  return v;
+  return static_cast<bool>(f >> *v);
 }
 
-// The spawner's CPUs grouped by core (package id, core id from sysfs).
-std::vector<Mask> cores_of(const Mask& spawner) {
+// The spawner's CPUs grouped by core (package id, core id from sysfs);
+// false when sysfs does not say.
+bool cores_of(const Mask& spawner, std::vector<Mask>* out) {
   std::map<std::pair<int, int>, Mask> cores;
   for (int c = 0; c < kWords * 64; ++c) {
     if (!(spawner[c / 64] >> (c % 64) & 1)) continue;
     const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
-    const std::pair<int, int> key{read_int(dir + "physical_package_id"), read_int(dir + "core_id")};
+    std::pair<int, int> key;
+    if (!read_int(dir + "physical_package_id", &key.first) ||
+        !read_int(dir + "core_id", &key.second))
+      return false;
     auto [it, fresh] = cores.try_emplace(key, Mask(kWords, 0));
     it->second[c / 64] |= 1ull << (c % 64);
   }
-  std::vector<Mask> out;
-  for (auto& [key, m] : cores) out.push_back(m);
-  return out;
+  for (auto& [key, m] : cores) out->push_back(m);
+  return true;
 }
 
 int run_rank() {
@@ -104,14 +109,18 @@ int run_rank() {
   if (rank == 0) {
     const char* hex = std::getenv(kParentVar);
     const Mask spawner = from_hex(hex ? hex : "");
-    const std::vector<Mask> cores = cores_of(spawner);
+    std::vector<Mask> cores;
+    if (!cores_of(spawner, &cores)) {
+      std::printf("skipped: /sys/devices/system/cpu/cpu*/topology does not name the cores\n");
+      failures = -1;
+    }
     const char* policy = std::getenv("WIA_BIND_TO");
     const bool bound =
         !(policy && !std::strcmp(policy, "none")) && static_cast<int>(cores.size()) >= n;
     std::printf("%d ranks, spawner CPUs %s on %zu core(s): expect %s\n", n,
                 describe(spawner).c_str(), cores.size(), bound ? "one core each" : "unbound");
     std::set<Mask> seen;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < n && failures >= 0; ++r) {
       const Mask m(all.begin() + r * kWords, all.begin() + (r + 1) * kWords);
       std::printf("  rank %d runs on %s\n", r, describe(m).c_str());
       bool ok;
@@ -131,18 +140,33 @@ int run_rank() {
   }
   wia_destroy_communicator(comm);
   wia_finalize();
-  return failures ? 1 : 0;
+  return failures < 0 ? kSkipped : failures ? 1 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 3 && !std::strcmp(argv[1], "--procs")) {
+  if ((argc == 3 || (argc == 4 && !std::strcmp(argv[3], "--on-first-cpu"))) &&
+      !std::strcmp(argv[1], "--procs")) {
+    if (argc == 4) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int first = 0;
+        while (first < CPU_SETSIZE && !CPU_ISSET(first, &set)) ++first;
+        CPU_ZERO(&set);
+        CPU_SET(first, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0) {
+          std::perror("sched_setaffinity");
+          return 1;
+        }
+      }
+    }
     setenv(kParentVar, to_hex(own_cpus()).c_str(), 1);
     return wia::tools::spawn_local_ranks("tool_ranks_binding_check", std::atoi(argv[2]), argc,
                                          argv);
   }
-  if (argc == 2 && !std::strcmp(argv[1], "--procs-from-env")) return run_rank();
-  std::fprintf(stderr, "usage: tool_ranks_binding_check --procs N\n");
+  if (argc >= 2 && !std::strcmp(argv[argc - 1], "--procs-from-env")) return run_rank();
+  std::fprintf(stderr, "usage: tool_ranks_binding_check --procs N [--on-first-cpu]\n");
   return 2;
 }
