@@ -5,11 +5,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <utility>
 #include <thread>
 
 #include <fmt/format.h>
@@ -53,6 +55,8 @@ struct HandleSlot {
   std::uint32_t endpoint_flags;  // WIA_TRANSPORT_FLAG_* of the endpoint listened on
   std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
 };
+constexpr int kCpuWords = 16;  // CPUs 0 .. 1023
+
 struct RankRecord {
   std::uint32_t magic;
   std::uint32_t count;
@@ -70,7 +74,26 @@ struct RankRecord {
   std::uint64_t window_chunk_bytes;
   std::uint64_t window_max_bytes;
   std::uint64_t one_shot_max_bytes;
+  // The CPUs this process may run on (sched_getaffinity: taskset, cgroup
+  // cpusets, a launcher's binding), bit c = CPU c; all zero if unknown.
+  std::uint64_t cpus[kCpuWords];
 };
+
+// This rank's node: how many ranks it has, and how many CPUs they may run
+// on together (0: unknown).
+std::pair<int, int> node_ranks_and_cpus(const std::vector<RankRecord>& records,
+                                        const ProcessLayout& layout) {
+  std::uint64_t cpus[kCpuWords] = {};
+  int local = 0;
+  for (int r = 0; r < layout.size; ++r) {
+    if (layout.node_of_rank[r] != layout.node_of_rank[layout.rank]) continue;
+    ++local;
+    for (int w = 0; w < kCpuWords; ++w) cpus[w] |= records[r].cpus[w];
+  }
+  int count = 0;
+  for (const std::uint64_t w : cpus) count += std::popcount(w);
+  return {local, count};
+}
 
 // What a rank can use, from its record (every rank derives the same).
 selector::TransportAvailability availability_of(const RankRecord& r) {
@@ -487,6 +510,7 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
       static_cast<std::uint64_t>(rt.config().get_int("collectives.node_window_max_bytes"));
   node_window_zero_copy_min_bytes_ = static_cast<std::uint64_t>(
       rt.config().get_int("collectives.node_window_zero_copy_min_bytes"));
+  // Until the ranks' CPUs are known (connect_mesh): the online CPUs.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int local_size = 0;
   for (int r = 0; r < layout_.size; ++r)
@@ -541,6 +565,9 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
   std::vector<Listening> listening;
   RankRecord mine{};
   mine.magic = kRecordMagic;
+  if (cpu_set_t set; sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < kCpuWords * 64 && c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) mine.cpus[c / 64] |= 1ull << (c % 64);
   const std::string& host = layout_.host_of_rank.empty() ? std::string() : layout_.host_of_rank[me];
   std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof(mine.host) - 1));
   for (const auto& prov : rt.providers().loaded()) {
@@ -610,6 +637,16 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
                   fmt::format("rank {} sent a malformed connection record", r));
     }
   }
+
+  // Whether the node's ranks outnumber the CPUs they may run on, all of
+  // them together: ranks confined to fewer CPUs than there are ranks (a
+  // container's cpuset, taskset) are oversubscribed on a machine of many
+  // cores, and ranks bound one per core are not.
+  if (const auto [local, cpus] = node_ranks_and_cpus(records, layout_); cpus > 0) {
+    oversubscribed_ = local > cpus;
+    log::info("comm", "rank {}: {} rank(s) on this node may run on {} CPU(s){}", me, local, cpus,
+              oversubscribed_ ? ": oversubscribed, waits yield and sleep" : "");
+  }  // else unknown: the constructor's count of online CPUs stands
 
   // Choose each link's transport with the selector's rules (YAML
   // selector.rules, WIA_TRANSPORT, the defaults), from what both ends

@@ -9,6 +9,7 @@
 #include <wia/wia.h>
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1211,51 +1212,66 @@ TEST_CASE("a repeated small all-reduce posted by two threads in turn uses each t
   }
 }
 
-// With more ranks than cores, a rank waiting on a late peer's window
-// sleeps on a futex, and the peer's publish must wake it: without the
-// wake-up every call still finishes, 1 ms late, so the test counts how
-// the sleeps ended instead of timing them.
+// With more ranks than CPUs to run them, a rank waiting on a late peer's
+// window sleeps on a futex, and the peer's publish must wake it: without
+// the wake-up every call still finishes, 1 ms late, so the test counts how
+// the sleeps ended instead of timing them. Ranks count as more than the
+// CPUs either way: more ranks than the machine's cores, or 2 ranks
+// confined to one CPU (as in a container's cpuset) on any machine.
 TEST_CASE("a rank asleep on a late peer's window is woken by its publish") {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int n = cores + 1;  // oversubscribed: ranks sleep when they wait
-  if (n > 32) {
-    MESSAGE("skipped: " << n << " processes would be needed to outnumber the cores");
-    return;
+  const auto late_peer = [](int rank, int nranks) {
+    wia_communicator_t comm = join(rank, nranks);
+    if (!comm) return kApiError;
+    int wrong = 0;
+    for (int it = 0; it < 10; ++it) {
+      // Rank 1 comes late; the others wait, then sleep, on its window.
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      float v = static_cast<float>(rank + it), sum = 0;
+      wia_collective_config_t c{};
+      c.datatype = WIA_FLOAT32;
+      if (wia_all_reduce(comm, &v, &sum, 1, &c, nullptr) != WIA_SUCCESS ||
+          wia_stream_synchronize(nullptr) != WIA_SUCCESS)
+        return kApiError;
+      wrong += sum != static_cast<float>(nranks * (nranks - 1) / 2 + nranks * it);
+    }
+    const wia_algorithm_t last = wia_get_selected_algorithm(comm);
+    const bool windows = last.name && std::string(last.name) == "one_shot";
+    wia_destroy_communicator(comm);
+    const wia::engine::WindowSleepCounts slept = wia::engine::window_sleep_counts();
+    if (rank != 1 && (!windows || slept.sleeps == 0 || slept.woken == 0)) {
+      std::fprintf(stderr,
+                   "rank %d: algorithm %s, %llu sleeps on a window, %llu ended by a wake-up\n",
+                   rank, last.name ? last.name : "?",
+                   static_cast<unsigned long long>(slept.sleeps),
+                   static_cast<unsigned long long>(slept.woken));
+      ++wrong;
+    }
+    return wrong ? kWrong : kOk;
+  };
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}};
+  SUBCASE("2 ranks confined to one CPU") {
+    cpu_set_t allowed;
+    REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &allowed)) ++first;
+    check_all(run_ranks(2, base_yaml(), late_peer, env, {}, 120, [first](int) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(first, &one);
+      sched_setaffinity(0, sizeof one, &one);
+    }));
   }
-  INFO(n << " processes on " << cores << " cores");
-  const auto st = run_ranks(
-      n, base_yaml(),
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        int wrong = 0;
-        for (int it = 0; it < 10; ++it) {
-          // Rank 1 comes late; the others wait, then sleep, on its window.
-          if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-          float v = static_cast<float>(rank + it), sum = 0;
-          wia_collective_config_t c{};
-          c.datatype = WIA_FLOAT32;
-          if (wia_all_reduce(comm, &v, &sum, 1, &c, nullptr) != WIA_SUCCESS ||
-              wia_stream_synchronize(nullptr) != WIA_SUCCESS)
-            return kApiError;
-          wrong += sum != static_cast<float>(nranks * (nranks - 1) / 2 + nranks * it);
-        }
-        const wia_algorithm_t last = wia_get_selected_algorithm(comm);
-        const bool windows = last.name && std::string(last.name) == "one_shot";
-        wia_destroy_communicator(comm);
-        const wia::engine::WindowSleepCounts slept = wia::engine::window_sleep_counts();
-        if (rank != 1 && (!windows || slept.sleeps == 0 || slept.woken == 0)) {
-          std::fprintf(stderr,
-                       "rank %d: algorithm %s, %llu sleeps on a window, %llu ended by a wake-up\n",
-                       rank, last.name ? last.name : "?",
-                       static_cast<unsigned long long>(slept.sleeps),
-                       static_cast<unsigned long long>(slept.woken));
-          ++wrong;
-        }
-        return wrong ? kWrong : kOk;
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
-  check_all(st);
+  SUBCASE("more ranks than the machine's cores") {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n = cores + 1;
+    if (n > 32) {
+      MESSAGE("skipped: " << n << " processes would be needed to outnumber the cores");
+      return;
+    }
+    INFO(n << " processes on " << cores << " cores");
+    check_all(run_ranks(n, base_yaml(), late_peer, env));
+  }
 }
 
 // The window layout is every rank's bank size: ranks configured
