@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "coll/registry.hpp"
+#include "common/cpus.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -150,7 +151,7 @@ tuner::LinkModel in_process_link_model(std::int32_t nranks) {
   // a few microseconds with a core per rank, tens when ranks share cores
   // (a yield or a wake-up per hand-off; docs/performance.md). Charging it
   // keeps the tuner from splitting vectors into more chunks than pay off.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cpu_count();
   m.message_overhead_us = nranks > cores ? 20.0 : 2.0;
   return m;
 }

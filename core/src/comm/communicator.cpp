@@ -10,6 +10,7 @@
 
 #include "coll/registry.hpp"
 #include "comm/algorithm_choice.hpp"
+#include "common/cpus.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -49,7 +50,7 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
                               d.id, d.provider->name()));
   }
   for (auto& c : completed_) c.store(0);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cpu_count();
   oversubscribed_ = static_cast<int>(devices_.size()) > cores;
   workers_ = std::min(static_cast<int>(devices_.size()), cores);
 

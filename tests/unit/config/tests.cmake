@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Configuration (YAML schema, environment overrides) and logging.
+# Configuration (YAML schema, environment overrides), logging and the
+# usable CPU count.
 # The sources under test are compiled in directly, so this binary does not
 # depend on the rest of the core being buildable.
 set(WIA_CONFIG_TEST_SOURCES
@@ -7,11 +8,13 @@ set(WIA_CONFIG_TEST_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/provider_config_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schema_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/log_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cpus_test.cpp
   ${PROJECT_SOURCE_DIR}/core/src/config/config.cpp
   ${PROJECT_SOURCE_DIR}/core/src/config/schema.cpp
   ${PROJECT_SOURCE_DIR}/core/src/config/value.cpp
   ${PROJECT_SOURCE_DIR}/core/src/common/log.cpp
-  ${PROJECT_SOURCE_DIR}/core/src/common/error.cpp)
+  ${PROJECT_SOURCE_DIR}/core/src/common/error.cpp
+  ${PROJECT_SOURCE_DIR}/core/src/common/cpus.cpp)
 wia_add_unit_test(config
   SOURCES ${WIA_CONFIG_TEST_SOURCES}
   LIBS yaml-cpp fmt::fmt spdlog::spdlog wia::plugin_api Threads::Threads)

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/cpus.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace wia {
+
+int usable_cpu_count() noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace wia
