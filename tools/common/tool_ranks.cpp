@@ -28,6 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kIdVariable = "WIA_TOOL_UNIQUE_ID";
+constexpr const char* kBindingVariable = "WIA_TOOL_BINDING";
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -136,6 +137,8 @@ bool launched_by_launcher() {
   return false;
 }
 
+const char* spawned_binding() { return std::getenv(kBindingVariable); }
+
 wia_status_t join_job(const char* tool, wia_communicator_t* comm) {
   const char* hex = std::getenv(kIdVariable);
   if (!hex) return wia_create_distributed_communicator(nullptr, comm);
@@ -199,8 +202,13 @@ int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv) {
   // Everything is built before fork: the child only calls execve.
   std::vector<std::string> base_env;
   const std::string id_prefix = std::string(kIdVariable) + "=";
-  const char* const ours[] = {
-      "WIA_RANK=", "WIA_WORLD_SIZE=", "WIA_LOCAL_RANK=", "WIA_LOCAL_SIZE=", id_prefix.c_str()};
+  const std::string binding_prefix = std::string(kBindingVariable) + "=";
+  const char* const ours[] = {"WIA_RANK=",       "WIA_WORLD_SIZE=", "WIA_LOCAL_RANK=",
+                              "WIA_LOCAL_SIZE=", id_prefix.c_str(), binding_prefix.c_str()};
+  const std::string binding_summary =
+      binding_prefix + (binding.cpus.empty()
+                            ? "unbound: " + binding.why
+                            : std::string("bound one per core (WIA_BIND_TO=none: unbound)"));
   for (char** e = environ; *e; ++e) {
     bool mine = false;
     for (const char* k : ours) mine |= !std::strncmp(*e, k, std::strlen(k));
@@ -213,10 +221,11 @@ int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv) {
   for (auto& a : args) argp.push_back(a.data());
   argp.push_back(nullptr);
   for (int r = 0; r < n; ++r) {
-    for (const auto& kv : {std::string("WIA_RANK=") + std::to_string(r),
-                           std::string("WIA_WORLD_SIZE=") + std::to_string(n),
-                           std::string("WIA_LOCAL_RANK=") + std::to_string(r),
-                           std::string("WIA_LOCAL_SIZE=") + std::to_string(n), id_prefix + hex})
+    for (const auto& kv :
+         {std::string("WIA_RANK=") + std::to_string(r),
+          std::string("WIA_WORLD_SIZE=") + std::to_string(n),
+          std::string("WIA_LOCAL_RANK=") + std::to_string(r),
+          std::string("WIA_LOCAL_SIZE=") + std::to_string(n), id_prefix + hex, binding_summary})
       envs[r].push_back(kv);
     for (auto& e : envs[r]) envps[r].push_back(e.data());
     envps[r].push_back(nullptr);

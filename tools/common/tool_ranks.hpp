@@ -49,6 +49,10 @@ RankBinding plan_rank_binding(int nprocs);
 // dies with this process. `tool` prefixes messages.
 int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv);
 
+// In a rank spawn_local_ranks started: how the ranks are bound ("bound one
+// per core ...", or "unbound: why"), for the tool's report; null otherwise.
+const char* spawned_binding();
+
 // Creates this rank's process communicator (collective over the job).
 // WIA_ERROR_INVALID_ARGUMENT for a malformed WIA_TOOL_UNIQUE_ID (message on
 // stderr); otherwise the status of the create call.

@@ -515,6 +515,8 @@ int run_sweep(const Options& o, Bench& bench, bool print) {
                   op_name(o.op), p, wia_comm_node_count(bench.comm()),
                   transport && *transport ? transport : "auto: shm inside a node, tcp between",
                   wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop));
+      if (const char* binding = wia::tools::spawned_binding())
+        std::printf("# ranks (--procs): %s\n", binding);
       std::printf("# time = slowest rank (median of 3 repetitions, each after a barrier); "
                   "#wrong = sum over ranks\n");
       std::printf("# bound = busbw of every rank copying its data once (memcpy, each rank in its "

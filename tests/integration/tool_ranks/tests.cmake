@@ -26,3 +26,12 @@ add_test(NAME tool_ranks_binding_bad_policy COMMAND sh -c "\
 set_tests_properties(tool_ranks_binding_1 tool_ranks_binding_2 tool_ranks_binding_3
                      tool_ranks_binding_2_on_one_cpu tool_ranks_binding_2_none
                      tool_ranks_binding_bad_policy PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# wia-bench reports how --procs bound its ranks in its header.
+if(TARGET wia-bench)
+  add_test(NAME tool_ranks_binding_reported_by_wia_bench COMMAND sh -c "\
+    out=$(WIA_BIND_TO=none $<TARGET_FILE:wia-bench> --procs 2 --sizes 8 -n 10 -w 1) || exit 1; \
+    echo \"$out\" | head -n 3; echo \"$out\" | grep -q '^# ranks (--procs): unbound: WIA_BIND_TO=none$'")
+  set_tests_properties(tool_ranks_binding_reported_by_wia_bench PROPERTIES TIMEOUT 60
+    ENVIRONMENT "WIA_LOG_LEVEL=error")
+endif()
