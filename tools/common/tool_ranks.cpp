@@ -35,7 +35,12 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-}  // namespace
+// Where spawn_local_ranks binds its ranks (see tool_ranks.hpp).
+struct RankBinding {
+  std::vector<cpu_set_t> cpus;  // one per rank, or empty: unbound
+  std::string why;              // why unbound
+  std::string error;            // WIA_BIND_TO is neither "core" nor "none"
+};
 
 RankBinding plan_rank_binding(int nprocs) {
   RankBinding plan;
@@ -92,8 +97,6 @@ RankBinding plan_rank_binding(int nprocs) {
   plan.cpus = std::move(cores);
   return plan;
 }
-
-namespace {
 
 // "0-3,8": the CPUs of `set`, for the binding report.
 std::string cpu_list(const cpu_set_t& set) {

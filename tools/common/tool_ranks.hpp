@@ -11,11 +11,7 @@
 //    torchrun, or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR; docs/processes.md).
 #pragma once
 
-#include <sched.h>
 #include <wia/wia.h>
-
-#include <string>
-#include <vector>
 
 namespace wia::tools {
 
@@ -27,24 +23,16 @@ void default_one_device_per_process();
 // (OMPI_COMM_WORLD_SIZE, PMI_SIZE or WIA_WORLD_SIZE).
 bool launched_by_launcher();
 
-// Where spawn_local_ranks binds its ranks, as `mpirun --bind-to core`:
-// rank r to the r-th core (the CPUs of it this process may use, hwloc
-// order) when there are at least as many cores as ranks; unbound when the
-// ranks outnumber them (as mpirun when oversubscribed) or
-// WIA_BIND_TO=none. Unbound, two spinning ranks could share one core for a
-// whole short benchmark before the scheduler moves one (docs/decisions.md).
-// spawn_local_ranks prints the binding at WIA_LOG_LEVEL info or more.
-struct RankBinding {
-  std::vector<cpu_set_t> cpus;  // one per rank, or empty: unbound
-  std::string why;              // why unbound
-  std::string error;            // WIA_BIND_TO is neither "core" nor "none"
-};
-RankBinding plan_rank_binding(int nprocs);
-
 // Forks and execs this program `nprocs` times as the ranks of one job,
 // waits for them, and returns the first non-zero exit status in rank order
 // (0 when all succeeded; 2 for a bad WIA_BIND_TO). Ranks are bound as
-// plan_rank_binding says. Once a rank has failed, the others have 10 s to
+// `mpirun --bind-to core` binds them: rank r to the r-th core (the CPUs of
+// it this process may use, hwloc order) when there are at least as many
+// cores as ranks; unbound when the ranks outnumber them (as mpirun when
+// oversubscribed) or WIA_BIND_TO=none. Unbound, two spinning ranks could
+// share one core for a whole short benchmark before the scheduler moves
+// one (docs/decisions.md). The binding is printed at WIA_LOG_LEVEL info or
+// more. Once a rank has failed, the others have 10 s to
 // report the broken communicator themselves, then are killed; a rank also
 // dies with this process. `tool` prefixes messages.
 int spawn_local_ranks(const char* tool, int nprocs, int argc, char** argv);

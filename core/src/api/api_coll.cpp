@@ -109,7 +109,7 @@ int rank_of_stream(const comm::CommunicatorBase& comm, const wia_stream_s* s) {
 // buffers, count and config) over and over; checking it again was a
 // sixth of an 8-byte all-reduce across processes. Creating or destroying
 // a communicator, stream or allocation, a new runtime or another current
-// device changes a generation and the call is checked again.
+// device changes the stamp and the call is checked again.
 // What the checks read besides the arguments: the tables and the runtime
 // (one epoch that every change of them bumps) and the current device.
 struct Stamp {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <utility>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 

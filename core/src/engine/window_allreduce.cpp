@@ -114,9 +114,6 @@ bool same_bytes(const Descriptor& a, const Descriptor& b) {
 static_assert(sizeof(Descriptor) == 32, "same_bytes compares 32 bytes");
 
 constexpr const char* kWhat = "all-reduce through node-shared windows";
-
-// window_sleep_counts(): touched only on the sleeping path.
-std::atomic<std::uint64_t> g_sleeps{0}, g_sleeps_woken{0};
 constexpr SourceRef kNotExported{};
 
 const char* kind_name(int kind, bool one_shot) {
@@ -270,6 +267,11 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
   next_peer_ = 0;
   return true;
 }
+
+namespace {
+// window_sleep_counts(): touched only on the sleeping path.
+std::atomic<std::uint64_t> g_sleeps{0}, g_sleeps_woken{0};
+}  // namespace
 
 WindowSleepCounts window_sleep_counts() {
   return {g_sleeps.load(std::memory_order_relaxed), g_sleeps_woken.load(std::memory_order_relaxed)};

@@ -130,8 +130,6 @@ class HandleSet {
     seen = {this, generation_.load(std::memory_order_relaxed), h};
     return true;
   }
-  // Changes whenever a handle is added or removed.
-  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   std::vector<T*> all() const {
     std::lock_guard<std::mutex> lock(mu_);
     return {live_.begin(), live_.end()};
