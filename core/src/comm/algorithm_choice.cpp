@@ -159,10 +159,13 @@ tuner::LinkModel in_process_link_model(std::int32_t nranks) {
 AlgorithmChoice choose_algorithm(const coll::CollArgs& args, coll::Algorithm requested,
                                  tuner::Selector& selector) {
   AlgorithmChoice choice;
-  auto estimate = [&](coll::Algorithm a) {
-    coll::CollArgs costed = args;
-    costed.algorithm = a;
-    return tuner::estimate(costed, selector.model()).time_us / 1000.0;
+  // An algorithm chosen by a caller or a rule still gets the chunk count
+  // the cost model finds best for it (a call's own num_chunks wins over
+  // this in the communicators).
+  auto chunk_it = [&] {
+    const tuner::Selection& s = selector.select_chunks(args, choice.algorithm);
+    choice.num_chunks = s.num_chunks;
+    choice.estimated_ms = s.estimated_ms;
   };
   if (requested != coll::Algorithm::kAuto) {
     if (!coll::find_algorithm(args.collective, requested))
@@ -172,19 +175,19 @@ AlgorithmChoice choose_algorithm(const coll::CollArgs& args, coll::Algorithm req
                               coll::algorithm_name(requested), names_for(args.collective)));
     choice.algorithm = requested;
     choice.reason = "call config";
-    choice.estimated_ms = estimate(requested);
+    chunk_it();
     return choice;
   }
   if (const char* env = std::getenv("WIA_ALGO"); env && *env) {
     if (apply_rules(split(env, ','), "WIA_ALGO", args, &choice)) {
-      choice.estimated_ms = estimate(choice.algorithm);
+      chunk_it();
       return choice;
     }
   }
   const std::vector<std::string> rules =
       Runtime::get().config().get_list("collectives.algorithm");
   if (apply_rules(rules, "collectives.algorithm", args, &choice)) {
-    choice.estimated_ms = estimate(choice.algorithm);
+    chunk_it();
     return choice;
   }
   const tuner::Selection& sel = selector.select(args.collective, args.count, args.dtype);

@@ -536,11 +536,15 @@ Selection select_algorithm(coll::Collective collective, std::uint64_t count, wia
   return select_algorithm(args, model, considered);
 }
 
-Selection select_algorithm(const coll::CollArgs& given, const LinkModel& model,
-                           std::vector<Candidate>* considered) {
+namespace {
+
+// The arguments a selection costs: the shape of `given`, SUM, root 0, out
+// of place.
+coll::CollArgs costed_args(const coll::CollArgs& given, const LinkModel& model,
+                           const char* caller) {
   if (model.nranks != given.nranks)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                std::string("select_algorithm: link model has ") + std::to_string(model.nranks) +
+                std::string(caller) + ": link model has " + std::to_string(model.nranks) +
                     " ranks, communicator " + std::to_string(given.nranks));
   coll::CollArgs args;
   args.collective = given.collective;
@@ -550,37 +554,62 @@ Selection select_algorithm(const coll::CollArgs& given, const LinkModel& model,
   args.op = WIA_REDUCE_SUM;
   args.options.groups = given.options.groups;
   coll::validate_args(args);
-  const std::uint64_t count = args.count;
-  const std::int32_t nranks = args.nranks;
-  const wia_datatype_t dtype = args.dtype;
-  const std::size_t es = kernels::dtype_size(dtype);
-  Selection best;
-  double best_us = 0;
+  return args;
+}
+
+// Costs `info` at the chunk counts worth trying and keeps the cheapest in
+// `best` (ties keep what `best` already holds).
+void cost_algorithm(const coll::AlgorithmInfo& info, coll::CollArgs args, const LinkModel& model,
+                    std::vector<Candidate>* considered, Selection& best, double& best_us) {
   // Splitting a ring's blocks only overlaps transfers with local work; with
   // free local work it only adds latency terms, so it is not worth costing.
   const bool local_work_costs = model.reduce_gbps > 0 || model.copy_gbps > 0;
-  for (const coll::AlgorithmInfo* info : coll::algorithms_for(args.collective)) {
-    if (!coll::tuner_candidate(*info, args)) continue;
-    std::vector<std::uint32_t> chunks{1};
-    if (info->pipelined && (info->algorithm != Algorithm::kRing || local_work_costs))
-      chunks = chunk_candidates(count, es, nranks);
-    double previous = -1;
-    for (std::uint32_t k : chunks) {
-      args.algorithm = info->algorithm;
-      args.options.num_chunks = k;
-      const CostEstimate e = estimate(args, model);
-      if (considered) considered->push_back({info->algorithm, info->name, k, e.time_us});
-      if (best.name[0] == '\0' || e.time_us < best_us) {
-        best_us = e.time_us;
-        best.algorithm = info->algorithm;
-        best.name = info->name;
-        best.num_chunks = k;
-      }
-      // Time is (about) unimodal in the chunk count: stop once it rises.
-      if (previous >= 0 && e.time_us >= previous) break;
-      previous = e.time_us;
+  std::vector<std::uint32_t> chunks{1};
+  if (info.pipelined && (info.algorithm != Algorithm::kRing || local_work_costs))
+    chunks = chunk_candidates(args.count, kernels::dtype_size(args.dtype), args.nranks);
+  double previous = -1;
+  for (std::uint32_t k : chunks) {
+    args.algorithm = info.algorithm;
+    args.options.num_chunks = k;
+    const CostEstimate e = estimate(args, model);
+    if (considered) considered->push_back({info.algorithm, info.name, k, e.time_us});
+    if (best.name[0] == '\0' || e.time_us < best_us) {
+      best_us = e.time_us;
+      best.algorithm = info.algorithm;
+      best.name = info.name;
+      best.num_chunks = k;
     }
+    // Time is (about) unimodal in the chunk count: stop once it rises.
+    if (previous >= 0 && e.time_us >= previous) break;
+    previous = e.time_us;
   }
+}
+
+}  // namespace
+
+Selection select_algorithm(const coll::CollArgs& given, const LinkModel& model,
+                           std::vector<Candidate>* considered) {
+  const coll::CollArgs args = costed_args(given, model, "select_algorithm");
+  Selection best;
+  double best_us = 0;
+  for (const coll::AlgorithmInfo* info : coll::algorithms_for(args.collective))
+    if (coll::tuner_candidate(*info, args))
+      cost_algorithm(*info, args, model, considered, best, best_us);
+  best.estimated_ms = best_us / 1000.0;
+  return best;
+}
+
+Selection select_chunks(const coll::CollArgs& given, coll::Algorithm algorithm,
+                        const LinkModel& model) {
+  const coll::CollArgs args = costed_args(given, model, "select_chunks");
+  const coll::AlgorithmInfo* info = coll::find_algorithm(args.collective, algorithm);
+  if (info == nullptr)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                std::string("select_chunks: ") + coll::collective_name(args.collective) +
+                    " has no algorithm '" + coll::algorithm_name(algorithm) + "'");
+  Selection best;
+  double best_us = 0;
+  cost_algorithm(*info, args, model, nullptr, best, best_us);
   best.estimated_ms = best_us / 1000.0;
   return best;
 }
@@ -613,13 +642,26 @@ const Selection& Selector::select(coll::Collective collective, std::uint64_t cou
 }
 
 const Selection& Selector::select(const coll::CollArgs& args) {
-  const Key key{(static_cast<std::uint64_t>(size_bucket(args.count)) << 16) |
+  return lookup(args, Algorithm::kAuto);
+}
+
+const Selection& Selector::select_chunks(const coll::CollArgs& given, coll::Algorithm algorithm) {
+  coll::CollArgs args = given;
+  if (!args.options.groups) args.options.groups = groups_;
+  return lookup(args, algorithm);
+}
+
+const Selection& Selector::lookup(const coll::CollArgs& args, coll::Algorithm algorithm) {
+  const Key key{(static_cast<std::uint64_t>(algorithm) << 32) |
+                    (static_cast<std::uint64_t>(size_bucket(args.count)) << 16) |
                     (static_cast<std::uint64_t>(args.collective) << 8) |
                     kernels::dtype_size(args.dtype),
                 coll::rank_groups_fingerprint(args.options.groups)};
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  return cache_[key] = select_algorithm(args, model_);
+  return cache_[key] = algorithm == Algorithm::kAuto
+                           ? select_algorithm(args, model_)
+                           : tuner::select_chunks(args, algorithm, model_);
 }
 
 double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "coll/registry.hpp"
 #include "common/error.hpp"
@@ -268,6 +269,50 @@ TEST_CASE("cost: the selector caches per quarter-octave size bucket") {
       select_algorithm(Collective::kAllReduce, 1 << 20, WIA_FLOAT32, 16, sel.model());
   CHECK(std::string(direct.name) == a.name);
   CHECK(direct.estimated_ms == doctest::Approx(a.estimated_ms));
+}
+
+TEST_CASE(
+    "cost: an algorithm a caller forces runs at the chunk count the model finds best for it") {
+  // The figures a process communicator over loopback tcp uses.
+  LinkModel m = LinkModel::uniform(4, 1.0, 10.0);
+  m.port_gbps = 0;
+  m.message_overhead_us = 5.0;
+  m.reduce_gbps = 8.0;
+  m.copy_gbps = 10.0;
+  const std::uint64_t count = (16u << 20) / 4;
+  const Selection forced =
+      select_chunks(allreduce(Algorithm::kAuto, 4, count), Algorithm::kDirect, m);
+  CHECK(forced.algorithm == Algorithm::kDirect);
+  // Its estimate is the full cost of the schedule at its chunk count ...
+  CHECK(forced.estimated_ms * 1000 ==
+        doctest::Approx(full_cost(allreduce(Algorithm::kDirect, 4, count, forced.num_chunks), m)));
+  // ... no dearer than the builder's fixed default (64 chunks, 64 KiB
+  // messages here), which it used to run at ...
+  const std::uint32_t fixed =
+      coll::default_chunks(Collective::kAllReduce, Algorithm::kDirect, count * 4, 4);
+  CHECK(fixed == 64);
+  CHECK(forced.num_chunks != fixed);
+  CHECK(forced.estimated_ms * 1000 < full_cost(allreduce(Algorithm::kDirect, 4, count, fixed), m));
+  // ... and the cheapest of that algorithm's candidates in the full selection.
+  std::vector<Candidate> seen;
+  select_algorithm(Collective::kAllReduce, count, WIA_FLOAT32, 4, m, &seen);
+  double cheapest = -1;
+  for (const Candidate& c : seen)
+    if (c.algorithm == Algorithm::kDirect && (cheapest < 0 || c.time_us < cheapest))
+      cheapest = c.time_us;
+  CHECK(forced.estimated_ms * 1000 == doctest::Approx(cheapest));
+
+  Selector sel(m);
+  const Selection& a = sel.select_chunks(allreduce(Algorithm::kAuto, 4, count), Algorithm::kDirect);
+  const Selection& b =
+      sel.select_chunks(allreduce(Algorithm::kAuto, 4, count + 5), Algorithm::kDirect);
+  CHECK(&a == &b);
+  CHECK(a.num_chunks == forced.num_chunks);
+  sel.select_chunks(allreduce(Algorithm::kAuto, 4, count), Algorithm::kRing);  // its own entry
+  sel.select(Collective::kAllReduce, count, WIA_FLOAT32);  // and the selection's
+  CHECK(sel.cached() == 3);
+  CHECK_THROWS_AS(sel.select_chunks(allreduce(Algorithm::kAuto, 4, count), Algorithm::kBruck),
+                  Error);
 }
 
 TEST_CASE("cost: selection speed (printed)") {

@@ -365,6 +365,28 @@ TEST_CASE("AUTO picks an algorithm and reports it with an estimate") {
   }
 }
 
+TEST_CASE("an algorithm the call forces is run at the chunk count AUTO would give it") {
+  // Costed alike, so the two reports agree; with the builder's fixed
+  // default instead, a forced pipelined algorithm ran (and was costed)
+  // at another chunk count.
+  Library lib;
+  Ranks R(4);
+  for (std::uint64_t n : {std::uint64_t(1) << 16, std::uint64_t(1) << 18, std::uint64_t(1) << 20}) {
+    Case c{
+        WIA_COLLECTIVE_ALLREDUCE, WIA_ALGORITHM_AUTO, 4, n, WIA_FLOAT32, WIA_REDUCE_SUM, false, 0};
+    REQUIRE(run_case(R, c) == 0);
+    const wia_algorithm_t chosen = wia_get_selected_algorithm(R.comm);
+    c.algo = chosen.id;
+    REQUIRE(run_case(R, c) == 0);
+    const wia_algorithm_t forced = wia_get_selected_algorithm(R.comm);
+    CAPTURE(n);
+    const std::string name = chosen.name;
+    CAPTURE(name);
+    CHECK(forced.id == chosen.id);
+    CHECK(forced.estimated_time_ms == doctest::Approx(chosen.estimated_time_ms));
+  }
+}
+
 TEST_CASE("mismatched calls fail on every rank instead of hanging") {
   Library lib;
   Ranks R(3);
