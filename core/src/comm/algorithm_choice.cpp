@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <algorithm>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 
