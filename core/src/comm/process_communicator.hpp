@@ -156,11 +156,11 @@ class ProcessCommunicator final : public CommunicatorBase {
     ControlHeader reply{};
     bool said_bye = false;
   };
-  // Declared in process_internal.hpp, private to process_*.cpp.
-  class Control;
-  struct MeshSetup;
-  struct RunningOperation;
-  struct StreamTask;
+  // Defined in process_internal.hpp, private to process_*.cpp:
+  class Control;            // the control channel (abort, query, reply, bye)
+  struct MeshSetup;         // what connect_mesh's steps gather and share
+  struct RunningOperation;  // the operation this rank runs now, in one of four modes
+  struct StreamTask;        // the work item a stream runs: one operation, in sequence
 
   // Operations run in posting order, whatever streams they were posted
   // on: an operation waits (bounded) for its turn in that sequence, and

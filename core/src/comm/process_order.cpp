@@ -145,18 +145,18 @@ void ProcessCommunicator::run_claimed(std::uint64_t seq, std::unique_ptr<Running
     // Peers are late: the stream's worker goes on from here.
     // From here it is queued on a stream: counted in in_flight_ (the
     // task uncounts it), which is what destroy waits for.
-    auto* g = new StreamTask{this, seq, Call{}, stream, peer, is_send, std::move(r), false};
+    auto* task = new StreamTask{this, seq, Call{}, stream, peer, is_send, std::move(r), false};
     in_flight_.fetch_add(1);
     try {
       device_call(Runtime::get().device(stream->device), "launch_host_func",
                   [&](const wia_device_ops_v1_t& o, void* ctx) {
                     return o.launch_host_func(ctx, stream->ps, &ProcessCommunicator::stream_task,
-                                              g);
+                                              task);
                   });
       return;
     } catch (const Error& e) {
       in_flight_.fetch_sub(1);
-      delete g;
+      delete task;
       st = e.status();
       error = fmt::format("could not hand collective #{} to its stream: {}", seq, e.what());
       break_communicator(st, error);
@@ -181,16 +181,16 @@ void ProcessCommunicator::post_stream_task(Call call, wia_stream_s* stream, int 
     seq = next_seq_++;
   }
   const bool large = call.count * kernels::dtype_size(call.dtype) > post_progress_max_bytes_;
-  auto* g = new StreamTask{this, seq, std::move(call), stream, peer, is_send, nullptr, large};
+  auto* task = new StreamTask{this, seq, std::move(call), stream, peer, is_send, nullptr, large};
   in_flight_.fetch_add(1);
   if (large) large_in_flight_.fetch_add(1);
   const Device& d = Runtime::get().device(stream->device);
   try {
     device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
-      return o.launch_host_func(ctx, stream->ps, &ProcessCommunicator::stream_task, g);
+      return o.launch_host_func(ctx, stream->ps, &ProcessCommunicator::stream_task, task);
     });
   } catch (const Error& e) {
-    delete g;
+    delete task;
     in_flight_.fetch_sub(1);
     if (large) large_in_flight_.fetch_sub(1);
     // Its sequence number is spent; the ranks can no longer agree.
@@ -202,22 +202,22 @@ void ProcessCommunicator::post_stream_task(Call call, wia_stream_s* stream, int 
 }
 
 void ProcessCommunicator::stream_task(void* arg) {
-  std::unique_ptr<StreamTask> g(static_cast<StreamTask*>(arg));
-  g->comm->run_stream_task(*g);
+  std::unique_ptr<StreamTask> task(static_cast<StreamTask*>(arg));
+  task->comm->run_stream_task(*task);
 }
 
-void ProcessCommunicator::run_stream_task(StreamTask& g) {
+void ProcessCommunicator::run_stream_task(StreamTask& task) {
   std::string error;
   wia_status_t st;
-  if (g.running) {
-    st = proceed(*g.running, Clock::time_point::max(), error);
-    recycle(std::move(g.running));
-    release_turn(g.seq);
+  if (task.running) {
+    st = proceed(*task.running, Clock::time_point::max(), error);
+    recycle(std::move(task.running));
+    release_turn(task.seq);
   } else {
-    st = execute(g.seq, g.call, g.peer, g.is_send, error);
+    st = execute(task.seq, task.call, task.peer, task.is_send, error);
   }
-  if (st != WIA_SUCCESS) g.stream->set_async_error(st, error);
-  if (g.large) large_in_flight_.fetch_sub(1);
+  if (st != WIA_SUCCESS) task.stream->set_async_error(st, error);
+  if (task.large) large_in_flight_.fetch_sub(1);
   in_flight_.fetch_sub(1);
   order_signal_.notify();
 }
