@@ -15,7 +15,7 @@
 #include "common/hot_tls.hpp"
 #include "common/log.hpp"
 #include "coll/schedule.hpp"
-#include "comm/communicator.hpp"
+#include "comm/device_communicator.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
@@ -308,7 +308,7 @@ void destroy_communicator(wia_communicator_t c) {
   comm::CommunicatorBase& comm = live(c);
   communicators().remove(c);
   if (!comm.drain()) {
-    // Gates still queued on streams would run on freed memory: keep the
+    // Stream tasks still queued on streams would run on freed memory: keep the
     // communicator alive (a bounded leak) and say why.
     const int pending = comm.in_flight();
     throw Error(WIA_ERROR_TIMEOUT,
@@ -343,7 +343,7 @@ WIA_API wia_status_t wia_create_communicator(const wia_device_t* devices, int nd
                   fmt::format("ndevices is {}; a communicator needs at least one device",
                               ndevices));
     auto c = std::make_unique<wia_communicator_s>();
-    c->impl = std::make_unique<comm::Communicator>(std::vector<wia_device_t>(devices, devices + ndevices));
+    c->impl = std::make_unique<comm::DeviceCommunicator>(std::vector<wia_device_t>(devices, devices + ndevices));
     communicators().add(c.get());
     *comm = c.release();
   });

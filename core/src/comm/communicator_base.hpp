@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the C API sees of a communicator. Two kinds implement it:
-//   Communicator         (communicator.hpp) one process drives N devices;
+//   DeviceCommunicator   (device_communicator.hpp) one process drives N
+//                        devices, one rank per device;
 //   ProcessCommunicator  (process_communicator.hpp) one rank per process,
 //                        peers reached through transport providers.
 // Both post a collective on the caller's stream and return at once.

@@ -9,19 +9,19 @@
 // waits for the rank's done event: no host thread is involved, as with
 // NCCL kernels. Otherwise the operation cannot be enqueued yet (peers have
 // not posted), and an event that is not recorded cannot be waited for, so
-// a gate (a host function) holds the user's stream until the rank's
+// a stream task (a host function) holds the user's stream until the rank's
 // completion callback runs or the timeout expires.
 //
 // Completion is signalled by a host function at the end of each rank's
 // internal stream rather than by a thread polling events: on this class of
 // machine a polling thread costs a core (docs/performance.md), while the
-// callback wakes exactly the gate that waits.
+// callback wakes exactly the stream task that waits.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <thread>
 
-#include <fmt/format.h>
-
-#include "comm/communicator.hpp"
+#include "comm/device_communicator.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "runtime/device_call.hpp"
@@ -29,17 +29,18 @@
 
 namespace wia::comm {
 
-void Communicator::init_device_engine() {
+void DeviceCommunicator::init_device_engine() {
   Runtime& rt = Runtime::get();
   std::vector<const Device*> devs;
   for (wia_device_t id : devices_) {
     const Device& d = rt.device(id);
     if (d.provider != rt.device(devices_[0]).provider)
-      throw Error(WIA_ERROR_NOT_SUPPORTED,
-                  fmt::format("device engine: device {} ({}) and device {} ({}) belong to different "
-                              "providers; the devices of one communicator must share a provider",
-                              devices_[0], rt.device(devices_[0]).provider->name(), d.id,
-                              d.provider->name()));
+      throw Error(
+          WIA_ERROR_NOT_SUPPORTED,
+          fmt::format("device engine: device {} ({}) and device {} ({}) belong to different "
+                      "providers; the devices of one communicator must share a provider",
+                      devices_[0], rt.device(devices_[0]).provider->name(), d.id,
+                      d.provider->name()));
     if (!(ops_of(d).caps & WIA_DEVICE_CAP_REDUCE))
       throw Error(WIA_ERROR_NOT_SUPPORTED,
                   fmt::format("device engine: device {} ({}) offers no on-device reduction "
@@ -74,8 +75,8 @@ void Communicator::init_device_engine() {
       if ((o.caps & WIA_DEVICE_CAP_PEER) &&
           o.can_access_peer(rx.provider->ctx(), rx.local_index, tx.local_index, &can) ==
               WIA_SUCCESS &&
-          can && o.enable_peer_access(rx.provider->ctx(), rx.local_index, tx.local_index) ==
-                     WIA_SUCCESS)
+          can &&
+          o.enable_peer_access(rx.provider->ctx(), rx.local_index, tx.local_index) == WIA_SUCCESS)
         direct_[b][a] = 1;
       else
         staged += fmt::format("{}{}<-{}", staged.empty() ? "" : " ", b, a);
@@ -84,13 +85,13 @@ void Communicator::init_device_engine() {
              devs.size(), devs[0]->provider->name(), staged.empty() ? "none" : staged);
 }
 
-void Communicator::shutdown_device_engine() noexcept {
+void DeviceCommunicator::shutdown_device_engine() noexcept {
   Runtime& rt = Runtime::get();
   bool abandoned = false;
   for (std::size_t r = 0; r < internal_streams_.size(); ++r) {
     if (!internal_streams_[r]) continue;
     const Device& d = rt.device(devices_[r]);
-    // Bounded: drain() already waited for every gate, so the stream is
+    // Bounded: drain() already waited for every stream task, so the stream is
     // normally idle; a provider whose stream never finishes is reported
     // and its stream left alive (a bounded leak) instead of hanging here.
     const auto deadline = std::chrono::steady_clock::now() +
@@ -134,7 +135,7 @@ void Communicator::shutdown_device_engine() noexcept {
   pools_.reset();
 }
 
-wia_status_t Communicator::post_device(int rank, Call call, wia_stream_s* stream) {
+wia_status_t DeviceCommunicator::post_device(int rank, Call call, wia_stream_s* stream) {
   const Device& d = Runtime::get().device(stream->device);
   // The rank's input is ready when its stream reaches this point. The event
   // is recorded before the call is registered, so whoever completes the set
@@ -188,15 +189,15 @@ wia_status_t Communicator::post_device(int rank, Call call, wia_stream_s* stream
       return o.stream_wait_event(ctx, stream->ps, op->device_ranks[rank].done);
     });
   } else {
-    // Also for a set that failed to match: the gate puts the error on
+    // Also for a set that failed to match: the stream task puts the error on
     // this rank's stream, as on every other rank's.
-    launch_gate(&Communicator::device_gate, op, rank, stream);
+    launch_stream_task(&DeviceCommunicator::device_stream_task, op, rank, stream);
   }
   if (result != WIA_SUCCESS) throw Error(result, op->sync.message());
   return result;
 }
 
-void Communicator::enqueue_ready_ops() {
+void DeviceCommunicator::enqueue_ready_ops() {
   Runtime& rt = Runtime::get();
   for (;;) {
     auto it = complete_ops_.find(next_enqueue_seq_);
@@ -220,8 +221,8 @@ void Communicator::enqueue_ready_ops() {
       args[r] = &op->done_args[r];
     }
     try {
-      engine::enqueue_on_device_streams(*op->plan, op->buffers, op->device_ranks, direct_,
-                                        *pools_, op->lease, &Communicator::device_rank_done,
+      engine::enqueue_on_device_streams(*op->plan, op->buffers, op->device_ranks, direct_, *pools_,
+                                        op->lease, &DeviceCommunicator::device_rank_done,
                                         args.data());
       op->enqueued.store(true, std::memory_order_release);
     } catch (const Error& e) {
@@ -236,7 +237,7 @@ void Communicator::enqueue_ready_ops() {
   }
 }
 
-void Communicator::reclaim_finished_ops() {
+void DeviceCommunicator::reclaim_finished_ops() {
   while (!running_ops_.empty()) {
     Operation& op = *running_ops_.front();
     for (int r = 0; r < size(); ++r) {
@@ -245,8 +246,7 @@ void Communicator::reclaim_finished_ops() {
       // its input events are reused only once they completed.
       if (!op.enqueued.load(std::memory_order_acquire)) {
         const Device& d = Runtime::get().device(devices_[r]);
-        if (ops_of(d).event_query(d.provider->ctx(), op.device_ranks[r].input_ready) !=
-            WIA_SUCCESS)
+        if (ops_of(d).event_query(d.provider->ctx(), op.device_ranks[r].input_ready) != WIA_SUCCESS)
           return;
       }
     }
@@ -255,32 +255,32 @@ void Communicator::reclaim_finished_ops() {
   }
 }
 
-void Communicator::release_rank(Operation& op, int rank) {
+void DeviceCommunicator::release_rank(Operation& op, int rank) {
   if (op.accounted[rank].exchange(1, std::memory_order_acq_rel)) return;
   // `op` may be reclaimed from here on; only the communicator is touched.
   in_flight_.fetch_sub(1);
   completion_signal_.notify();
 }
 
-void Communicator::device_rank_done(void* arg) {
+void DeviceCommunicator::device_rank_done(void* arg) {
   auto* a = static_cast<Operation::DoneArg*>(arg);
   a->op->rank_done[a->rank].store(1, std::memory_order_release);
   a->op->sync.signal.notify();
   a->comm->release_rank(*a->op, a->rank);
 }
 
-void Communicator::device_gate(void* arg) {
-  std::unique_ptr<GateArgs> g(static_cast<GateArgs*>(arg));
-  g->comm->run_device_gate(*g);
+void DeviceCommunicator::device_stream_task(void* arg) {
+  std::unique_ptr<StreamTask> g(static_cast<StreamTask*>(arg));
+  g->comm->run_device_stream_task(*g);
 }
 
-void Communicator::run_device_gate(GateArgs& g) {
+void DeviceCommunicator::run_device_stream_task(StreamTask& g) {
   Operation& op = *g.op;
   const int rank = g.rank;
   const Call& call = op.calls[rank];
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  // The gate does no work itself: it waits patiently, leaving the cores
+  // The stream task does no work itself: it waits patiently, leaving the cores
   // to the streams that do.
   const bool done = op.sync.signal.wait_until(
       [&] { return op.rank_done[rank].load(std::memory_order_acquire) || op.sync.failed(); },
@@ -298,9 +298,10 @@ void Communicator::run_device_gate(GateArgs& g) {
     } else if (!op.enqueued.load(std::memory_order_acquire)) {
       reason = "an earlier collective of this communicator never completed its posting";
     } else {
-      reason = fmt::format("the work of rank {} on device {} did not complete (its stream or a "
-                           "peer's is stuck)",
-                           rank, devices_[rank]);
+      reason = fmt::format(
+          "the work of rank {} on device {} did not complete (its stream or a "
+          "peer's is stuck)",
+          rank, devices_[rank]);
     }
     op.sync.fail(WIA_ERROR_TIMEOUT, fmt::format("collective #{} timed out after {} ms on rank {}: "
                                                 "{}",

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Point-to-point send/recv between two ranks of an in-process communicator.
-// Like a collective, each side posts a gate on its stream and returns; the
-// receiver's gate copies straight from the sender's buffer once the
-// sender's gate has reached it (input ready), and the sender's gate waits
-// for that copy so its buffer may be reused when its stream moves on.
-#include <cstring>
-
+// Like a collective, each side posts a stream task on its stream and
+// returns; the receiver's task copies straight from the sender's buffer
+// once the sender's task has reached it (input ready), and the sender's
+// task waits for that copy so its buffer may be reused when its stream
+// moves on.
 #include <fmt/format.h>
 
-#include "comm/communicator.hpp"
+#include <cstring>
+
+#include "comm/device_communicator.hpp"
 #include "common/error.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "runtime/device_call.hpp"
@@ -16,7 +17,7 @@
 
 namespace wia::comm {
 
-struct Communicator::Message {
+struct DeviceCommunicator::Message {
   int src = 0, dst = 0;
   std::uint64_t n = 0;  // index among the pair's messages
   // Each side's view, written before its flag is raised (release).
@@ -29,7 +30,7 @@ struct Communicator::Message {
   std::atomic<bool> sender_arrived{false};  // the sender's stream reached the send
   std::atomic<bool> done{false};            // the receiver copied (or failed)
   std::atomic<bool> failed{false};
-  std::atomic<int> finished{0};             // gates that are done with it
+  std::atomic<int> finished{0};  // stream tasks done with it
   std::mutex mu;
   int status = WIA_SUCCESS;
   std::string message;
@@ -43,29 +44,29 @@ struct Communicator::Message {
   }
 };
 
-struct Communicator::P2pGate {
-  Communicator* comm;
+struct DeviceCommunicator::P2pStreamTask {
+  DeviceCommunicator* comm;
   std::shared_ptr<Message> msg;
   bool is_send;
   std::uint32_t timeout_ms;
   wia_stream_s* stream;
 };
 
-void Communicator::post_send(int rank, int peer, const void* buf, std::uint64_t count,
-                             wia_datatype_t dtype, std::uint32_t timeout_ms,
-                             wia_stream_s* stream) {
+void DeviceCommunicator::post_send(int rank, int peer, const void* buf, std::uint64_t count,
+                                   wia_datatype_t dtype, std::uint32_t timeout_ms,
+                                   wia_stream_s* stream) {
   post_p2p(rank, peer, true, const_cast<void*>(buf), count, dtype, timeout_ms, stream);
 }
 
-void Communicator::post_recv(int rank, int peer, void* buf, std::uint64_t count,
-                             wia_datatype_t dtype, std::uint32_t timeout_ms,
-                             wia_stream_s* stream) {
+void DeviceCommunicator::post_recv(int rank, int peer, void* buf, std::uint64_t count,
+                                   wia_datatype_t dtype, std::uint32_t timeout_ms,
+                                   wia_stream_s* stream) {
   post_p2p(rank, peer, false, buf, count, dtype, timeout_ms, stream);
 }
 
-void Communicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
-                            wia_datatype_t dtype, std::uint32_t timeout_ms,
-                            wia_stream_s* stream) {
+void DeviceCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
+                                  wia_datatype_t dtype, std::uint32_t timeout_ms,
+                                  wia_stream_s* stream) {
   if (peer < 0 || peer >= size())
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("peer {} is out of range [0, {})", peer, size()));
@@ -100,12 +101,12 @@ void Communicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::ui
       msg->recv_buf = buf, msg->recv_count = count, msg->recv_dtype = dtype;
     }
   }
-  auto* g = new P2pGate{this, msg, is_send, timeout_or_default(timeout_ms), stream};
+  auto* g = new P2pStreamTask{this, msg, is_send, timeout_or_default(timeout_ms), stream};
   in_flight_.fetch_add(1);
   const Device& d = Runtime::get().device(stream->device);
   try {
     device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
-      return o.launch_host_func(ctx, stream->ps, &Communicator::p2p_gate, g);
+      return o.launch_host_func(ctx, stream->ps, &DeviceCommunicator::p2p_stream_task, g);
     });
   } catch (const Error& e) {
     delete g;
@@ -117,15 +118,14 @@ void Communicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::ui
   }
 }
 
-void Communicator::p2p_gate(void* arg) {
-  std::unique_ptr<P2pGate> g(static_cast<P2pGate*>(arg));
-  g->comm->run_p2p_gate(*g);
+void DeviceCommunicator::p2p_stream_task(void* arg) {
+  std::unique_ptr<P2pStreamTask> g(static_cast<P2pStreamTask*>(arg));
+  g->comm->run_p2p_stream_task(*g);
 }
 
-void Communicator::run_p2p_gate(P2pGate& g) {
+void DeviceCommunicator::run_p2p_stream_task(P2pStreamTask& g) {
   Message& m = *g.msg;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(g.timeout_ms);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(g.timeout_ms);
   if (g.is_send) {
     m.sender_arrived.store(true, std::memory_order_release);
     p2p_signal_.notify();

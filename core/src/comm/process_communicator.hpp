@@ -10,17 +10,18 @@
 // loaded (comm/transport_choice.hpp). The lower rank connects, the higher
 // accepts; the connect cookie carries the connector's rank.
 //
-// Execution: a collective posts a gate (a host function) on the caller's
-// stream; when the stream reaches it, the gate runs this rank's program of
-// the schedule over the connections (engine/net_exec.hpp), in posting
-// order. A small collective posted on an idle stream while nothing else
-// of the communicator is pending is started by the posting thread itself
-// and driven for up to collectives.post_progress_us: waking the stream's
-// worker costs about 50 us here (MACHINE-FACTS), far more than the
-// collective. If peers are late it is handed to the stream where it
-// stopped, so posting never blocks for long and stream order holds. Every rank builds the same schedule from the same arguments and
-// the same link model (gathered, not measured locally), and a descriptor
-// check catches ranks that did not.
+// Execution: a collective posts a stream task (a host function) on the
+// caller's stream; when the stream reaches it, the task runs this rank's
+// program of the schedule over the connections (engine/net_exec.hpp), in
+// posting order. A small collective posted on an idle stream while nothing
+// else of the communicator is pending is started by the posting thread
+// itself and driven for up to collectives.post_progress_us: waking the
+// stream's worker costs about 50 us here (MACHINE-FACTS), far more than
+// the collective. If peers are late it is handed to the stream where it
+// stopped, so posting never blocks for long and stream order holds. Every
+// rank builds the same schedule from the same arguments and the same link
+// model (gathered, not measured locally), and a descriptor check catches
+// ranks that did not.
 //
 // Failure: the first error (mismatch, a lost peer, a timeout) breaks the
 // communicator for good, as ncclCommAbort does: the rank sends the reason
@@ -29,6 +30,14 @@
 // instead of hanging, and posting fails at once afterwards. Pending
 // requests die with their connections, so no late message can land in a
 // user buffer.
+//
+// The code, by lifetime: process_communicator.cpp (construction and
+// destruction), process_mesh.cpp (set-up: listen, exchange, connect),
+// process_links.cpp (the link model the tuner costs with),
+// process_control.cpp (control channel, failure), process_order.cpp
+// (posting and the order operations run in), process_exec.cpp (running
+// one collective), process_plan.cpp (plans), process_p2p.cpp (send and
+// receive), process_split.cpp (split and topology).
 #pragma once
 
 #include <array>
@@ -126,7 +135,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::unique_ptr<ProcessCommunicator> split(int color, int key);
 
  private:
-  // Header of a control-channel message (process_communicator.cpp).
+  // Header of a control-channel message (process_control.cpp).
   struct ControlHeader {
     std::uint32_t magic = 0x57494158;  // "WIAX"
     std::uint32_t type = 0;
@@ -137,7 +146,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   struct Peer {
     engine::NetLink link;
     std::string transport;
-    // The control channel (process_communicator.cpp): a receive always
+    // The control channel (process_control.cpp): a receive always
     // posted, one message of ours in flight, the peer's last reply.
     std::vector<char> control_buf;
     wia_request_t control_req = nullptr;
@@ -147,18 +156,23 @@ class ProcessCommunicator final : public CommunicatorBase {
     ControlHeader reply{};
     bool said_bye = false;
   };
-  void post_control_recv(Peer& peer);
-  class Control;
-  struct Gate;
-  struct Running;
-  // Waits (bounded) until every operation posted before `seq` has run;
-  // hands the turn to the next one when destroyed, whatever happened.
-  class Turn {
+  // Defined in process_internal.hpp, private to process_*.cpp:
+  class Control;            // the control channel (abort, query, reply, bye)
+  struct MeshSetup;         // what connect_mesh's steps gather and share
+  struct RunningOperation;  // the operation this rank runs now, in one of four modes
+  struct StreamTask;        // the work item a stream runs: one operation, in sequence
+
+  // Operations run in posting order, whatever streams they were posted
+  // on: an operation waits (bounded) for its turn in that sequence, and
+  // passes the turn on when destroyed, whatever happened
+  // (process_order.cpp).
+  class SequenceTurn {
    public:
-    Turn(ProcessCommunicator& c, std::uint64_t seq, std::chrono::steady_clock::time_point deadline);
-    ~Turn();
-    Turn(const Turn&) = delete;
-    Turn& operator=(const Turn&) = delete;
+    SequenceTurn(ProcessCommunicator& c, std::uint64_t seq,
+                 std::chrono::steady_clock::time_point deadline);
+    ~SequenceTurn();
+    SequenceTurn(const SequenceTurn&) = delete;
+    SequenceTurn& operator=(const SequenceTurn&) = delete;
     bool reached() const { return reached_; }
 
    private:
@@ -166,11 +180,55 @@ class ProcessCommunicator final : public CommunicatorBase {
     std::uint64_t seq_;
     bool reached_ = false;
   };
-  static void gate(void* arg);
-  void post_gate(Call call, wia_stream_s* stream, int peer, bool is_send);
-  void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
-                wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
-  void run_gate(Gate& g);
+
+  // Set-up (process_mesh.cpp): connect_mesh runs these steps in order.
+  void connect_mesh(Exchange& exchange, std::chrono::milliseconds timeout,
+                    const std::string& preferred_inter_node);
+  // Listens on every loaded transport; one handle slot of s.mine each.
+  void listen_on_transports(MeshSetup& s);
+  // The rest of s.mine: host name, CPUs, measured links' digest, window.
+  void describe_this_rank(MeshSetup& s);
+  // All-gathers every rank's record into s.records.
+  void exchange_records(Exchange& exchange, MeshSetup& s);
+  // Whether this node's ranks outnumber the CPUs they may run on.
+  void note_oversubscription(const MeshSetup& s);
+  // Each link's transport, chosen alike on every rank.
+  void choose_link_transports(MeshSetup& s, const std::string& preferred_inter_node);
+  // The lower rank of each pair connects, the higher accepts.
+  void connect_peers(MeshSetup& s, std::chrono::milliseconds timeout);
+  void open_control_channel();
+  // Maps the peers' windows when every rank has one and every link stays
+  // inside the node; collective (one exchange round when on one node).
+  void share_node_windows(Exchange& exchange, const MeshSetup& s);
+  void map_node_windows(Exchange& exchange, const std::vector<wia_ipc_handle_t>& handles,
+                        bool every_rank_has_one);
+
+  // The cost model every rank builds alike (process_links.cpp).
+  void build_link_model(const MeshSetup& s, std::chrono::milliseconds timeout);
+  // Figures of each link's transport; fills link_transport_.
+  tuner::LinkModel model_from_transports(const MeshSetup& s, double& message_overhead_us,
+                                         double& inter_gbps);
+  // Replaces them with tuner.link_file's when every rank read the same
+  // figures; true when it did.
+  bool adopt_measured_links(const MeshSetup& s, tuner::LinkModel& model, double& inter_gbps);
+  // Times the link between the first ranks of nodes 0 and 1; every rank
+  // adopts the result for every link between nodes.
+  void probe_inter_node_link(tuner::LinkModel& model, double& inter_gbps,
+                             std::chrono::milliseconds timeout);
+
+  // The control channel and failure (process_control.cpp).
+  void post_control_recv(Peer& peer);
+  // Makes the communicator unusable and tells the peers why.
+  void break_communicator(wia_status_t status, const std::string& reason);
+  void close_all() noexcept;
+
+  // Ordering and posting (process_order.cpp).
+  // The host function a StreamTask is posted as.
+  static void stream_task(void* arg);
+  // Queues operation `call` (or a send/receive with `peer` >= 0) on
+  // `stream` as a StreamTask.
+  void post_stream_task(Call call, wia_stream_s* stream, int peer, bool is_send);
+  void run_stream_task(StreamTask& task);
   // The posting-thread path (see the file comment); false when `call`
   // must go through the stream.
   bool try_post_inline(Call& call, wia_stream_s* stream, int peer, bool is_send);
@@ -178,60 +236,72 @@ class ProcessCommunicator final : public CommunicatorBase {
   // (null: begin failed with `st`, `error`), until done or `post_progress_`
   // passes, then hands it to the stream; releases the turn when done.
   // `now`: when the caller last read the clock (the epoch: it did not).
-  void run_claimed(std::uint64_t seq, std::unique_ptr<Running> r, wia_status_t st,
+  void run_claimed(std::uint64_t seq, std::unique_ptr<RunningOperation> r, wia_status_t st,
                    std::string& error, wia_stream_s* stream, int peer, bool is_send,
                    std::chrono::steady_clock::time_point now, std::chrono::milliseconds timeout);
-  // Everything a collective needs to run, its NetExecution started; null
-  // on failure (status and error set, communicator broken).
-  std::unique_ptr<Running> begin(std::uint64_t seq, Call& call,
-                                 std::chrono::steady_clock::time_point deadline,
-                                 wia_status_t& status, std::string& error);
-  // The same for a repeat of the last small all-reduce through the
-  // windows (window_repeat_): the call, the plan and the descriptor are
-  // those of last time, so only the sequence numbers change.
-  std::unique_ptr<Running> begin_window_repeat(std::uint64_t seq, const Call& call,
-                                               std::chrono::steady_clock::time_point deadline,
-                                               wia_status_t& status, std::string& error);
-  bool repeats_window_call(const Call& call) const;
-  // Records what wia_get_selected_algorithm reports (when it changed).
-  void note_selected(coll::Algorithm algorithm, coll::Collective collective, double estimate);
-  // The same for a point-to-point operation.
-  // It cannot fail: posting is retried, bounded, in proceed_p2p.
-  std::unique_ptr<Running> begin_p2p(std::uint64_t seq, const Call& call, int peer, bool is_send,
-                                     std::chrono::steady_clock::time_point deadline);
-  wia_status_t proceed_p2p(Running& r, std::chrono::steady_clock::time_point give_up_at,
-                           std::string& error);
-  // Drives it until done, failed or `give_up_at` (WIA_IN_PROGRESS).
-  wia_status_t proceed(Running& r, std::chrono::steady_clock::time_point give_up_at,
-                       std::string& error);
-  std::unique_ptr<Running> take_running();
-  void recycle(std::unique_ptr<Running> r);
   // Operation `seq` is over: the next one may run.
   void release_turn(std::uint64_t seq);
   // Runs operation `seq` (`call`, or a send/receive with `peer` >= 0) once
   // every earlier one has run. Returns the status; on failure the
   // communicator is broken.
-  wia_status_t execute(std::uint64_t seq, Call& call, int peer, bool is_send,
+  wia_status_t execute(std::uint64_t seq, Call& call, int peer, bool is_send, std::string& error);
+
+  // Running a collective (process_exec.cpp).
+  // Everything a collective needs to run, its engine object started; null
+  // on failure (status and error set, communicator broken).
+  std::unique_ptr<RunningOperation> begin(std::uint64_t seq, Call& call,
+                                          std::chrono::steady_clock::time_point deadline,
+                                          wia_status_t& status, std::string& error);
+  // begin's steps.
+  // An in-place call runs the in-place plan when its messages match the
+  // out-of-place one's, else on a snapshot of its input.
+  void prepare_in_place(const Call& call, std::shared_ptr<const engine::ExecPlan>& plan,
+                        engine::RankBuffers& b);
+  void reserve_scratch_and_staging(const engine::ExecPlan& plan, engine::RankBuffers& b);
+  void fill_descriptor(const Call& call, const engine::ExecPlan& plan, engine::Descriptor& desc);
+  void remember_window_call(const Call& call, const engine::Descriptor& desc, double estimate);
+  // Starts r's engine object for its mode (r.plan, r.buffers, r.descriptor set).
+  void start_engine(RunningOperation& r, const Call& call);
+  // The same for a repeat of the last small all-reduce through the
+  // windows (window_repeat_): the call, the plan and the descriptor are
+  // those of last time, so only the sequence numbers change.
+  std::unique_ptr<RunningOperation> begin_window_repeat(
+      std::uint64_t seq, const Call& call, std::chrono::steady_clock::time_point deadline,
+      wia_status_t& status, std::string& error);
+  bool repeats_window_call(const Call& call) const;
+  // Records what wia_get_selected_algorithm reports (when it changed).
+  void note_selected(coll::Algorithm algorithm, coll::Collective collective, double estimate);
+  // Drives it until done, failed or `give_up_at` (WIA_IN_PROGRESS).
+  wia_status_t proceed(RunningOperation& r, std::chrono::steady_clock::time_point give_up_at,
                        std::string& error);
-  void connect_mesh(Exchange& exchange, std::chrono::milliseconds timeout,
-                    const std::string& preferred_inter_node);
-  // Makes the communicator unusable and tells the peers why.
-  void break_communicator(wia_status_t status, const std::string& reason);
-  void close_all() noexcept;
-  std::shared_ptr<const engine::ExecPlan> plan_for(const Call& call, bool in_place,
-                                                   double* estimate, std::string* reason);
+  std::unique_ptr<RunningOperation> take_spare_operation();
+  void recycle(std::unique_ptr<RunningOperation> r);
   // Whether `call`, run as `plan`, takes the one-shot fast path
   // (engine/eager_allreduce.hpp).
   bool eager(const Call& call, const engine::ExecPlan& plan) const;
   // Whether `call`, run as `plan`, runs through the node-shared windows
   // (engine/window_allreduce.hpp).
   bool through_windows(const Call& call, const engine::ExecPlan& plan) const;
-  // Maps the peers' windows when every rank has one and every link stays
-  // inside the node; collective (one exchange round when on one node).
-  void setup_node_windows(Exchange& exchange, const std::vector<wia_ipc_handle_t>& handles,
-                          bool every_rank_has_one);
-  // Running's links: this communicator's, connections refreshed.
+  // RunningOperation's links: this communicator's, connections refreshed.
   void fill_links(std::vector<engine::NetLink>& links) const;
+
+  // Plans (process_plan.cpp).
+  std::shared_ptr<const engine::ExecPlan> plan_for(const Call& call, bool in_place,
+                                                   double* estimate, std::string* reason);
+  // Whether in-place plan `ip` sends the same messages as `plan`.
+  bool same_messages_as(const std::shared_ptr<const engine::ExecPlan>& ip,
+                        const std::shared_ptr<const engine::ExecPlan>& plan);
+
+  // Point to point (process_p2p.cpp).
+  void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
+                wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
+  // A send or receive; it cannot fail: posting is retried, bounded, in
+  // proceed_p2p.
+  std::unique_ptr<RunningOperation> begin_p2p(std::uint64_t seq, const Call& call, int peer,
+                                              bool is_send,
+                                              std::chrono::steady_clock::time_point deadline);
+  wia_status_t proceed_p2p(RunningOperation& r, std::chrono::steady_clock::time_point give_up_at,
+                           std::string& error);
 
   ProcessLayout layout_;
   wia_device_t device_;
@@ -247,9 +317,10 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::uint32_t default_timeout_ms_ = 0;
   std::chrono::microseconds post_progress_{0};
   std::uint64_t post_progress_max_bytes_ = 0;
-  std::uint64_t one_shot_max_bytes_ = 0;  // collectives.one_shot_max_bytes
+  std::uint64_t one_shot_max_bytes_ = 0;     // collectives.one_shot_max_bytes
   std::uint64_t node_window_max_bytes_ = 0;  // collectives.node_window_max_bytes
-  std::uint64_t node_window_zero_copy_min_bytes_ = 0;  // collectives.node_window_zero_copy_min_bytes
+  std::uint64_t node_window_zero_copy_min_bytes_ =
+      0;  // collectives.node_window_zero_copy_min_bytes
   // Every rank's window, when all ranks share one node (else nullptr).
   std::unique_ptr<NodeWindowSet> windows_;
 
@@ -272,7 +343,7 @@ class ProcessCommunicator final : public CommunicatorBase {
     std::string reason;
   };
   std::array<PlanMemo, 8> plan_memo_;
-  std::unique_ptr<Running> spare_running_;  // take_running()
+  std::unique_ptr<RunningOperation> spare_operation_;  // take_spare_operation()
   // The last one-shot all-reduce that ran through the windows: a call
   // with the same arguments skips the plan lookup and the descriptor's
   // construction (an 8-byte all-reduce is a few hundred ns).

@@ -24,7 +24,7 @@ class ProgressSignal {
   // Waits until ready() returns true (returns true) or the deadline passes
   // (returns false). `oversubscribed` shortens the spin phase.
   // `patient`: the waiter expects a long wait and nothing depends on its
-  // reaction time (an idle gate waiting for others to finish its rank):
+  // reaction time (an idle stream task waiting for others to finish its rank):
   // it skips most of the spinning and leaves the cores to those who work.
   template <typename Ready>
   bool wait_until(Ready&& ready, std::chrono::steady_clock::time_point deadline,

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "comm/communicator.hpp"
+#include "comm/device_communicator.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "coll/registry.hpp"
 #include "comm/algorithm_choice.hpp"
@@ -19,7 +19,7 @@
 
 namespace wia::comm {
 
-Communicator::Communicator(std::vector<wia_device_t> devices)
+DeviceCommunicator::DeviceCommunicator(std::vector<wia_device_t> devices)
     : devices_(std::move(devices)),
       next_seq_(devices_.size(), 0),
       selector_(in_process_link_model(static_cast<std::int32_t>(devices_.size()))),
@@ -45,8 +45,8 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
                               d.id, d.provider->name()));
     if (!(ops_of(d).caps & WIA_DEVICE_CAP_HOST_FUNC))
       throw Error(WIA_ERROR_NOT_SUPPORTED,
-                  fmt::format("device {} ({}) cannot run host functions on its streams",
-                              d.id, d.provider->name()));
+                  fmt::format("device {} ({}) cannot run host functions on its streams", d.id,
+                              d.provider->name()));
   }
   for (auto& c : completed_) c.store(0);
   const int cores = usable_cpu_count();
@@ -71,8 +71,8 @@ Communicator::Communicator(std::vector<wia_device_t> devices)
   if (engine_ == Engine::kDevice) init_device_engine();
 }
 
-Communicator::~Communicator() {
-  // Callers drain() first and never destroy a communicator with gates
+DeviceCommunicator::~DeviceCommunicator() {
+  // Callers drain() first and never destroy a communicator with stream tasks
   // still queued (they would run on freed memory); see wia_destroy_communicator.
   if (engine_ == Engine::kDevice) shutdown_device_engine();
   Runtime& rt = Runtime::get();
@@ -85,17 +85,17 @@ Communicator::~Communicator() {
 
 const char* engine_name(Engine e) noexcept { return e == Engine::kDevice ? "device" : "inline"; }
 
-int Communicator::rank_of_device(wia_device_t device) const {
+int DeviceCommunicator::rank_of_device(wia_device_t device) const {
   auto it = std::find(devices_.begin(), devices_.end(), device);
   return it == devices_.end() ? -1 : static_cast<int>(it - devices_.begin());
 }
 
-wia_status_t Communicator::async_error() const {
+wia_status_t DeviceCommunicator::async_error() const {
   std::lock_guard<std::mutex> lock(err_mu_);
   return async_error_;
 }
 
-void Communicator::record_async_error(wia_status_t status, const std::string& message) {
+void DeviceCommunicator::record_async_error(wia_status_t status, const std::string& message) {
   std::lock_guard<std::mutex> lock(err_mu_);
   if (async_error_ == WIA_SUCCESS) {
     async_error_ = status;
@@ -103,12 +103,12 @@ void Communicator::record_async_error(wia_status_t status, const std::string& me
   }
 }
 
-wia_algorithm_t Communicator::last_selected() const {
+wia_algorithm_t DeviceCommunicator::last_selected() const {
   std::lock_guard<std::mutex> lock(err_mu_);
   return last_selected_;
 }
 
-std::string Communicator::describe_mismatch(const Operation& op) const {
+std::string DeviceCommunicator::describe_mismatch(const Operation& op) const {
   const Call& a = op.calls[0];
   for (int r = 1; r < size(); ++r) {
     const Call& b = op.calls[r];
@@ -123,20 +123,22 @@ std::string Communicator::describe_mismatch(const Operation& op) const {
       add("datatype", kernels::dtype_name(a.dtype), kernels::dtype_name(b.dtype));
     if (coll::is_reducing(a.collective) && a.collective == b.collective && a.op != b.op)
       add("op", kernels::reduce_op_name(a.op), kernels::reduce_op_name(b.op));
-    if ((a.collective == coll::Collective::kBroadcast || a.collective == coll::Collective::kReduce) &&
+    if ((a.collective == coll::Collective::kBroadcast ||
+         a.collective == coll::Collective::kReduce) &&
         a.collective == b.collective && a.root != b.root)
       add("root", std::to_string(a.root), std::to_string(b.root));
     if (a.algorithm != b.algorithm)
       add("algorithm", coll::algorithm_name(a.algorithm), coll::algorithm_name(b.algorithm));
     if (!diff.empty())
-      return fmt::format("collective #{} does not match across ranks: rank 0 and rank {} differ "
-                         "in {}",
-                         op.seq, r, diff);
+      return fmt::format(
+          "collective #{} does not match across ranks: rank 0 and rank {} differ "
+          "in {}",
+          op.seq, r, diff);
   }
   return {};
 }
 
-std::shared_ptr<const engine::ExecPlan> Communicator::plan_for(const Operation& op) {
+std::shared_ptr<const engine::ExecPlan> DeviceCommunicator::plan_for(const Operation& op) {
   const Call& c = op.calls[0];
   coll::CollArgs args;
   args.collective = c.collective;
@@ -175,7 +177,7 @@ std::shared_ptr<const engine::ExecPlan> Communicator::plan_for(const Operation& 
   return plan;
 }
 
-wia_status_t Communicator::post(int rank, Call call, wia_stream_s* stream) {
+wia_status_t DeviceCommunicator::post(int rank, Call call, wia_stream_s* stream) {
   if (engine_ == Engine::kDevice) return post_device(rank, std::move(call), stream);
   std::shared_ptr<Operation> op;
   bool complete = false;
@@ -189,27 +191,27 @@ wia_status_t Communicator::post(int rank, Call call, wia_stream_s* stream) {
     op->posted[rank] = true;
     complete = ++op->posted_count == size();
   }
-  // The last rank to post matches the set and builds the plan; gates of
+  // The last rank to post matches the set and builds the plan; stream tasks of
   // the other ranks wait for `ready`.
   const wia_status_t result = complete ? complete_set(*op) : WIA_SUCCESS;
-  launch_gate(&Communicator::gate, op, rank, stream);
+  launch_stream_task(&DeviceCommunicator::stream_task, op, rank, stream);
   // The call that completed a failed set reports it at once; the other
   // ranks see it on their streams.
   if (result != WIA_SUCCESS) throw Error(result, op->sync.message());
   return result;
 }
 
-std::shared_ptr<Operation> Communicator::new_operation(std::uint64_t seq) const {
+std::shared_ptr<Operation> DeviceCommunicator::new_operation(std::uint64_t seq) const {
   auto op = std::make_shared<Operation>();
   op->seq = seq;
   op->calls.resize(devices_.size());
   op->posted.assign(devices_.size(), false);
-  op->gate_arrived.reset(new std::atomic<std::uint8_t>[devices_.size()]());
+  op->task_arrived.reset(new std::atomic<std::uint8_t>[devices_.size()]());
   op->rank_done.reset(new std::atomic<std::uint8_t>[devices_.size()]());
   return op;
 }
 
-wia_status_t Communicator::complete_set(Operation& op) {
+wia_status_t DeviceCommunicator::complete_set(Operation& op) {
   wia_status_t result = WIA_SUCCESS;
   std::string mismatch = describe_mismatch(op);
   if (!mismatch.empty()) {
@@ -241,9 +243,9 @@ wia_status_t Communicator::complete_set(Operation& op) {
   return result;
 }
 
-void Communicator::launch_gate(wia_host_fn_t fn, const std::shared_ptr<Operation>& op, int rank,
-                               wia_stream_s* stream) {
-  auto* g = new GateArgs{this, op, rank, stream};
+void DeviceCommunicator::launch_stream_task(wia_host_fn_t fn, const std::shared_ptr<Operation>& op,
+                                            int rank, wia_stream_s* stream) {
+  auto* g = new StreamTask{this, op, rank, stream};
   in_flight_.fetch_add(1);
   const Device& d = Runtime::get().device(stream->device);
   try {
@@ -253,19 +255,19 @@ void Communicator::launch_gate(wia_host_fn_t fn, const std::shared_ptr<Operation
   } catch (const Error& e) {
     delete g;
     in_flight_.fetch_sub(1);
-    // Peers must not wait for a rank whose gate will never run.
+    // Peers must not wait for a rank whose stream task will never run.
     op->sync.fail(e.status(), fmt::format("rank {} could not post collective #{}: {}", rank,
                                           op->seq, e.what()));
     throw;
   }
 }
 
-void Communicator::gate(void* arg) {
-  std::unique_ptr<GateArgs> g(static_cast<GateArgs*>(arg));
-  g->comm->run_gate(*g);
+void DeviceCommunicator::stream_task(void* arg) {
+  std::unique_ptr<StreamTask> g(static_cast<StreamTask*>(arg));
+  g->comm->run_stream_task(*g);
 }
 
-void* Communicator::scratch_for(int rank, std::uint64_t bytes) {
+void* DeviceCommunicator::scratch_for(int rank, std::uint64_t bytes) {
   if (bytes == 0) return nullptr;
   if (scratch_size_[rank] >= bytes) return scratch_[rank];
   const Device& d = Runtime::get().device(devices_[rank]);
@@ -282,7 +284,7 @@ void* Communicator::scratch_for(int rank, std::uint64_t bytes) {
   return scratch_[rank];
 }
 
-void Communicator::run_gate(GateArgs& g) {
+void DeviceCommunicator::run_stream_task(StreamTask& g) {
   Operation& op = *g.op;
   const int rank = g.rank;
   const Call& call = op.calls[rank];
@@ -320,7 +322,7 @@ void Communicator::run_gate(GateArgs& g) {
   }
 
   std::vector<char> staged_input;  // in-place rank inside an out-of-place schedule
-  int order = -1;  // arrival order, decides which gates execute
+  int order = -1;                  // arrival order, decides which stream tasks execute
   if (!op.sync.failed()) {
     try {
       // Each rank completes its own buffer entry before it arrives; the
@@ -333,11 +335,11 @@ void Communicator::run_gate(GateArgs& g) {
       op.sync.fail(e.status(), fmt::format("rank {}: {}", rank, e.what()));
     }
   }
-  op.gate_arrived[rank].store(1, std::memory_order_release);
+  op.task_arrived[rank].store(1, std::memory_order_release);
   order = op.arrived.fetch_add(1, std::memory_order_acq_rel);
   op.sync.signal.notify();
 
-  // Every rank's input is ready only once every gate arrived: earlier work
+  // Every rank's input is ready only once every stream task arrived: earlier work
   // on each rank's stream produced it.
   if (!op.sync.failed()) {
     const bool all_in = op.sync.signal.wait_until(
@@ -346,7 +348,7 @@ void Communicator::run_gate(GateArgs& g) {
     if (!all_in) {
       std::string missing;
       for (int r = 0; r < size(); ++r)
-        if (!op.gate_arrived[r].load(std::memory_order_acquire))
+        if (!op.task_arrived[r].load(std::memory_order_acquire))
           missing += fmt::format("{}{}", missing.empty() ? "" : ", ", r);
       op.sync.fail(WIA_ERROR_TIMEOUT,
                    fmt::format("collective #{} timed out after {} ms on rank {}: rank(s) {} "
@@ -356,7 +358,7 @@ void Communicator::run_gate(GateArgs& g) {
     }
   }
   if (!op.sync.failed()) {
-    // The first `workers_` gates to arrive execute every rank's program,
+    // The first `workers_` stream tasks to arrive execute every rank's program,
     // each a share of the ranks, so no more threads run than cores exist.
     if (order < workers_) {
       std::vector<int> owned;
@@ -397,8 +399,8 @@ void Communicator::run_gate(GateArgs& g) {
 // A rank that passed an in-place call while others did not runs the
 // out-of-place schedule; its input is snapshotted first because the
 // schedule may write the output before it has read all of the input.
-void Communicator::stage_input(const coll::Schedule& s, int rank, engine::RankBuffers& mine,
-                               std::vector<char>& staged) {
+void DeviceCommunicator::stage_input(const coll::Schedule& s, int rank, engine::RankBuffers& mine,
+                                     std::vector<char>& staged) {
   const std::uint64_t bytes = s.programs[rank].sizes.send * s.elem_size();
   if (mine.send && bytes) {
     staged.assign(mine.send, mine.send + bytes);
@@ -414,14 +416,14 @@ void Communicator::stage_input(const coll::Schedule& s, int rank, engine::RankBu
   }
 }
 
-bool Communicator::drain() {
-  // Every gate gives up after its collective's timeout once its stream
-  // reaches it; a margin on top covers gates still queued behind other work.
+bool DeviceCommunicator::drain() {
+  // Every stream task gives up after its collective's timeout once its stream
+  // reaches it; a margin on top covers stream tasks still queued behind other work.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(2 * std::uint64_t(default_timeout_ms_) + 1000);
   return completion_signal_.wait_until([&] { return in_flight_.load() == 0; }, deadline, false);
 }
 
-int Communicator::in_flight() const { return in_flight_.load(); }
+int DeviceCommunicator::in_flight() const { return in_flight_.load(); }
 
 }  // namespace wia::comm

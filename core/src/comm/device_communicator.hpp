@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Device-based communicators: one process drives N devices, rank i being
-// devices[i]. A collective call posts a "gate" on the caller's stream and
-// returns; the gate runs when the stream reaches it and executes that
-// rank's program of the collective's schedule (engine/). Calls are matched
-// across ranks by a per-rank sequence number, and their descriptors are
-// compared so mismatched calls become an error on every rank.
+// devices[i]. A collective call posts a stream task (a host function) on
+// the caller's stream and returns; the task runs when the stream reaches
+// it and executes that rank's program of the collective's schedule
+// (engine/). Calls are matched across ranks by a per-rank sequence number,
+// and their descriptors are compared so mismatched calls become an error
+// on every rank.
 #pragma once
 
 #include <wia/wia.h>
@@ -23,17 +24,17 @@
 
 #include "coll/schedule.hpp"
 #include "comm/communicator_base.hpp"
-#include "tuner/cost_model.hpp"
 #include "engine/device_exec.hpp"
 #include "engine/exec_plan.hpp"
 #include "engine/progress_signal.hpp"
 #include "runtime/runtime.hpp"
+#include "tuner/cost_model.hpp"
 
 struct wia_stream_s;
 
 namespace wia::comm {
 
-class Communicator;
+class DeviceCommunicator;
 
 // Who moves the data of a collective (config collectives.engine):
 //   kInline  the core's threads, straight between host-addressable
@@ -48,42 +49,42 @@ const char* engine_name(Engine e) noexcept;
 // completion.
 struct Operation {
   std::uint64_t seq = 0;
-  std::vector<Call> calls;            // per rank
-  std::vector<bool> posted;           // per rank
-  int posted_count = 0;               // guarded by Communicator::mu_
+  std::vector<Call> calls;                       // per rank
+  std::vector<bool> posted;                      // per rank
+  int posted_count = 0;                          // guarded by DeviceCommunicator::mu_
   std::shared_ptr<const engine::ExecPlan> plan;  // set when all posted
-  std::atomic<bool> ready{false};     // plan (or error) is set
-  std::vector<engine::RankBuffers> buffers;  // per rank, set when all posted
-  engine::OpSync sync;                // step flags, error, signal
-  // Gates that reached the operation on their stream, and ranks whose
+  std::atomic<bool> ready{false};                // plan (or error) is set
+  std::vector<engine::RankBuffers> buffers;      // per rank, set when all posted
+  engine::OpSync sync;                           // step flags, error, signal
+  // Stream tasks that reached the operation on their stream, and ranks whose
   // program is complete (sized nranks when the operation is created).
   std::atomic<int> arrived{0};
-  std::unique_ptr<std::atomic<std::uint8_t>[]> gate_arrived;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> task_arrived;
   std::unique_ptr<std::atomic<std::uint8_t>[]> rank_done;
   std::atomic<int> finished{0};
   std::chrono::steady_clock::time_point deadline;
 
   // Device engine only.
   std::vector<engine::DeviceRank> device_ranks;  // input_ready recorded at post
-  engine::DevicePools::Lease lease;              // guarded by Communicator::enqueue_mu_
+  engine::DevicePools::Lease lease;              // guarded by DeviceCommunicator::enqueue_mu_
   std::atomic<bool> enqueued{false};
   // Set once a rank's in-flight count was released (completion callback,
   // or failure before the enqueue), so it is released exactly once.
   std::unique_ptr<std::atomic<std::uint8_t>[]> accounted;
   struct DoneArg {
-    Communicator* comm;
+    DeviceCommunicator* comm;
     Operation* op;
     int rank;
   };
   std::vector<DoneArg> done_args;
 };
 
-class Communicator final : public CommunicatorBase {
+class DeviceCommunicator final : public CommunicatorBase {
  public:
-  Communicator(std::vector<wia_device_t> devices);
-  ~Communicator() override;
-  Communicator(const Communicator&) = delete;
-  Communicator& operator=(const Communicator&) = delete;
+  DeviceCommunicator(std::vector<wia_device_t> devices);
+  ~DeviceCommunicator() override;
+  DeviceCommunicator(const DeviceCommunicator&) = delete;
+  DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
 
   int size() const override { return static_cast<int>(devices_.size()); }
   int node_rank(int) const override { return 0; }
@@ -119,41 +120,42 @@ class Communicator final : public CommunicatorBase {
 
  private:
   struct Message;
-  struct P2pGate;
-  static void p2p_gate(void* arg);
-  void run_p2p_gate(P2pGate& g);
+  // The work item a send or receive posts on its stream
+  // (point_to_point.cpp); p2p_stream_task is the host function it runs as.
+  struct P2pStreamTask;
+  static void p2p_stream_task(void* arg);
+  void run_p2p_stream_task(P2pStreamTask& g);
   void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                 wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
-  std::uint32_t timeout_or_default(std::uint32_t ms) const {
-    return ms ? ms : default_timeout_ms_;
-  }
-  // What a gate (a host function on a user's stream) needs.
-  struct GateArgs {
-    Communicator* comm;
+  std::uint32_t timeout_or_default(std::uint32_t ms) const { return ms ? ms : default_timeout_ms_; }
+  // The work item a collective posts on a user's stream (a host
+  // function: stream_task, or device_stream_task for the device engine).
+  struct StreamTask {
+    DeviceCommunicator* comm;
     std::shared_ptr<Operation> op;
     int rank;
     wia_stream_s* stream;
   };
-  static void gate(void* arg);
-  void run_gate(GateArgs& g);
+  static void stream_task(void* arg);
+  void run_stream_task(StreamTask& g);
   // Matching of a completed set: mismatch check, plan, buffers. Returns
   // the failure status (also recorded in op.sync) or WIA_SUCCESS.
   wia_status_t complete_set(Operation& op);
   std::shared_ptr<Operation> new_operation(std::uint64_t seq) const;
-  // Puts `fn` (gate or device_gate) for `rank` of `op` on the user's
+  // Puts `fn` (stream_task or device_stream_task) for `rank` of `op` on the user's
   // stream; on failure, fails the operation for its peers and throws.
-  void launch_gate(wia_host_fn_t fn, const std::shared_ptr<Operation>& op, int rank,
-                   wia_stream_s* stream);
+  void launch_stream_task(wia_host_fn_t fn, const std::shared_ptr<Operation>& op, int rank,
+                          wia_stream_s* stream);
   // Device engine (comm/device_engine.cpp).
   void init_device_engine();
   void shutdown_device_engine() noexcept;
   wia_status_t post_device(int rank, Call call, wia_stream_s* stream);
-  void enqueue_ready_ops();  // holds enqueue_mu_
+  void enqueue_ready_ops();     // holds enqueue_mu_
   void reclaim_finished_ops();  // holds enqueue_mu_
   void release_rank(Operation& op, int rank);
   static void device_rank_done(void* arg);
-  static void device_gate(void* arg);
-  void run_device_gate(GateArgs& g);
+  static void device_stream_task(void* arg);
+  void run_device_stream_task(StreamTask& g);
   std::shared_ptr<const engine::ExecPlan> plan_for(const Operation& op);
   std::string describe_mismatch(const Operation& op) const;
   void* scratch_for(int rank, std::uint64_t bytes);
@@ -169,11 +171,11 @@ class Communicator final : public CommunicatorBase {
   std::uint32_t default_timeout_ms_ = 0;
 
   mutable std::mutex mu_;
-  std::vector<std::uint64_t> next_seq_;            // per rank, guarded by mu_
+  std::vector<std::uint64_t> next_seq_;                      // per rank, guarded by mu_
   std::map<std::uint64_t, std::shared_ptr<Operation>> ops_;  // guarded by mu_
-  engine::PlanCache plans_;                        // guarded by mu_
-  tuner::Selector selector_;                       // guarded by mu_
-  std::vector<std::atomic<std::uint64_t>> completed_;  // per rank: ops done
+  engine::PlanCache plans_;                                  // guarded by mu_
+  tuner::Selector selector_;                                 // guarded by mu_
+  std::vector<std::atomic<std::uint64_t>> completed_;        // per rank: ops done
   engine::ProgressSignal completion_signal_;
   // Point-to-point state, guarded by mu_: messages by (src, dst, n), and
   // how many sends/receives each ordered pair has posted.
@@ -196,9 +198,9 @@ class Communicator final : public CommunicatorBase {
   engine::PeerMatrix direct_;
   std::unique_ptr<engine::DevicePools> pools_;
   std::mutex enqueue_mu_;
-  std::uint64_t next_enqueue_seq_ = 0;                         // guarded by enqueue_mu_
+  std::uint64_t next_enqueue_seq_ = 0;                                // guarded by enqueue_mu_
   std::map<std::uint64_t, std::shared_ptr<Operation>> complete_ops_;  // guarded by enqueue_mu_
-  std::deque<std::shared_ptr<Operation>> running_ops_;         // guarded by enqueue_mu_
+  std::deque<std::shared_ptr<Operation>> running_ops_;                // guarded by enqueue_mu_
 
   mutable std::mutex err_mu_;
   wia_status_t async_error_ = WIA_SUCCESS;

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+// The process communicator's control channel (messages outside any
+// collective: abort, "where are you?", its reply, goodbye) and its
+// failure path: breaking the communicator tells every peer why.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <utility>
+
+#include "comm/process_internal.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "provider/registry.hpp"
+#include "provider/transport_call.hpp"
+
+namespace wia::comm {
+
+// The control channel: one receive always posted per peer, for messages
+// that are not part of any collective.
+//   abort  a peer failed; its reason follows the header
+//   query  "where are you?" from a peer whose collective timed out
+//   reply  the answer: the collective being run, and how many completed
+//   bye    the peer destroyed the communicator after finishing its work:
+//          its connection closing next is not a failure
+namespace {
+constexpr std::uint32_t kControlMagic = 0x57494158;  // "WIAX"
+enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4 };
+}  // namespace
+
+std::string ProcessCommunicator::Control::poll() {
+  for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
+    Peer& p = c_.peers_[q];
+    progress_send(p);
+    if (!p.control_req) continue;
+    std::int32_t done = 0;
+    std::uint64_t size = 0;
+    try {
+      transport_call(*p.link.provider, "test(control)",
+                     [&](const wia_transport_ops_v1_t& t, void* ctx) {
+                       return t.test(ctx, p.control_req, &done, &size);
+                     });
+    } catch (const Error& e) {
+      p.control_req = nullptr;
+      if (p.said_bye) continue;  // it left cleanly; its data was delivered before
+      return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
+    }
+    if (!done) continue;
+    p.control_req = nullptr;
+    ControlHeader h;
+    if (size < sizeof(h))
+      return fmt::format("rank {} sent a truncated control message ({} B)", q, size);
+    std::memcpy(&h, p.control_buf.data(), sizeof(h));
+    if (h.magic != kControlMagic) return fmt::format("rank {} sent a corrupt control message", q);
+    if (h.type == kAbort)
+      return fmt::format("rank {} aborted the communicator: {}", q,
+                         std::string(p.control_buf.data() + sizeof(h), size - sizeof(h)));
+    if (h.type == kBye) {
+      p.said_bye = true;  // no receive is posted again
+      continue;
+    }
+    if (h.type == kQuery) {
+      ControlHeader r;
+      r.type = kReply;
+      r.seq = h.seq;
+      r.completed = c_.collectives_done_.load();
+      r.running = c_.running_.load();
+      send(p, r);
+    } else if (h.type == kReply) {
+      p.reply = h;
+      p.has_reply = true;
+    }
+    c_.post_control_recv(p);
+  }
+  return {};
+}
+
+void ProcessCommunicator::Control::goodbye(std::chrono::milliseconds bound) {
+  ControlHeader h;
+  h.type = kBye;
+  for (Peer& p : c_.peers_)
+    if (p.link.conn) send(p, h);
+  const auto until = Clock::now() + bound;
+  for (;;) {
+    poll();  // failures no longer matter here
+    bool all = true;
+    for (const Peer& p : c_.peers_) all &= !p.link.conn || p.said_bye || !p.control_req;
+    for (Peer& p : c_.peers_) progress_send(p);
+    bool sent = true;
+    for (const Peer& p : c_.peers_) sent &= !p.send_req;
+    if ((all && sent) || Clock::now() > until) return;
+    sleep_us(200);
+  }
+}
+
+std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
+  for (Peer& p : c_.peers_) {
+    if (!p.link.conn) continue;
+    p.has_reply = false;
+    ControlHeader q;
+    q.type = kQuery;
+    q.seq = seq;
+    send(p, q);
+  }
+  // Peers inside a collective answer within their next poll; the others
+  // (stuck elsewhere, or busy before calling) do not answer at all.
+  const auto until = Clock::now() + std::chrono::milliseconds(300);
+  while (Clock::now() < until) {
+    if (!poll().empty()) break;
+    bool all = true;
+    for (const Peer& p : c_.peers_) all &= !p.link.conn || p.has_reply;
+    if (all) break;
+    sleep_us(200);
+  }
+  std::string absent, behind, inside;
+  auto add = [](std::string& list, const std::string& item) {
+    list += (list.empty() ? "" : ", ") + item;
+  };
+  for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
+    const Peer& p = c_.peers_[q];
+    if (!p.link.conn) continue;
+    if (!p.has_reply)
+      add(absent, std::to_string(q));
+    else if (p.reply.running == static_cast<std::int64_t>(seq))
+      add(inside, std::to_string(q));
+    else if (p.reply.completed <= seq)
+      add(behind, fmt::format("{} (completed {} collective(s){})", q, p.reply.completed,
+                              p.reply.running >= 0 ? fmt::format(", running #{}", p.reply.running)
+                                                   : std::string()));
+  }
+  std::string out;
+  if (!absent.empty())
+    out += fmt::format(
+        "rank(s) {} have not reached collective #{} (no answer: not inside any "
+        "collective of this communicator)",
+        absent, seq);
+  if (!behind.empty())
+    out += fmt::format("{}rank(s) {} have not reached it", out.empty() ? "" : "; ", behind);
+  if (!inside.empty())
+    out += fmt::format("{}rank(s) {} are inside it", out.empty() ? "" : "; ", inside);
+  return out;
+}
+
+// At most one control message in flight per peer; a newer one waits for
+// the previous (they are tiny, so this rarely happens).
+void ProcessCommunicator::Control::progress_send(Peer& p) {
+  if (!p.send_req || !p.link.conn) return;
+  std::int32_t done = 0;
+  std::uint64_t size = 0;
+  const auto* t = p.link.provider->transport();
+  if (t->test(p.link.provider->ctx(), p.send_req, &done, &size) < 0 || done) p.send_req = nullptr;
+}
+
+void ProcessCommunicator::Control::send(Peer& p, const ControlHeader& h) {
+  progress_send(p);
+  if (p.send_req || !p.link.conn) return;
+  p.send_buf.assign(reinterpret_cast<const char*>(&h),
+                    reinterpret_cast<const char*>(&h) + sizeof(h));
+  const auto* t = p.link.provider->transport();
+  if (t->isend(p.link.provider->ctx(), p.link.conn, p.send_buf.data(), p.send_buf.size(),
+               engine::kControlTag, nullptr, &p.send_req) != WIA_SUCCESS)
+    p.send_req = nullptr;
+}
+
+void ProcessCommunicator::post_control_recv(Peer& peer) {
+  peer.control_buf.assign(1024, 0);
+  transport_call(
+      *peer.link.provider, "irecv(control)", [&](const wia_transport_ops_v1_t& t, void* ctx) {
+        return t.irecv(ctx, peer.link.conn, peer.control_buf.data(), peer.control_buf.size(),
+                       engine::kControlTag, nullptr, &peer.control_req);
+      });
+}
+
+void ProcessCommunicator::break_communicator(wia_status_t status, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    if (broken_.load()) return;
+    error_ = status;
+    error_message_ = reason;
+    broken_.store(true);
+  }
+  log::error("comm", "rank {}: {}", layout_.rank, reason);
+  // Tell every peer why, briefly: a peer that is gone must not delay us.
+  ControlHeader h;
+  h.type = kAbort;
+  std::string text(reinterpret_cast<const char*>(&h), sizeof(h));
+  text += fmt::format("rank {}: {}", layout_.rank, reason).substr(0, 1024 - sizeof(h));
+  std::vector<std::pair<Peer*, wia_request_t>> sent;
+  for (Peer& peer : peers_) {
+    if (!peer.link.conn) continue;
+    wia_request_t r = nullptr;
+    const auto* t = peer.link.provider->transport();
+    if (t->isend(peer.link.provider->ctx(), peer.link.conn, text.data(), text.size(),
+                 engine::kControlTag, nullptr, &r) == WIA_SUCCESS &&
+        r)
+      sent.emplace_back(&peer, r);
+  }
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  while (!sent.empty() && Clock::now() < until) {
+    for (auto it = sent.begin(); it != sent.end();) {
+      std::int32_t done = 0;
+      std::uint64_t size = 0;
+      const auto* t = it->first->link.provider->transport();
+      const wia_status_t st = t->test(it->first->link.provider->ctx(), it->second, &done, &size);
+      if (st < 0 || done)
+        it = sent.erase(it);
+      else
+        ++it;
+    }
+    if (!sent.empty()) sleep_us(100);
+  }
+  close_all();
+}
+
+}  // namespace wia::comm
