@@ -21,6 +21,7 @@
 #include "comm/algorithm_choice.hpp"
 #include "comm/node_windows.hpp"
 #include "comm/transport_choice.hpp"
+#include "discovery/transports.hpp"
 #include "engine/backoff.hpp"
 #include "engine/eager_allreduce.hpp"
 #include "selector/selector.hpp"
@@ -658,7 +659,7 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
   };
   // Names are checked against what this process loaded, so a vendor's own
   // transport provider can be named in rules and WIA_TRANSPORT.
-  const auto loaded_here = selector::TransportAvailability::from_registry(rt.providers());
+  const auto loaded_here = discovery::transport_availability(rt.providers());
   selector::RuleSet rules = selector::load_rules_or_defaults(rt.config(), &loaded_here);
   if (!preferred_inter_node.empty()) {
     // The distributed config's backend: first for links between nodes,
