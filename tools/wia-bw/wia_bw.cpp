@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "discovery/discovery.hpp"
 #include "tool_ranks.hpp"
 #include "topology/topology.hpp"
 
@@ -202,14 +203,14 @@ int run_devices(const Options& o) {
 
   if (!o.output.empty()) {
     try {
-      wia::topo::Topology t = wia::topo::discover();
+      wia::topo::Topology t = wia::discovery::discover_topology();
       if (t.n != n) throw wia::Error(WIA_ERROR_INTERNAL, "device count changed during the run");
       for (int a = 0; a < n; ++a)
         for (int b = 0; b < n; ++b) {
           if (a == b) continue;
           const auto& x = m[static_cast<std::size_t>(a) * un + b];
           t.bandwidth[t.at(a, b)] = x.unidirectional_gbps;
-          t.latency[t.at(a, b)] = wia::topo::alpha_from(x);
+          t.latency[t.at(a, b)] = wia::discovery::alpha_from(x);
         }
       wia::topo::export_yaml(t, o.output);
       fmt::print("wrote {} (bandwidth_gbps = unidirectional, latency_us = fitted alpha)\n",
@@ -462,7 +463,7 @@ int run_ranks(const Options& o) {
             if (a == b) continue;
             const auto& x = m[static_cast<std::size_t>(a) * up + b];
             topo.bandwidth_gbps[a][b] = x.unidirectional_gbps;
-            topo.latency_us[a][b] = wia::topo::alpha_from(x);
+            topo.latency_us[a][b] = wia::discovery::alpha_from(x);
           }
         check(wia_export_topology_yaml(&topo, o.output.c_str()), me,
               fmt::format("writing {}", o.output));

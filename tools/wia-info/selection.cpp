@@ -12,6 +12,8 @@
 
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "discovery/discovery.hpp"
+#include "discovery/transports.hpp"
 #include "placement/placement.hpp"
 #include "runtime/runtime.hpp"
 #include "selector/selector.hpp"
@@ -36,10 +38,10 @@ struct Setup {
 // as the runtime would (a rejected rule set falls back to the defaults).
 Setup set_up(const SelectionOptions& o) {
   Setup s;
-  s.topology = o.topology_file ? topo::load_yaml(o.topology_file) : topo::discover();
+  s.topology = o.topology_file ? topo::load_yaml(o.topology_file) : discovery::discover_topology();
   const Runtime& rt = Runtime::get();
   s.available = o.assume_all ? selector::TransportAvailability::assume_all()
-                             : selector::TransportAvailability::from_registry(rt.providers());
+                             : discovery::transport_availability(rt.providers());
   std::optional<Config> own;
   if (o.rules_file) own = Config::load(o.rules_file);
   const Config& config = own ? *own : rt.config();
@@ -174,7 +176,7 @@ int topology_diff(const char* declared_file, const char* detected_file, double t
   try {
     const topo::Topology declared = topo::load_yaml(declared_file);
     const topo::Topology detected =
-        detected_file ? topo::load_yaml(detected_file) : topo::discover();
+        detected_file ? topo::load_yaml(detected_file) : discovery::discover_topology();
     const topo::TopologyDiff d = topo::diff(declared, detected, tolerance);
     fmt::print(
         "Declared {} ({} devices) against {} ({} devices); devices matched by {}; "
@@ -205,7 +207,8 @@ int place(const char* model_file, const char* topology_file, const char* strateg
           bool cross_node_first) {
   try {
     const place::ModelFile m = place::load_model_yaml(model_file);
-    const topo::Topology t = topology_file ? topo::load_yaml(topology_file) : topo::discover();
+    const topo::Topology t =
+        topology_file ? topo::load_yaml(topology_file) : discovery::discover_topology();
     const std::string how = strategy ? strategy : "bandwidth";
     if (how != "bandwidth" && how != "latency" && how != "sequential")
       throw Error(WIA_ERROR_INVALID_ARGUMENT,

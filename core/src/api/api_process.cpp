@@ -12,6 +12,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
+#include "discovery/discovery.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
 #include "topology/topology.hpp"
@@ -147,7 +148,7 @@ WIA_API wia_status_t wia_comm_discover_topology(wia_communicator_t comm,
     }
     // A device communicator: the discovered topology, its devices in rank
     // order.
-    const topo::Topology all = topo::discover();
+    const topo::Topology all = discovery::discover_topology();
     std::vector<int> pick;
     for (int r = 0; r < c.size(); ++r) {
       for (wia_device_t d = 0; d < all.n; ++d)

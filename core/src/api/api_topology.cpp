@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "api/guard.hpp"
+#include "discovery/discovery.hpp"
 #include "placement/placement.hpp"
 #include "runtime/runtime.hpp"
 #include "topology/analysis.hpp"
@@ -22,7 +23,7 @@ WIA_API wia_status_t wia_discover_topology(wia_topology_t* topology) {
   return api::guard(__func__, [&] {
     api::require_non_null(topology, "topology");
     *topology = wia_topology_t{};
-    topo::to_c(topo::discover(), topology);
+    topo::to_c(discovery::discover_topology(), topology);
   });
 }
 
@@ -131,7 +132,7 @@ WIA_API wia_status_t wia_benchmark_bandwidth(int32_t dev_a, int32_t dev_b,
     Runtime& rt = Runtime::get();
     rt.device(dev_a);  // validates, naming the valid range
     rt.device(dev_b);
-    *bench = topo::benchmark_bandwidth(dev_a, dev_b);
+    *bench = discovery::benchmark_bandwidth(dev_a, dev_b);
   });
 }
 

@@ -14,6 +14,7 @@
 #include "comm/node_windows.hpp"
 #include "comm/process_internal.hpp"
 #include "comm/transport_choice.hpp"
+#include "discovery/transports.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "provider/registry.hpp"
@@ -216,7 +217,7 @@ void ProcessCommunicator::choose_link_transports(MeshSetup& s,
   const int p = layout_.size;
   // Names are checked against what this process loaded, so a vendor's own
   // transport provider can be named in rules and WIA_TRANSPORT.
-  const auto loaded_here = selector::TransportAvailability::from_registry(rt.providers());
+  const auto loaded_here = discovery::transport_availability(rt.providers());
   s.rules = selector::load_rules_or_defaults(rt.config(), &loaded_here);
   if (!preferred_inter_node.empty()) {
     // The distributed config's backend: first for links between nodes,

@@ -3,12 +3,12 @@
 // checking a rule set (wia-info --explain, --lint).
 #include <fmt/format.h>
 #include <fnmatch.h>
+#include <wia/provider.h>
 
 #include <algorithm>
 #include <set>
 
 #include "common/error.hpp"
-#include "provider/registry.hpp"
 #include "selector/selector.hpp"
 
 namespace wia::selector {
@@ -69,40 +69,6 @@ LinkInfo link_of(const topo::Topology& t, int i, int j) {
 }
 
 // --- availability -----------------------------------------------------------
-
-TransportAvailability TransportAvailability::from_registry(const ProviderRegistry& registry) {
-  TransportAvailability a;
-  for (const auto& record : registry.records()) {
-    if (record.state == ProviderState::loaded) continue;
-    TransportState s;
-    s.reason = fmt::format("{}: {}", provider_state_name(record.state), record.reason);
-    a.states_.emplace(record.name, std::move(s));  // first record of a name wins
-  }
-  for (const auto& provider : registry.loaded()) {
-    TransportState s;
-    const wia_transport_ops_v1_t* ops = provider->transport();
-    if (ops == nullptr) {
-      s.reason = "loaded, but it has no transport interface";
-      a.states_[provider->name()] = std::move(s);
-      continue;
-    }
-    s.loaded = true;
-    std::int32_t count = 0;
-    if (ops->endpoint_count != nullptr && ops->endpoint_count(provider->ctx(), &count) == 0) {
-      for (std::int32_t e = 0; e < count; ++e) {
-        wia_transport_props_v1_t props{};
-        props.struct_size = sizeof props;
-        if (ops->endpoint_props != nullptr &&
-            ops->endpoint_props(provider->ctx(), e, &props) == 0) {
-          s.endpoint_flags |= props.flags;
-          ++s.endpoints;
-        }
-      }
-    }
-    a.states_[provider->name()] = std::move(s);
-  }
-  return a;
-}
 
 TransportAvailability TransportAvailability::assume_all() {
   TransportAvailability a;

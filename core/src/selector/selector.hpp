@@ -19,7 +19,7 @@
 //
 // Usage (the communicator, once per peer link):
 //   const selector::RuleSet rules = selector::load_rules_or_defaults(rt.config());
-//   const auto avail = selector::TransportAvailability::from_registry(rt.providers());
+//   const auto avail = discovery::transport_availability(rt.providers());
 //   selector::Choice c = selector::choose(rules, selector::link_between(me, peer, peer_ok), avail);
 //   if (!c.ok()) throw Error(WIA_ERROR_UNAVAILABLE, c.describe());
 //   ... open c.transport with c.options ...
@@ -41,10 +41,6 @@
 
 #include "config/config.hpp"
 #include "topology/topology.hpp"
-
-namespace wia {
-class ProviderRegistry;
-}
 
 namespace wia::selector {
 
@@ -88,12 +84,11 @@ struct TransportState {
   int endpoints = 0;
 };
 
+// A plain value: the caller fills it (discovery::transport_availability
+// from this process's provider registry, the peers' published records, a
+// test's fake), so the selector never asks a provider itself.
 class TransportAvailability {
  public:
-  // p2p (built in) plus every provider the registry recorded: transport
-  // providers with their endpoints' flags, the others with the loader's
-  // reason (absent, disabled, refused, "has no transport interface").
-  static TransportAvailability from_registry(const ProviderRegistry& registry);
   // As if every known transport were loaded with intra- and inter-node
   // endpoints: for planning a machine that is not this one.
   static TransportAvailability assume_all();

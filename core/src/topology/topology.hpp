@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The topology model behind wia_topology_t: n devices grouped in nodes and
-// one link record per ordered pair, stored as flat n*n arrays. Discovery,
-// YAML files and analysis all work on this; the C struct is a view of it.
+// one link record per ordered pair, stored as flat n*n arrays. YAML files,
+// analysis and diff work on this, and discovery (core/src/discovery/) fills
+// it; the C struct is a view of it. A data layer: nothing here asks the
+// runtime or a provider.
 #pragma once
 
 #include <wia/topology.h>
@@ -72,31 +74,9 @@ Topology from_c(const wia_topology_t& c);
 // Releases what to_c allocated and zeroes *t.
 void free_c(wia_topology_t* t) noexcept;
 
-// Discovery from the runtime's devices and hwloc (discover.cpp). When
-// config key tuner.link_file names a measured file (wia-bw --output), the
-// pairs it covers take its bandwidth and latency (apply_measured_links); a
-// file that cannot be read or matches no device is a logged warning, and
-// discovery keeps the provider figures.
-Topology discover();
-
-// Copies bandwidth and latency from `measured` into every ordered pair of
-// t's devices that both appear in it (with a positive bandwidth there);
-// other pairs and every other field keep their values. Devices are matched
-// by full name ("node/device"); when no full name matches, by device name
-// (the part after the last '/') where that name is unique in `measured`, so
-// a file measured on another host of the same build still matches. Returns
-// the number of ordered pairs updated.
-int apply_measured_links(Topology& t, const Topology& measured);
-
 // YAML files (yaml_io.cpp). Load throws wia::Error(WIA_ERROR_CONFIG) with
 // "file:line:column" and the key; export throws WIA_ERROR_IO.
 Topology load_yaml(const std::string& path);
 void export_yaml(const Topology& t, const std::string& path);
-
-// wia_benchmark_bandwidth's measurement (benchmark.cpp), and the per-message
-// latency alpha (us) fitted through its 4 KiB and 1 MiB points, floored at
-// 0.01 us: what wia-bw writes as a link's latency_us.
-wia_bandwidth_benchmark_t benchmark_bandwidth(std::int32_t dev_a, std::int32_t dev_b);
-double alpha_from(const wia_bandwidth_benchmark_t& bench);
 
 }  // namespace wia::topo

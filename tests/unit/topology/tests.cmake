@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Topology discovery, files and analysis (spec 6.2, 6.2.1).
+# Topology files and analysis (spec 6.2, 6.2.1) through the public API, which
+# also discovers; discovery with measured links is in unit/discovery.
 wia_add_unit_test(topology_api SOURCES ${CMAKE_CURRENT_LIST_DIR}/topology_api_test.cpp
   LIBS wia::core)
 if(TARGET wia-provider-host)
@@ -25,10 +26,3 @@ set_tests_properties(topology_spec_c PROPERTIES TIMEOUT 120
 wia_add_unit_test(topology_links SOURCES ${CMAKE_CURRENT_LIST_DIR}/links_test.cpp
   LIBS wia_core_internal TIMEOUT 120)
 
-# Discovery with measured links (tuner.link_file): matched pairs, provider
-# figures elsewhere, warnings for files it cannot use.
-wia_add_unit_test(topology_discover_link_file
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/discover_link_file_test.cpp LIBS wia::core TIMEOUT 60)
-if(TARGET wia-provider-host)
-  add_dependencies(test_topology_discover_link_file wia-provider-host)
-endif()

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "topology/topology.hpp"
+#include "discovery/discovery.hpp"
 
-namespace wia::topo {
+namespace wia::discovery {
 
 namespace {
 
@@ -122,4 +122,4 @@ double alpha_from(const wia_bandwidth_benchmark_t& bench) {
   return std::max(alpha, 0.01);
 }
 
-}  // namespace wia::topo
+}  // namespace wia::discovery

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Discovery: the runtime's devices placed in the machine that hwloc sees
-// (packages, NUMA nodes, PCI devices), and one link record per pair.
+// Topology discovery: the runtime's devices placed in the machine that hwloc
+// sees (packages, NUMA nodes, PCI devices), one link record per pair, and
+// the measured figures of tuner.link_file laid over them.
 #include <fmt/format.h>
 #include <hwloc.h>
 #include <unistd.h>
@@ -13,11 +14,17 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "discovery/discovery.hpp"
 #include "runtime/device_call.hpp"
 #include "runtime/runtime.hpp"
 #include "topology/topology.hpp"
 
-namespace wia::topo {
+namespace wia::discovery {
+
+using topo::find_link_defaults;
+using topo::LinkDefaults;
+using topo::load_yaml;
+using topo::Topology;
 
 namespace {
 
@@ -191,7 +198,7 @@ int apply_measured_links(Topology& t, const Topology& measured) {
   return updated;
 }
 
-Topology discover() {
+Topology discover_topology() {
   const auto& devices = Runtime::get().devices();
   bool any_pci = false;
   for (const Device& d : devices) any_pci = any_pci || d.props.pci_bus_id[0] != '\0';
@@ -251,4 +258,4 @@ Topology discover() {
   return t;
 }
 
-}  // namespace wia::topo
+}  // namespace wia::discovery
