@@ -49,6 +49,7 @@
 #include <string>
 
 #include "kernels/cpu_reduce.hpp"
+#include "wia_common/text.hpp"
 
 #ifndef WIA_HOST_VERSION
 #define WIA_HOST_VERSION "0.0.0"
@@ -109,11 +110,7 @@ constexpr std::uint32_t kAlignment = 64;
 constexpr std::uint64_t kMmapThreshold = 256 * 1024;
 constexpr std::uint64_t kHugePageSize = 2 * 1024 * 1024;
 
-std::string errno_text(int e) {
-  char buf[128];
-  // GNU strerror_r: returns a pointer that may or may not be buf.
-  return strerror_r(e, buf, sizeof(buf));
-}
+using common::errno_text;
 
 std::uint64_t page_size() {
   static const std::uint64_t n = [] {
@@ -130,16 +127,10 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t to) { return (v + to - 1) 
 // init, but a provider must not trust that blindly (a different core, a
 // test harness): garbage fails init with WIA_ERROR_CONFIG.
 
-std::string trim(const char* s) {
-  std::string t(s);
-  const auto b = t.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  const auto e = t.find_last_not_of(" \t\r\n");
-  return t.substr(b, e - b + 1);
-}
+using common::trim;
 
 bool parse_int(const char* text, std::int64_t* out) {
-  const std::string t = trim(text);
+  const std::string t(trim(text));
   if (t.empty()) return false;
   errno = 0;
   char* end = nullptr;
@@ -149,52 +140,8 @@ bool parse_int(const char* text, std::int64_t* out) {
   return true;
 }
 
-// Bytes, with an optional binary suffix: 64K, 4M, 1G, 2T (also KiB, KB,
-// k, ...). 1K = 1024, as memory sizes are counted.
-bool parse_size(const char* text, std::uint64_t* out) {
-  const std::string t = trim(text);
-  std::size_t i = 0;
-  std::uint64_t v = 0;
-  if (t.empty() || t[0] < '0' || t[0] > '9') return false;
-  for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) {
-    const std::uint64_t digit = static_cast<std::uint64_t>(t[i] - '0');
-    if (v > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return false;
-    v = v * 10 + digit;
-  }
-  while (i < t.size() && (t[i] == ' ' || t[i] == '\t')) ++i;
-  std::string suffix = t.substr(i);
-  for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (suffix.empty() || suffix == "b") {
-    shift = 0;
-  } else {
-    const char unit = suffix[0];
-    const std::string rest = suffix.substr(1);
-    if (rest != "" && rest != "b" && rest != "ib") return false;
-    switch (unit) {
-      case 'k':
-        shift = 10;
-        break;
-      case 'm':
-        shift = 20;
-        break;
-      case 'g':
-        shift = 30;
-        break;
-      case 't':
-        shift = 40;
-        break;
-      default:
-        return false;
-    }
-  }
-  if (shift > 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return false;
-  *out = v << shift;
-  return true;
-}
-
 bool parse_bool(const char* text, bool* out) {
-  std::string t = trim(text);
+  std::string t(trim(text));
   for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (t == "true" || t == "1" || t == "yes" || t == "on") {
     *out = true;
@@ -732,22 +679,21 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
     }
     if (fd < 0) {
       const int e = proc_errno ? proc_errno : getfd_errno;
-      const wia_status_t st = e == EPERM || e == EACCES  ? WIA_ERROR_UNAVAILABLE
+      const wia_status_t st = e == EPERM || e == EACCES   ? WIA_ERROR_UNAVAILABLE
                               : e == EBADF || e == ENOENT ? WIA_ERROR_INVALID_HANDLE
-                              : e == ESRCH               ? WIA_ERROR_REMOTE
-                              : e == ENOSYS              ? WIA_ERROR_NOT_SUPPORTED
-                                                         : WIA_ERROR_IO;
+                              : e == ESRCH                ? WIA_ERROR_REMOTE
+                              : e == ENOSYS               ? WIA_ERROR_NOT_SUPPORTED
+                                                          : WIA_ERROR_IO;
       const std::string via_pidfd = p.ipc_open == Provider::IpcOpen::kProc
                                         ? std::string()
                                         : std::string(pidfd_call) + ": " + errno_text(getfd_errno);
       const std::string via_proc =
-          proc_errno ? std::string("open(") + path + "): " + errno_text(proc_errno)
-                     : std::string();
-      return p.fail(st, "ipc_open_handle on host device %d: memory of pid %d (fd %d): %s%s%s%s",
-                    dev, w.pid, w.fd, via_pidfd.c_str(),
-                    !via_pidfd.empty() && !via_proc.empty() ? "; " : "", via_proc.c_str(),
-                    st == WIA_ERROR_UNAVAILABLE ? " (needs ptrace access to the exporting process)"
-                                                : "");
+          proc_errno ? std::string("open(") + path + "): " + errno_text(proc_errno) : std::string();
+      return p.fail(
+          st, "ipc_open_handle on host device %d: memory of pid %d (fd %d): %s%s%s%s", dev, w.pid,
+          w.fd, via_pidfd.c_str(), !via_pidfd.empty() && !via_proc.empty() ? "; " : "",
+          via_proc.c_str(),
+          st == WIA_ERROR_UNAVAILABLE ? " (needs ptrace access to the exporting process)" : "");
     }
     struct stat st {};
     if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_ino) != w.inode ||
@@ -824,7 +770,7 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
                      "host.devices = '%s': expected an integer from 0 (one per NUMA node) to 64",
                      text);
     text = param_text(host, "memory_limit", "0");
-    if (!parse_size(text, &p->memory_limit))
+    if (!common::parse_size(text, &p->memory_limit))
       return p->fail(WIA_ERROR_CONFIG,
                      "host.memory_limit = '%s': expected a size in bytes (e.g. 0, 65536, 64K, 4M, "
                      "1G)",
@@ -843,8 +789,7 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
       return p->fail(WIA_ERROR_CONFIG, "host.ipc_open = '%s': expected auto, pidfd or proc", text);
     text = param_text(host, "host_accessible", "true");
     if (!parse_bool(text, &p->host_accessible))
-      return p->fail(WIA_ERROR_CONFIG, "host.host_accessible = '%s': expected true or false",
-                     text);
+      return p->fail(WIA_ERROR_CONFIG, "host.host_accessible = '%s': expected true or false", text);
 
     const std::vector<int> nodes = numa_node_ids();
     p->numa_nodes = static_cast<int>(nodes.size());

@@ -59,6 +59,7 @@
 
 #include "shm_queues.hpp"
 #include "shm_wire.hpp"
+#include "wia_common/text.hpp"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434  // the same number on every architecture
@@ -101,10 +102,7 @@ std::uint64_t monotonic_ns() {
                                         .count());
 }
 
-std::string errno_text(int e) {
-  char buf[128];
-  return strerror_r(e, buf, sizeof(buf));  // GNU variant: may return a static string
-}
+using common::errno_text;
 
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* fmt, ...) {
@@ -135,37 +133,6 @@ struct Provider {
     return monotonic_ns();
   }
 };
-
-// Sizes come as plain byte counts from the core; accept K/M/G suffixes too
-// so a hand-written host (tests, tools) may pass "4M".
-bool parse_size(const char* text, std::uint64_t* out) {
-  if (text == nullptr || *text == '\0') return false;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text) return false;
-  unsigned shift = 0;
-  switch (*end) {
-    case '\0':
-      break;
-    case 'k':
-    case 'K':
-      shift = 10;
-      break;
-    case 'm':
-    case 'M':
-      shift = 20;
-      break;
-    case 'g':
-    case 'G':
-      shift = 30;
-      break;
-    default:
-      return false;
-  }
-  *out = static_cast<std::uint64_t>(v) << shift;
-  return true;
-}
 
 // ---------------------------------------------------------------------------
 // Per-connection lock
@@ -1027,7 +994,9 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) {
   auto size_param = [&](const char* key, std::uint64_t* out) {
     const char* v = host->get_param ? host->get_param(host->host_ctx, key) : nullptr;
     std::uint64_t parsed = 0;
-    if (v != nullptr && parse_size(v, &parsed)) *out = parsed;
+    // Sizes come as plain byte counts from the core; a hand-written host
+    // (tests, tools) may pass "4M". Text that is no size keeps the default.
+    if (v != nullptr && common::parse_size(v, &parsed)) *out = parsed;
   };
   size_param("ring_size", &s.ring_size);
   size_param("eager_size", &s.eager_size);
@@ -1637,10 +1606,9 @@ wia_status_t recv_inline_impl(void* ctx, wia_conn_t conn, void* buf, uint64_t ca
     return WIA_SUCCESS;
   }
   if (u->type != wire::kEager)
-    return p->fail(WIA_ERROR_NOT_SUPPORTED,
-                   format("recv_inline: the next message of tag %" PRIu64
-                          " is a large one (%" PRIu64 " bytes); use irecv",
-                          tag, u->msg_size));
+    return p->fail(WIA_ERROR_NOT_SUPPORTED, format("recv_inline: the next message of tag %" PRIu64
+                                                   " is a large one (%" PRIu64 " bytes); use irecv",
+                                                   tag, u->msg_size));
   c->unexpected.pop(tag);
   c->unexpected_bytes -= u->msg_size;
   got = u->msg_size;
@@ -1701,8 +1669,7 @@ wia_status_t irecv(void* ctx, wia_conn_t conn, void* buf, uint64_t size, uint64_
 wia_status_t test(void* ctx, wia_request_t request, int32_t* done, uint64_t* size) {
   return guarded(ctx, [&] { return test_impl(ctx, request, done, size); });
 }
-wia_status_t send_inline(void* ctx, wia_conn_t conn, const void* buf, uint64_t size,
-                         uint64_t tag) {
+wia_status_t send_inline(void* ctx, wia_conn_t conn, const void* buf, uint64_t size, uint64_t tag) {
   return guarded(ctx, [&] { return send_inline_impl(ctx, conn, buf, size, tag); });
 }
 wia_status_t recv_inline(void* ctx, wia_conn_t conn, void* buf, uint64_t capacity, uint64_t tag,
