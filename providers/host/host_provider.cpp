@@ -1,4 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+// The `host` provider's tables and devices: its parameters, init/fini, the
+// virtual devices (NUMA nodes, memory facts, properties, peer access) and
+// the descriptor the core loads. Memory is in host_memory.cpp, IPC in
+// host_ipc.cpp, streams and events in host_stream.cpp.
+//
 // The `host` provider: CPU memory presented as N virtual devices.
 //
 // It is the embedded default device provider and the reference
@@ -6,7 +11,7 @@
 // is offered, so the core's paths (peer copies, IPC, on-device reduction,
 // events with timing) can all be exercised without accelerators.
 //
-// Decisions worth knowing (see also host_provider.hpp, host_stream.cpp):
+// Decisions worth knowing (see also host_provider.hpp and the files above):
 //  - Devices: one per NUMA node by default (host.devices overrides; more
 //    devices than nodes share nodes round-robin). On multi-node machines
 //    device memory prefers its node (mbind MPOL_PREFERRED).
@@ -28,10 +33,7 @@
 #include "host_provider.hpp"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -48,22 +50,10 @@
 #include <sstream>
 #include <string>
 
-#include "kernels/cpu_reduce.hpp"
+#include "wia_common/text.hpp"
 
 #ifndef WIA_HOST_VERSION
 #define WIA_HOST_VERSION "0.0.0"
-#endif
-
-// Not every libc names these yet; the numbers are the same on every
-// architecture since Linux 5.x unified the syscall table.
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-#ifndef SYS_pidfd_getfd
-#define SYS_pidfd_getfd 438
-#endif
-#ifndef MPOL_PREFERRED
-#define MPOL_PREFERRED 1
 #endif
 
 namespace wia::host {
@@ -103,43 +93,17 @@ std::uint64_t Provider::now_ns() const noexcept {
 
 namespace {
 
-constexpr std::uint32_t kAlignment = 64;
-// Pinned host allocations from this size on are mmapped: page aligned,
-// returned to the OS on free, and eligible for transparent huge pages.
-constexpr std::uint64_t kMmapThreshold = 256 * 1024;
-constexpr std::uint64_t kHugePageSize = 2 * 1024 * 1024;
-
-std::string errno_text(int e) {
-  char buf[128];
-  // GNU strerror_r: returns a pointer that may or may not be buf.
-  return strerror_r(e, buf, sizeof(buf));
-}
-
-std::uint64_t page_size() {
-  static const std::uint64_t n = [] {
-    const long v = sysconf(_SC_PAGESIZE);
-    return v > 0 ? static_cast<std::uint64_t>(v) : 4096u;
-  }();
-  return n;
-}
-
-std::uint64_t round_up(std::uint64_t v, std::uint64_t to) { return (v + to - 1) / to * to; }
+using common::errno_text;
 
 // --------------------------------------------------------------------------
 // Parameters. The core validates values against the declarations before
 // init, but a provider must not trust that blindly (a different core, a
 // test harness): garbage fails init with WIA_ERROR_CONFIG.
 
-std::string trim(const char* s) {
-  std::string t(s);
-  const auto b = t.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  const auto e = t.find_last_not_of(" \t\r\n");
-  return t.substr(b, e - b + 1);
-}
+using common::trim;
 
 bool parse_int(const char* text, std::int64_t* out) {
-  const std::string t = trim(text);
+  const std::string t(trim(text));
   if (t.empty()) return false;
   errno = 0;
   char* end = nullptr;
@@ -149,52 +113,8 @@ bool parse_int(const char* text, std::int64_t* out) {
   return true;
 }
 
-// Bytes, with an optional binary suffix: 64K, 4M, 1G, 2T (also KiB, KB,
-// k, ...). 1K = 1024, as memory sizes are counted.
-bool parse_size(const char* text, std::uint64_t* out) {
-  const std::string t = trim(text);
-  std::size_t i = 0;
-  std::uint64_t v = 0;
-  if (t.empty() || t[0] < '0' || t[0] > '9') return false;
-  for (; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) {
-    const std::uint64_t digit = static_cast<std::uint64_t>(t[i] - '0');
-    if (v > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return false;
-    v = v * 10 + digit;
-  }
-  while (i < t.size() && (t[i] == ' ' || t[i] == '\t')) ++i;
-  std::string suffix = t.substr(i);
-  for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  int shift = 0;
-  if (suffix.empty() || suffix == "b") {
-    shift = 0;
-  } else {
-    const char unit = suffix[0];
-    const std::string rest = suffix.substr(1);
-    if (rest != "" && rest != "b" && rest != "ib") return false;
-    switch (unit) {
-      case 'k':
-        shift = 10;
-        break;
-      case 'm':
-        shift = 20;
-        break;
-      case 'g':
-        shift = 30;
-        break;
-      case 't':
-        shift = 40;
-        break;
-      default:
-        return false;
-    }
-  }
-  if (shift > 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return false;
-  *out = v << shift;
-  return true;
-}
-
 bool parse_bool(const char* text, bool* out) {
-  std::string t = trim(text);
+  std::string t(trim(text));
   for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (t == "true" || t == "1" || t == "yes" || t == "on") {
     *out = true;
@@ -272,168 +192,7 @@ MemoryFacts memory_of(const Provider& p, const Device& d) {
   return m;
 }
 
-// --------------------------------------------------------------------------
-// Allocation backends. Called with the device mutex held.
-
-void release(const Device& d, const Allocation& a) noexcept {
-  switch (a.backing) {
-    case Backing::kMalloc:
-      std::free(a.base);
-      break;
-    case Backing::kAnon:
-      munmap(a.base, a.map_len);
-      break;
-    case Backing::kArena:
-      munmap(a.base, a.map_len);
-      // Give the pages back now; the offset range is never reused. A
-      // process that still maps this range through an IPC handle would
-      // read zeros from here on: using exported memory after its owner
-      // freed it is the caller's bug, as on CUDA.
-      fallocate(d.arena_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                static_cast<off_t>(a.offset), static_cast<off_t>(a.map_len));
-      break;
-  }
-}
-
-void advise(const Provider& p, const Device& d, void* base, std::uint64_t len) noexcept {
-  if (len >= kHugePageSize) madvise(base, len, MADV_HUGEPAGE);  // best effort
-  if (p.numa_nodes > 1 && d.numa_node >= 0 && d.numa_node < 64) {
-    // Prefer (not bind) the device's node: memory pressure there spills
-    // elsewhere instead of failing.
-    unsigned long mask = 1ul << d.numa_node;
-    // maxnode is one more than the bits in the mask (the kernel drops one).
-    if (syscall(SYS_mbind, base, len, MPOL_PREFERRED, &mask, sizeof(mask) * 8 + 1, 0) != 0)
-      p.log(WIA_LOG_DEBUG, "mbind to NUMA node %d failed: %s", d.numa_node,
-            errno_text(errno).c_str());
-  }
-}
-
-wia_status_t alloc_device_memory(Provider& p, Device& d, std::uint64_t size, Allocation* a) {
-  const std::uint64_t len = round_up(std::max<std::uint64_t>(size, 1), page_size());
-  if (d.arena_fd < 0 && !d.arena_failed) {
-    const std::string name = "wia-host-dev" + std::to_string(d.index);
-    d.arena_fd = memfd_create(name.c_str(), MFD_CLOEXEC);
-    if (d.arena_fd < 0) {
-      d.arena_failed = true;
-      p.log(WIA_LOG_INFO,
-            "memfd_create failed on host device %d (%s): device memory is anonymous and "
-            "cannot be exported with ipc_get_handle",
-            d.index, errno_text(errno).c_str());
-    }
-  }
-  void* base = MAP_FAILED;
-  if (d.arena_fd >= 0) {
-    const std::uint64_t off = d.arena_end;
-    if (ftruncate(d.arena_fd, static_cast<off_t>(off + len)) != 0) {
-      const int e = errno;
-      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                    "mem_alloc(%" PRIu64 " B) on host device %d: growing the memory arena: %s",
-                    size, d.index, errno_text(e).c_str());
-    }
-    base =
-        mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, d.arena_fd, static_cast<off_t>(off));
-    if (base == MAP_FAILED) {
-      const int e = errno;
-      return p.fail(WIA_ERROR_OUT_OF_MEMORY, "mem_alloc(%" PRIu64 " B) on host device %d: mmap: %s",
-                    size, d.index, errno_text(e).c_str());
-    }
-    d.arena_end = off + len;
-    a->offset = off;
-    a->backing = Backing::kArena;
-    madvise(base, len, MADV_DONTFORK);
-  } else {
-    base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
-      const int e = errno;
-      return p.fail(WIA_ERROR_OUT_OF_MEMORY, "mem_alloc(%" PRIu64 " B) on host device %d: mmap: %s",
-                    size, d.index, errno_text(e).c_str());
-    }
-    a->backing = Backing::kAnon;
-  }
-  advise(p, d, base, len);
-  a->base = base;
-  a->map_len = len;
-  return WIA_SUCCESS;
-}
-
-wia_status_t alloc_pinned_memory(Provider& p, Device& d, std::uint64_t size, Allocation* a) {
-  if (size < kMmapThreshold) {
-    void* base = nullptr;
-    // size 0 still gets its own byte, so the pointer is unique.
-    const int rc = posix_memalign(&base, kAlignment, std::max<std::uint64_t>(size, 1));
-    if (rc != 0)
-      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                    "mem_alloc(%" PRIu64 " B, pinned) on host device %d: posix_memalign: %s", size,
-                    d.index, errno_text(rc).c_str());
-    a->base = base;
-    a->backing = Backing::kMalloc;
-    return WIA_SUCCESS;
-  }
-  const std::uint64_t len = round_up(size, page_size());
-  void* base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                  "mem_alloc(%" PRIu64 " B, pinned) on host device %d: mmap: %s", size, d.index,
-                  errno_text(e).c_str());
-  }
-  advise(p, d, base, len);
-  a->base = base;
-  a->map_len = len;
-  a->backing = Backing::kAnon;
-  return WIA_SUCCESS;
-}
-
-// Explains why `ptr` is not a live allocation of device `dev` (mem_free,
-// ipc_get_handle). Locks one device at a time, never two.
-wia_status_t explain_unknown_pointer(Provider& p, const char* call, std::int32_t dev,
-                                     const void* ptr) {
-  const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
-  for (const auto& other : p.devices) {
-    std::lock_guard<std::mutex> lk(other->mu);
-    if (other->index == dev && other->imports.count(ptr) != 0)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "%s on host device %d: %p was mapped by ipc_open_handle; release it with "
-                    "ipc_close_handle",
-                    call, dev, ptr);
-    for (const auto& [base, a] : other->allocs) {
-      const auto b = reinterpret_cast<std::uintptr_t>(base);
-      if (addr == b)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "%s on host device %d: %p belongs to host device %d", call, dev, ptr,
-                      other->index);
-      if (addr > b && addr < b + std::max<std::uint64_t>(a.size, 1))
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "%s on host device %d: %p points inside an allocation of host device %d "
-                      "that starts at %p",
-                      call, dev, ptr, other->index, base);
-    }
-  }
-  return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                "%s on host device %d: %p is not a live allocation (already freed, or not from "
-                "mem_alloc)",
-                call, dev, ptr);
-}
-
-// --------------------------------------------------------------------------
-// IPC handle layout (inside the opaque 128 bytes). Only ever read by the
-// same provider build on the same node, so native byte order is fine.
-
-constexpr std::uint64_t kIpcMagic = 0x3143504954534f48ull;  // "HOSTIPC1"
-
-struct IpcWire {
-  std::uint64_t magic;
-  std::uint32_t version;
-  std::int32_t pid;       // exporting process
-  std::int32_t fd;        // its arena memfd
-  std::int32_t device;    // exporting device (diagnostics only)
-  std::uint64_t inode;    // st_ino/st_dev of the arena: detects a recycled
-  std::uint64_t fs_dev;   // pid or fd number (stale handle) after getfd
-  std::uint64_t offset;   // of the allocation in the arena
-  std::uint64_t size;     // bytes the exporter allocated
-  std::uint64_t map_len;  // bytes to map (page multiple)
-};
-static_assert(sizeof(IpcWire) <= WIA_IPC_HANDLE_SIZE, "IPC handle payload too large");
+}  // namespace
 
 // --------------------------------------------------------------------------
 // Entry points: discovery
@@ -484,113 +243,6 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
 }
 
 // --------------------------------------------------------------------------
-// Entry points: memory
-
-wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uint32_t kind,
-                       void** ptr) noexcept {
-  return guarded(ctx, "mem_alloc", [&](Provider& p) -> wia_status_t {
-    if (ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on host device %d: ptr is NULL", dev);
-    *ptr = nullptr;
-    if (!p.valid_device(dev))
-      return p.fail(WIA_ERROR_INVALID_DEVICE, "mem_alloc: no host device %d (have %zu)", dev,
-                    p.devices.size());
-    if (kind != WIA_MEM_DEVICE && kind != WIA_MEM_HOST_PINNED)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on host device %d: unknown kind %u", dev,
-                    kind);
-    const char* kind_name = kind == WIA_MEM_DEVICE ? "device" : "pinned";
-    // Lazy commitment would let an absurd request "succeed" and fail at
-    // first touch; refuse what the machine cannot hold at all.
-    if (p.physical_memory != 0 && size > p.physical_memory)
-      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                    "mem_alloc(%" PRIu64
-                    " B, %s) on host device %d: larger than this machine's "
-                    "memory (%" PRIu64 " B RAM + swap)",
-                    size, kind_name, dev, p.physical_memory);
-    Device& d = *p.devices[static_cast<std::size_t>(dev)];
-    std::lock_guard<std::mutex> lk(d.mu);
-    if (kind == WIA_MEM_DEVICE && p.memory_limit != 0 &&
-        (d.used > p.memory_limit || size > p.memory_limit - d.used))
-      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                    "mem_alloc(%" PRIu64
-                    " B, device) on host device %d: exceeds host.memory_limit "
-                    "(%" PRIu64 " B, %" PRIu64 " B in use)",
-                    size, dev, p.memory_limit, d.used);
-    Allocation a;
-    a.size = size;
-    a.kind = kind;
-    const wia_status_t st = kind == WIA_MEM_DEVICE ? alloc_device_memory(p, d, size, &a)
-                                                   : alloc_pinned_memory(p, d, size, &a);
-    if (st != WIA_SUCCESS) return st;
-    try {
-      d.allocs.emplace(a.base, a);
-    } catch (...) {
-      release(d, a);
-      throw;
-    }
-    if (kind == WIA_MEM_DEVICE) d.used += size;
-    *ptr = a.base;
-    return WIA_SUCCESS;
-  });
-}
-
-wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
-  return guarded(ctx, "mem_free", [&](Provider& p) -> wia_status_t {
-    if (!p.valid_device(dev))
-      return p.fail(WIA_ERROR_INVALID_DEVICE, "mem_free: no host device %d (have %zu)", dev,
-                    p.devices.size());
-    // Strict on NULL (unlike free()): mem_alloc never returns NULL, so a
-    // NULL here is a bookkeeping bug worth reporting.
-    if (ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_free on host device %d: ptr is NULL", dev);
-    Device& d = *p.devices[static_cast<std::size_t>(dev)];
-    {
-      std::lock_guard<std::mutex> lk(d.mu);
-      auto it = d.allocs.find(ptr);
-      if (it != d.allocs.end()) {
-        const Allocation a = it->second;
-        d.allocs.erase(it);
-        if (a.kind == WIA_MEM_DEVICE) d.used -= a.size;
-        release(d, a);
-        return WIA_SUCCESS;
-      }
-    }
-    return explain_unknown_pointer(p, "mem_free", dev, ptr);
-  });
-}
-
-wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t value,
-                         std::uint64_t size) noexcept {
-  return guarded(ctx, "memset", [&](Provider& p) -> wia_status_t {
-    if (!p.valid_device(dev))
-      return p.fail(WIA_ERROR_INVALID_DEVICE, "memset: no host device %d (have %zu)", dev,
-                    p.devices.size());
-    if (size == 0) return WIA_SUCCESS;
-    if (ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "memset(%" PRIu64 " B) on host device %d: ptr is NULL", size, dev);
-    std::memset(ptr, value, size);
-    return WIA_SUCCESS;
-  });
-}
-
-wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
-                         std::uint64_t size) noexcept {
-  return guarded(ctx, "memcpy", [&](Provider& p) -> wia_status_t {
-    if (!p.valid_device(dev))
-      return p.fail(WIA_ERROR_INVALID_DEVICE, "memcpy: no host device %d (have %zu)", dev,
-                    p.devices.size());
-    if (size == 0) return WIA_SUCCESS;
-    if (dst == nullptr || src == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "memcpy(%" PRIu64 " B) on host device %d: %s is NULL", size, dev,
-                    dst == nullptr ? "dst" : "src");
-    std::memmove(dst, src, size);  // overlap is a caller bug, but not UB here
-    return WIA_SUCCESS;
-  });
-}
-
-// --------------------------------------------------------------------------
 // Entry points: peers
 
 wia_status_t can_access_peer(void* ctx, std::int32_t dev, std::int32_t peer,
@@ -628,180 +280,7 @@ wia_status_t enable_peer_access(void* ctx, std::int32_t dev, std::int32_t peer) 
   });
 }
 
-// --------------------------------------------------------------------------
-// Entry points: IPC
-
-wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
-                            wia_ipc_handle_t* handle) noexcept {
-  return guarded(ctx, "ipc_get_handle", [&](Provider& p) -> wia_status_t {
-    if (handle == nullptr || ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on host device %d: %s is NULL", dev,
-                    handle == nullptr ? "handle" : "ptr");
-    if (!p.valid_device(dev))
-      return p.fail(WIA_ERROR_INVALID_DEVICE, "ipc_get_handle: no host device %d (have %zu)", dev,
-                    p.devices.size());
-    Device& d = *p.devices[static_cast<std::size_t>(dev)];
-    IpcWire w{};
-    {
-      std::lock_guard<std::mutex> lk(d.mu);
-      auto it = d.allocs.find(ptr);
-      if (it != d.allocs.end()) {
-        const Allocation& a = it->second;
-        if (a.kind != WIA_MEM_DEVICE)
-          return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                        "ipc_get_handle on host device %d: %p is pinned host memory; only device "
-                        "memory can be exported",
-                        dev, ptr);
-        if (a.backing != Backing::kArena)
-          return p.fail(WIA_ERROR_NOT_SUPPORTED,
-                        "ipc_get_handle on host device %d: memfd_create is unavailable here, so "
-                        "device memory is not shareable",
-                        dev);
-        struct stat st {};
-        if (fstat(d.arena_fd, &st) != 0) {
-          const int e = errno;
-          return p.fail(WIA_ERROR_IO, "ipc_get_handle on host device %d: fstat: %s", dev,
-                        errno_text(e).c_str());
-        }
-        w.magic = kIpcMagic;
-        w.version = 1;
-        w.pid = static_cast<std::int32_t>(getpid());
-        w.fd = d.arena_fd;
-        w.device = dev;
-        w.inode = static_cast<std::uint64_t>(st.st_ino);
-        w.fs_dev = static_cast<std::uint64_t>(st.st_dev);
-        w.offset = a.offset;
-        w.size = a.size;
-        w.map_len = a.map_len;
-      }
-    }
-    if (w.magic != kIpcMagic) return explain_unknown_pointer(p, "ipc_get_handle", dev, ptr);
-    std::memset(handle->bytes, 0, sizeof(handle->bytes));
-    std::memcpy(handle->bytes, &w, sizeof(w));
-    return WIA_SUCCESS;
-  });
-}
-
-wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,
-                             void** ptr) noexcept {
-  return guarded(ctx, "ipc_open_handle", [&](Provider& p) -> wia_status_t {
-    if (handle == nullptr || ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on host device %d: %s is NULL",
-                    dev, handle == nullptr ? "handle" : "ptr");
-    *ptr = nullptr;
-    if (!p.valid_device(dev))
-      return p.fail(WIA_ERROR_INVALID_DEVICE, "ipc_open_handle: no host device %d (have %zu)", dev,
-                    p.devices.size());
-    IpcWire w;
-    std::memcpy(&w, handle->bytes, sizeof(w));
-    if (w.magic != kIpcMagic || w.version != 1 || w.pid <= 0 || w.fd < 0 || w.map_len == 0 ||
-        w.map_len % page_size() != 0 || w.offset % page_size() != 0 || w.size > w.map_len)
-      return p.fail(WIA_ERROR_INVALID_HANDLE,
-                    "ipc_open_handle on host device %d: not an IPC handle of the host provider",
-                    dev);
-    // Take a duplicate of the exporter's arena descriptor: pidfd_getfd,
-    // which pins the exporter's identity but needs ptrace-attach rights
-    // (same user and Yama ptrace_scope 0, or CAP_SYS_PTRACE); where those
-    // are refused or the call is missing (Yama's default 1 on Ubuntu,
-    // kernels before 5.6, valgrind), reopen /proc/<pid>/fd/<fd>, which
-    // needs only ptrace-read rights. Either way the inode check below makes
-    // sure it is the exported memory (a reused pid cannot pass it).
-    int fd = -1, getfd_errno = 0, proc_errno = 0;
-    const char* pidfd_call = "pidfd_getfd";
-    if (p.ipc_open != Provider::IpcOpen::kProc) {
-      const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, w.pid, 0));
-      if (pidfd >= 0) {
-        fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, w.fd, 0));
-        getfd_errno = fd < 0 ? errno : 0;
-        close(pidfd);
-      } else {
-        getfd_errno = errno;
-        pidfd_call = "pidfd_open";
-      }
-    }
-    char path[64];
-    std::snprintf(path, sizeof(path), "/proc/%d/fd/%d", w.pid, w.fd);
-    if (fd < 0 && p.ipc_open != Provider::IpcOpen::kPidfd && getfd_errno != ESRCH &&
-        getfd_errno != EBADF) {
-      fd = open(path, O_RDWR | O_CLOEXEC);
-      proc_errno = fd < 0 ? errno : 0;
-      // No /proc/<pid> at all: the exporter is gone, not the handle bad.
-      char dir[32];
-      std::snprintf(dir, sizeof(dir), "/proc/%d", w.pid);
-      if (proc_errno == ENOENT && access(dir, F_OK) != 0) proc_errno = ESRCH;
-    }
-    if (fd < 0) {
-      const int e = proc_errno ? proc_errno : getfd_errno;
-      const wia_status_t st = e == EPERM || e == EACCES  ? WIA_ERROR_UNAVAILABLE
-                              : e == EBADF || e == ENOENT ? WIA_ERROR_INVALID_HANDLE
-                              : e == ESRCH               ? WIA_ERROR_REMOTE
-                              : e == ENOSYS              ? WIA_ERROR_NOT_SUPPORTED
-                                                         : WIA_ERROR_IO;
-      const std::string via_pidfd = p.ipc_open == Provider::IpcOpen::kProc
-                                        ? std::string()
-                                        : std::string(pidfd_call) + ": " + errno_text(getfd_errno);
-      const std::string via_proc =
-          proc_errno ? std::string("open(") + path + "): " + errno_text(proc_errno)
-                     : std::string();
-      return p.fail(st, "ipc_open_handle on host device %d: memory of pid %d (fd %d): %s%s%s%s",
-                    dev, w.pid, w.fd, via_pidfd.c_str(),
-                    !via_pidfd.empty() && !via_proc.empty() ? "; " : "", via_proc.c_str(),
-                    st == WIA_ERROR_UNAVAILABLE ? " (needs ptrace access to the exporting process)"
-                                                : "");
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_ino) != w.inode ||
-        static_cast<std::uint64_t>(st.st_dev) != w.fs_dev ||
-        static_cast<std::uint64_t>(st.st_size) < w.offset + w.map_len) {
-      close(fd);
-      return p.fail(WIA_ERROR_INVALID_HANDLE,
-                    "ipc_open_handle on host device %d: stale handle (pid %d fd %d is no longer "
-                    "the exported memory)",
-                    dev, w.pid, w.fd);
-    }
-    void* base = mmap(nullptr, w.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                      static_cast<off_t>(w.offset));
-    const int map_errno = errno;
-    close(fd);  // the mapping keeps the memory alive
-    if (base == MAP_FAILED)
-      return p.fail(WIA_ERROR_OUT_OF_MEMORY,
-                    "ipc_open_handle(%" PRIu64 " B) on host device %d: mmap: %s", w.map_len, dev,
-                    errno_text(map_errno).c_str());
-    madvise(base, w.map_len, MADV_DONTFORK);
-    Device& d = *p.devices[static_cast<std::size_t>(dev)];
-    try {
-      std::lock_guard<std::mutex> lk(d.mu);
-      d.imports.emplace(base, w.map_len);
-    } catch (...) {
-      munmap(base, w.map_len);
-      throw;
-    }
-    *ptr = base;
-    return WIA_SUCCESS;
-  });
-}
-
-wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
-  return guarded(ctx, "ipc_close_handle", [&](Provider& p) -> wia_status_t {
-    if (!p.valid_device(dev))
-      return p.fail(WIA_ERROR_INVALID_DEVICE, "ipc_close_handle: no host device %d (have %zu)", dev,
-                    p.devices.size());
-    if (ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_close_handle on host device %d: ptr is NULL",
-                    dev);
-    Device& d = *p.devices[static_cast<std::size_t>(dev)];
-    std::lock_guard<std::mutex> lk(d.mu);
-    auto it = d.imports.find(ptr);
-    if (it == d.imports.end())
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "ipc_close_handle on host device %d: %p was not returned by ipc_open_handle on "
-                    "this device",
-                    dev, ptr);
-    munmap(ptr, it->second);
-    d.imports.erase(it);
-    return WIA_SUCCESS;
-  });
-}
+namespace {
 
 // --------------------------------------------------------------------------
 // init / fini
@@ -824,7 +303,7 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
                      "host.devices = '%s': expected an integer from 0 (one per NUMA node) to 64",
                      text);
     text = param_text(host, "memory_limit", "0");
-    if (!parse_size(text, &p->memory_limit))
+    if (!common::parse_size(text, &p->memory_limit))
       return p->fail(WIA_ERROR_CONFIG,
                      "host.memory_limit = '%s': expected a size in bytes (e.g. 0, 65536, 64K, 4M, "
                      "1G)",
@@ -843,8 +322,7 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
       return p->fail(WIA_ERROR_CONFIG, "host.ipc_open = '%s': expected auto, pidfd or proc", text);
     text = param_text(host, "host_accessible", "true");
     if (!parse_bool(text, &p->host_accessible))
-      return p->fail(WIA_ERROR_CONFIG, "host.host_accessible = '%s': expected true or false",
-                     text);
+      return p->fail(WIA_ERROR_CONFIG, "host.host_accessible = '%s': expected true or false", text);
 
     const std::vector<int> nodes = numa_node_ids();
     p->numa_nodes = static_cast<int>(nodes.size());

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Internal types of the `host` provider: CPU memory presented as N virtual
 // devices, one worker thread per stream. Nothing here crosses the ABI; the
-// entry points in host_provider.cpp / host_stream.cpp translate.
+// entry points in host_provider.cpp, host_memory.cpp, host_ipc.cpp and
+// host_stream.cpp translate.
 #pragma once
 
 #include <wia/provider.h>
@@ -278,5 +279,36 @@ wia_status_t reduce_async(void* ctx, wia_provider_stream_t stream,
 
 // Stops every stream still alive (fini).
 void destroy_all_streams(Provider& p) noexcept;
+
+// --------------------------------------------------------------------------
+// Host memory (host_memory.cpp)
+
+// The alignment every allocation guarantees (both memory kinds).
+constexpr std::uint32_t kAlignment = 64;
+
+std::uint64_t page_size();
+// Returns one allocation's memory to the OS (device mutex held).
+void release(const Device& d, const Allocation& a) noexcept;
+// Explains why `ptr` is not a live allocation of device `dev` (mem_free,
+// ipc_get_handle). Locks one device at a time, never two.
+wia_status_t explain_unknown_pointer(Provider& p, const char* call, std::int32_t dev,
+                                     const void* ptr);
+
+wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uint32_t kind,
+                       void** ptr) noexcept;
+wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept;
+wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t value,
+                         std::uint64_t size) noexcept;
+wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
+                         std::uint64_t size) noexcept;
+
+// --------------------------------------------------------------------------
+// IPC (host_ipc.cpp)
+
+wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
+                            wia_ipc_handle_t* handle) noexcept;
+wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,
+                             void** ptr) noexcept;
+wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept;
 
 }  // namespace wia::host

@@ -275,8 +275,8 @@ Stream* Provider::find_stream(wia_provider_stream_t h, const char* call) noexcep
     wia_provider_stream_t handle;
     Stream* stream;
   };
-  static thread_local Hit hit __attribute__((tls_model("initial-exec"))) = {nullptr, 0, nullptr,
-                                                                            nullptr};
+  static thread_local Hit hit
+      __attribute__((tls_model("initial-exec"))) = {nullptr, 0, nullptr, nullptr};
   const std::uint64_t g = streams_generation.load(std::memory_order_acquire);
   if (hit.provider == this && hit.generation == g && hit.handle == h && h != nullptr)
     return hit.stream;

@@ -3,7 +3,7 @@
 // the hello/welcome messages of the Unix-socket handshake, the layout of
 // the shared segment and the records in its rings. Everything here is read
 // from memory the peer can write, so every field is validated before use
-// (see Ring::next_record in shm_provider.cpp). Tests include this header to
+// (see RxRing::next in shm.hpp). Tests include this header to
 // play a misbehaving peer.
 #pragma once
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tcp_wire.hpp"
+#include "wia_common/text.hpp"
 
 namespace wia::tcp {
 
@@ -72,7 +73,7 @@ struct Ctx {
 };
 
 std::string sockaddr_text(const sockaddr* sa);
-std::string errno_text(int err);
+using common::errno_text;
 
 // ---------------------------------------------------------------------------
 // Requests and connections

@@ -67,33 +67,9 @@ struct Mr {
   std::uint64_t size = 0;
 };
 
-// Bytes with an optional binary suffix (64K, 4M, 1G); the core has
-// validated the text already, this only converts it.
-bool parse_size(const char* text, std::uint64_t* out) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (end == text) return false;
-  while (*end == ' ') ++end;
-  int shift = 0;
-  switch (*end | 0x20) {
-    case 'k':
-      shift = 10;
-      break;
-    case 'm':
-      shift = 20;
-      break;
-    case 'g':
-      shift = 30;
-      break;
-    case 't':
-      shift = 40;
-      break;
-    default:
-      shift = 0;
-  }
-  *out = static_cast<std::uint64_t>(v) << shift;
-  return true;
-}
+// The core has validated the text already; this only converts it, and text
+// it cannot convert (a hand-written host) leaves the default in place.
+void parse_size(const char* text, std::uint64_t* out) { common::parse_size(text, out); }
 
 const char* param(const wia_host_services_v1_t* host, const char* key, const char* fallback) {
   const char* v = host->get_param != nullptr ? host->get_param(host->host_ctx, key) : nullptr;

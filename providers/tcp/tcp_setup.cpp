@@ -42,13 +42,6 @@ std::string read_line(const std::string& path) {
   return line;
 }
 
-std::string trim(std::string s) {
-  const auto b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return {};
-  const auto e = s.find_last_not_of(" \t");
-  return s.substr(b, e - b + 1);
-}
-
 bool fill_random(void* out, std::size_t n) {
   auto* p = static_cast<std::uint8_t*>(out);
   std::size_t got = 0;
@@ -89,13 +82,6 @@ void sysfs_facts(Endpoint& e) {
 
 }  // namespace
 
-std::string errno_text(int err) {
-  char buf[128];
-  // GNU strerror_r returns the message pointer.
-  const char* s = strerror_r(err, buf, sizeof(buf));
-  return std::string(s) + " (errno " + std::to_string(err) + ")";
-}
-
 std::string sockaddr_text(const sockaddr* sa) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (sa->sa_family == AF_INET) {
@@ -112,7 +98,7 @@ std::string sockaddr_text(const sockaddr* sa) {
 }
 
 bool ifname_matches(const std::string& filter_text, const std::string& name) {
-  std::string f = trim(filter_text);
+  std::string f(common::trim(filter_text));
   bool exclude = false, exact = false;
   if (!f.empty() && f[0] == '^') {
     exclude = true;
@@ -127,7 +113,7 @@ bool ifname_matches(const std::string& filter_text, const std::string& name) {
   while (pos <= f.size()) {
     std::size_t comma = f.find(',', pos);
     if (comma == std::string::npos) comma = f.size();
-    const std::string token = trim(f.substr(pos, comma - pos));
+    const std::string token(common::trim(f.substr(pos, comma - pos)));
     pos = comma + 1;
     if (token.empty()) continue;
     any_token = true;

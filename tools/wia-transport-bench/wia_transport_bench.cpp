@@ -30,6 +30,7 @@
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "provider/registry.hpp"
+#include "wia_common/text.hpp"
 
 namespace {
 
@@ -63,27 +64,11 @@ struct Options {
 }
 
 std::uint64_t parse_size(const std::string& text) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (end == text.c_str()) usage(("bad size '" + text + "'").c_str());
-  int shift = 0;
-  switch (*end | 0x20) {
-    case 'k':
-      shift = 10;
-      break;
-    case 'm':
-      shift = 20;
-      break;
-    case 'g':
-      shift = 30;
-      break;
-    case 0x20:
-      shift = 0;
-      break;  // end of string
-    default:
-      usage(("bad size suffix in '" + text + "'").c_str());
-  }
-  return static_cast<std::uint64_t>(v) << shift;
+  std::uint64_t bytes = 0;
+  std::string why;
+  if (!wia::common::parse_size(text, &bytes, &why))
+    usage(("bad size '" + text + "': " + why).c_str());
+  return bytes;
 }
 
 Options parse_args(int argc, char** argv) {

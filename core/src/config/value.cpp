@@ -7,16 +7,13 @@
 #include <charconv>
 
 #include "config/schema.hpp"
+#include "wia_common/text.hpp"
 
 namespace wia::cfg {
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
+using common::trim;
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -109,40 +106,12 @@ bool parse_int(std::string_view text, std::int64_t* value) {
 }
 
 bool parse_size(std::string_view text, std::int64_t* bytes) {
-  text = trim(text);
+  // One grammar for the whole project (wia_common/text.hpp); the schema's
+  // values are signed, so sizes stop at INT64_MAX here.
   std::uint64_t number = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
-  if (ec != std::errc{} || end == text.data()) return false;
-  std::string_view suffix = text.substr(static_cast<std::size_t>(end - text.data()));
-  // Memory sizes are binary throughout the field (NCCL_BUFFSIZE, ulimit):
-  // K = 1024. "KB" and "KiB" are accepted as the same thing.
-  unsigned shift = 0;
-  if (!suffix.empty()) {
-    switch (std::toupper(static_cast<unsigned char>(suffix.front()))) {
-      case 'K':
-        shift = 10;
-        break;
-      case 'M':
-        shift = 20;
-        break;
-      case 'G':
-        shift = 30;
-        break;
-      case 'T':
-        shift = 40;
-        break;
-      case 'B':
-        break;
-      default:
-        return false;
-    }
-    if (shift != 0) suffix.remove_prefix(1);
-    if (!suffix.empty() && !iequals(suffix, "B") && !(shift != 0 && iequals(suffix, "iB")))
-      return false;
-  }
-  constexpr auto kMax = static_cast<std::uint64_t>(kNoMax);
-  if (number > (kMax >> shift)) return false;
-  *bytes = static_cast<std::int64_t>(number << shift);
+  if (!common::parse_size(text, &number) || number > static_cast<std::uint64_t>(kNoMax))
+    return false;
+  *bytes = static_cast<std::int64_t>(number);
   return true;
 }
 

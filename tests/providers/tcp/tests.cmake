@@ -25,4 +25,5 @@ target_include_directories(test_provider_tcp PRIVATE
 target_compile_definitions(test_provider_tcp PRIVATE
   WIA_PROVIDER_SUBDIR="${WIA_PROVIDER_SUBDIR}"
   WIA_INSTALL_LIBDIR="${CMAKE_INSTALL_LIBDIR}")
+target_link_libraries(test_provider_tcp PRIVATE wia_provider_common)  # config/value.cpp
 add_dependencies(test_provider_tcp wia-provider-tcp)

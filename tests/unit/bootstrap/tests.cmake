@@ -10,7 +10,7 @@ set(WIA_BOOTSTRAP_DEPS
   ${PROJECT_SOURCE_DIR}/core/src/config/value.cpp
   ${PROJECT_SOURCE_DIR}/core/src/common/log.cpp
   ${PROJECT_SOURCE_DIR}/core/src/common/error.cpp)
-set(WIA_BOOTSTRAP_LIBS yaml-cpp fmt::fmt spdlog::spdlog wia::plugin_api Threads::Threads)
+set(WIA_BOOTSTRAP_LIBS yaml-cpp fmt::fmt spdlog::spdlog wia::plugin_api Threads::Threads wia_provider_common)
 
 wia_add_unit_test(bootstrap
   SOURCES

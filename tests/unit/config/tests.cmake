@@ -19,6 +19,7 @@ wia_add_unit_test(config
   SOURCES ${WIA_CONFIG_TEST_SOURCES}
   LIBS yaml-cpp fmt::fmt spdlog::spdlog wia::plugin_api Threads::Threads)
 target_include_directories(test_config PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(test_config PRIVATE wia_provider_common)  # config/value.cpp
 
 # Logging before configure() must follow WIA_LOG_LEVEL / WIA_LOG_FILE read at
 # first use. That needs a fresh process with those variables set, so the

@@ -892,7 +892,7 @@ TEST_CASE("ipc: host.ipc_open=proc maps the exported memory through /proc/<pid>/
   const int other = open("/dev/null", O_RDONLY | O_CLOEXEC);
   REQUIRE(other >= 0);
   // The wire format: u64 magic, u32 version, i32 pid, i32 fd, ...
-  // (host_provider.cpp, IpcWire).
+  // (host_ipc.cpp, IpcWire).
   std::memcpy(stale.bytes + 16, &other, sizeof(other));
   t_last_error.clear();
   CHECK(inst.ops->ipc_open_handle(inst.ctx(), 1, &stale, &opened) == WIA_ERROR_INVALID_HANDLE);

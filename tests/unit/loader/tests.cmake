@@ -18,6 +18,7 @@ wia_add_unit_test(loader
   SOURCES ${WIA_LOADER_TEST_SOURCES}
   LIBS yaml-cpp fmt::fmt spdlog::spdlog wia::plugin_api Threads::Threads ${CMAKE_DL_LIBS})
 target_include_directories(test_loader PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+target_link_libraries(test_loader PRIVATE wia_provider_common)  # config/value.cpp
 # The binary lands in <build>/bin, so the loader's "next to the core" rule
 # resolves to <build>/<libdir>/wia/providers, as for an installed tool.
 target_compile_definitions(test_loader PRIVATE
