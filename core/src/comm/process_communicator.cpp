@@ -9,11 +9,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 
 #include "bootstrap/bootstrap.hpp"
 #include "comm/node_windows.hpp"
 #include "comm/process_internal.hpp"
+#include "common/cpus.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "runtime/device_call.hpp"
@@ -65,8 +65,8 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
       static_cast<std::uint64_t>(rt.config().get_int("collectives.node_window_max_bytes"));
   node_window_zero_copy_min_bytes_ = static_cast<std::uint64_t>(
       rt.config().get_int("collectives.node_window_zero_copy_min_bytes"));
-  // Until the ranks' CPUs are known (connect_mesh): the online CPUs.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Until the ranks' CPUs are known (connect_mesh): the CPUs this process may run on.
+  const int cores = usable_cpu_count();
   int local_size = 0;
   for (int r = 0; r < layout_.size; ++r)
     local_size += layout_.node_of_rank[r] == layout_.node_of_rank[layout_.rank];
