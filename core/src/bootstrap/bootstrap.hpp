@@ -44,6 +44,11 @@
 //
 // Threads. One thread at a time may call a Bootstrap's members, except
 // abort(), which any thread may call at any time (it wakes the waiter).
+//
+// Implementation: unique_id.cpp (the id, and joining by it), join.cpp
+// (joining: reaching and authenticating to the root, from_launch_info),
+// rendezvous_file.cpp (the one-node file), hosted_roots.cpp (the roots this
+// process runs), session.cpp (the joined Bootstrap), root.cpp (the root).
 #pragma once
 
 #include <array>
@@ -64,6 +69,7 @@
 #include "bootstrap/launcher.hpp"
 #include "bootstrap/siphash.hpp"
 #include "bootstrap/socket.hpp"
+#include "bootstrap/wire.hpp"
 #include "config/config.hpp"
 
 namespace wia::bootstrap {
@@ -205,6 +211,26 @@ class Bootstrap {
   // Reads and files one frame. Returns false at the deadline; throws on a
   // failure (which it also makes sticky).
   bool pump_one(Deadline deadline);
+  // pump_one's steps. Waits until the root's socket is readable; false at
+  // the deadline, fails at once after abort().
+  bool wait_for_frame(Deadline deadline);
+  // Reads a frame header and checks its length against payload_bound().
+  wire::Header read_frame_header(Deadline frame_deadline);
+  // The longest payload a frame of `type` from the root may have now.
+  std::size_t payload_bound(wire::FrameType type) const;
+  std::vector<std::uint8_t> read_frame_payload(std::size_t length, Deadline frame_deadline);
+  // Files the payload where its waiter looks (a frame the rank does not
+  // expect is a protocol failure); one function per frame type.
+  void file_frame(wire::FrameType type, std::span<const std::uint8_t> payload);
+  void file_welcome(wire::Reader& r);
+  void file_gather_result(wire::Reader& r);
+  void file_delivery(wire::Reader& r);
+  void file_value(wire::Reader& r);
+  [[noreturn]] void fail_with_root_error(wire::Reader& r);
+  // The sticky failures pump_one and send_frame end in.
+  [[noreturn]] void fail_aborted();
+  [[noreturn]] void fail_connection_lost(IoResult result, int error);
+  [[noreturn]] void fail_malformed_frame(const wire::ProtocolError& e);
   // Pumps until done() or the deadline; false at the deadline.
   template <typename Done>
   bool pump_until(Done done, Deadline deadline);
@@ -218,6 +244,8 @@ class Bootstrap {
   template <typename Done>
   void wait_or_report(Done done, std::uint8_t what, std::uint64_t seq,
                       const std::string& waiting_for);
+  // wait_or_report() for the welcome that completes the rendezvous.
+  void await_welcome();
 
   int rank_ = -1;
   int size_ = 0;

@@ -269,6 +269,27 @@ SocketAddress wildcard_address(int family, std::uint16_t port) {
   return out;
 }
 
+std::optional<SocketAddress> numeric_address(const std::string& host, std::uint16_t port) {
+  SocketAddress out;
+  auto& sin = reinterpret_cast<sockaddr_in&>(out.storage);
+  auto& sin6 = reinterpret_cast<sockaddr_in6&>(out.storage);
+  if (inet_pton(AF_INET, host.c_str(), &sin.sin_addr) == 1) {
+    sin.sin_family = AF_INET;
+    out.length = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, host.c_str(), &sin6.sin6_addr) == 1) {
+    sin6.sin6_family = AF_INET6;
+    out.length = sizeof(sockaddr_in6);
+  } else {
+    return std::nullopt;
+  }
+  out.set_port(port);
+  return out;
+}
+
+SocketAddress loopback_address(int family, std::uint16_t port) {
+  return *numeric_address(family == AF_INET6 ? "::1" : "127.0.0.1", port);
+}
+
 Fd listen_on(const SocketAddress& address, int backlog) {
   Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) {

@@ -115,6 +115,11 @@ SocketAddress local_address(int fd);
 SocketAddress peer_address(int fd);
 // The wildcard address of `family` with `port`.
 SocketAddress wildcard_address(int family, std::uint16_t port);
+// `host` read as a numeric IPv4 or IPv6 address ("10.0.0.2", "::1") with
+// `port`; nullopt when it is a name, not a number.
+std::optional<SocketAddress> numeric_address(const std::string& host, std::uint16_t port);
+// The loopback address of `family` (AF_INET6: ::1, else 127.0.0.1) with `port`.
+SocketAddress loopback_address(int family, std::uint16_t port);
 
 void set_nonblocking(int fd);
 void set_nodelay(int fd);

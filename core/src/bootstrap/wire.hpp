@@ -84,6 +84,17 @@ void encode_header(FrameType type, std::uint32_t length, std::uint8_t out[kHeade
 // wrong, e.g. "bad magic 0x20544547 (not a libwia bootstrap peer)".
 Header decode_header(const std::uint8_t in[kHeaderBytes]);
 
+// Little-endian fields of `n` bytes (n <= 8) outside a frame: the unique
+// id's fields, a MAC as the bytes it is compared as.
+inline void store_le(std::uint8_t* p, std::uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+inline std::uint64_t load_le(const std::uint8_t* p, int n) {
+  std::uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
 // Appends little-endian fields to a frame under construction.
 class Writer {
  public:

@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// The roots this process hosts. A root outlives the call that started it
+// (create_unique_id returns at once), so this process-wide table owns it:
+// starting one registers it, a rank of this process that joins by unique id
+// finds it again by its secret (so its Bootstrap can keep it alive), and at
+// exit every root still running is stopped. A forked child inherits the
+// table but not the threads: it neither uses nor joins them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "bootstrap/bootstrap.hpp"
+#include "bootstrap/root.hpp"
+
+namespace wia::bootstrap {
+
+// Starts a root on `listener` with the timeouts of `options` and registers
+// it. expected_size 0 = learned from the first hello (unique-id mode).
+std::shared_ptr<RootServer> start_hosted_root(Fd listener, const Secret& secret,
+                                              const Options& options, std::uint32_t expected_size);
+
+// The running root of this process with `secret`; nullptr when there is none
+// (the root runs in another process, or has finished).
+std::shared_ptr<RootServer> find_hosted_root(const Secret& secret);
+
+}  // namespace wia::bootstrap
