@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU reduction kernels (core/src/kernels/cpu_reduce.hpp) against a
+// CPU reduction kernels (core/kernels/include/kernels/cpu_reduce.hpp) against a
 // reference computed independently: exact integer arithmetic in __int128
 // for the integer types, long double for the floating types, and
 // conversions decoded with ldexp rather than bit tricks.
