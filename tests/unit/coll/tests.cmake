@@ -1,13 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # Collective schedules (core/coll), the simulated-network executor and the
-# alpha-beta cost model (core/tuner). The sources under test are compiled in
-# directly, so this binary does not depend on the rest of the core.
+# alpha-beta cost model (core/tuner), linked from the internal archive.
 #
 # The CI run covers a sampled matrix in well under 30 s. The full matrix
 # (every algorithm x nranks 1..8 x counts x int32/float32/bfloat16 x every
 # op x in/out of place, plus all 10 dtypes on a sample) runs with
 #   WIA_FULL_MATRIX=1 ./build/<dir>/bin/test_coll
-file(GLOB WIA_COLL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/src/coll/*.cpp)
 wia_add_unit_test(coll
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/schedule_test.cpp
@@ -16,9 +14,5 @@ wia_add_unit_test(coll
     ${CMAKE_CURRENT_LIST_DIR}/cost_model_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/hierarchical_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/reference.cpp
-    ${WIA_COLL_SOURCES}
-    ${PROJECT_SOURCE_DIR}/core/src/tuner/cost_model.cpp
-    ${PROJECT_SOURCE_DIR}/core/src/common/error.cpp
-  LIBS wia_cpu_kernels
+  LIBS wia_core_internal
   TIMEOUT 600)
-target_include_directories(test_coll PRIVATE ${PROJECT_SOURCE_DIR}/core/src)

@@ -1,25 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # Configuration (YAML schema, environment overrides), logging and the
-# usable CPU count.
-# The sources under test are compiled in directly, so this binary does not
-# depend on the rest of the core being buildable.
-set(WIA_CONFIG_TEST_SOURCES
-  ${CMAKE_CURRENT_LIST_DIR}/config_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/provider_config_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/schema_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/log_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/cpus_test.cpp
-  ${PROJECT_SOURCE_DIR}/core/src/config/config.cpp
-  ${PROJECT_SOURCE_DIR}/core/src/config/schema.cpp
-  ${PROJECT_SOURCE_DIR}/core/src/config/value.cpp
-  ${PROJECT_SOURCE_DIR}/core/src/common/log.cpp
-  ${PROJECT_SOURCE_DIR}/core/src/common/error.cpp
-  ${PROJECT_SOURCE_DIR}/core/src/common/cpus.cpp)
+# usable CPU count, through the core's base archive.
 wia_add_unit_test(config
-  SOURCES ${WIA_CONFIG_TEST_SOURCES}
-  LIBS yaml-cpp fmt::fmt spdlog::spdlog wia::plugin_api Threads::Threads)
-target_include_directories(test_config PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
-target_link_libraries(test_config PRIVATE wia_provider_common)  # config/value.cpp
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/config_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/provider_config_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/schema_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/log_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cpus_test.cpp
+  LIBS wia_core_base)
 
 # Logging before configure() must follow WIA_LOG_LEVEL / WIA_LOG_FILE read at
 # first use. That needs a fresh process with those variables set, so the
