@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Collective schedules (core/coll), the simulated-network executor and the
-# alpha-beta cost model (core/tuner), linked from the internal archive.
+# Collective schedules (core/coll) run through the simulated-network
+# executor (tests/support), and the alpha-beta cost model (core/tuner).
 #
 # The CI run covers a sampled matrix in well under 30 s. The full matrix
 # (every algorithm x nranks 1..8 x counts x int32/float32/bfloat16 x every
@@ -14,5 +14,5 @@ wia_add_unit_test(coll
     ${CMAKE_CURRENT_LIST_DIR}/cost_model_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/hierarchical_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/reference.cpp
-  LIBS wia_core_internal
+  LIBS wia_test_support
   TIMEOUT 600)
