@@ -747,7 +747,8 @@ TEST_CASE("pair_reduce: bit for bit what reduce gives two sources, or empty") {
       if (!pair) continue;
       for (const std::size_t count : {0ul, 1ul, 3ul, 4099ul}) {
         const std::size_t bytes = count * wia::kernels::dtype_size(dtype);
-        std::vector<unsigned char> a(bytes + 1), b(bytes + 1), want(bytes + 1), got(bytes + 1, 0xA5);
+        std::vector<unsigned char> a(bytes + 1), b(bytes + 1), want(bytes + 1),
+            got(bytes + 1, 0xA5);
         fill(dtype, op, a.data(), count, rng);
         fill(dtype, op, b.data(), count, rng);
         const void* srcs[2] = {a.data(), b.data()};
