@@ -40,6 +40,7 @@
 #include "kernels/cpu_reduce.hpp"
 #include "kernels/element_access.hpp"
 #include "tool_ranks.hpp"
+#include "wia_common/text.hpp"
 
 namespace {
 
@@ -81,15 +82,13 @@ struct Options {
   std::exit(2);
 }
 
-std::uint64_t parse_size(const char* s) {
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  std::uint64_t m = 1;
-  if (*end == 'K' || *end == 'k') m = 1ull << 10;
-  else if (*end == 'M' || *end == 'm') m = 1ull << 20;
-  else if (*end == 'G' || *end == 'g') m = 1ull << 30;
-  else if (*end) usage((std::string("bad size '") + s + "'").c_str());
-  return static_cast<std::uint64_t>(v * m);
+// A size option: the project's one size grammar (wia_common/text.hpp).
+std::uint64_t size_arg(const std::string& text) {
+  std::uint64_t bytes = 0;
+  std::string why;
+  if (!wia::common::parse_size(text, &bytes, &why))
+    usage(("bad size '" + text + "': " + why).c_str());
+  return bytes;
 }
 
 template <typename T>
@@ -107,8 +106,8 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage((a + " needs a value").c_str());
       return argv[++i];
     };
-    if (a == "-b") o.min_bytes = parse_size(next());
-    else if (a == "-e") o.max_bytes = parse_size(next());
+    if (a == "-b") o.min_bytes = size_arg(next());
+    else if (a == "-e") o.max_bytes = size_arg(next());
     else if (a == "-f") o.factor = std::atof(next());
     else if (a == "-n") o.iters = std::atoi(next());
     else if (a == "-w") o.warmup = std::atoi(next());
@@ -119,7 +118,7 @@ Options parse(int argc, char** argv) {
       const std::string list = next();
       for (std::size_t at = 0; at <= list.size();) {
         const std::size_t comma = std::min(list.find(',', at), list.size());
-        o.sizes.push_back(parse_size(list.substr(at, comma - at).c_str()));
+        o.sizes.push_back(size_arg(list.substr(at, comma - at)));
         at = comma + 1;
       }
       o.max_bytes = *std::max_element(o.sizes.begin(), o.sizes.end());

@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,7 @@
 #include "discovery/discovery.hpp"
 #include "tool_ranks.hpp"
 #include "topology/topology.hpp"
+#include "wia_common/text.hpp"
 
 namespace {
 
@@ -91,19 +93,14 @@ void usage(FILE* out) {
   std::exit(2);
 }
 
-std::size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  double m = 1;
-  if (*end == 'K' || *end == 'k')
-    m = 1 << 10, ++end;
-  else if (*end == 'M' || *end == 'm')
-    m = 1 << 20, ++end;
-  else if (*end == 'G' || *end == 'g')
-    m = 1 << 30, ++end;
-  if (end == s.c_str() || *end != '\0' || !(v * m >= 1))
-    usage_error("--bytes: '" + s + "' is not a size (e.g. 65536, 256K, 32M)");
-  return static_cast<std::size_t>(v * m);
+// --bytes: the project's one size grammar (wia_common/text.hpp), at least 1.
+std::size_t bytes_arg(const std::string& s) {
+  std::uint64_t bytes = 0;
+  std::string why;
+  if (!wia::common::parse_size(s, &bytes, &why))
+    usage_error("--bytes: '" + s + "' is not a size (" + why + "; e.g. 65536, 256K, 32M)");
+  if (bytes == 0) usage_error("--bytes: '" + s + "' is not a size (e.g. 65536, 256K, 32M)");
+  return static_cast<std::size_t>(bytes);
 }
 
 int parse_int(const std::string& option, const std::string& s, int lo, int hi) {
@@ -129,7 +126,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--procs-from-env")
       o.procs_from_env = true;
     else if (a == "--bytes")
-      o.bytes = parse_size(next());
+      o.bytes = bytes_arg(next());
     else if (a == "--repeats")
       o.repeats = parse_int(a, next(), 1, 10000);
     else if (a == "--help" || a == "-h")

@@ -63,7 +63,8 @@ struct Options {
   std::exit(2);
 }
 
-std::uint64_t parse_size(const std::string& text) {
+// A size option: the project's one size grammar (wia_common/text.hpp).
+std::uint64_t size_arg(const std::string& text) {
   std::uint64_t bytes = 0;
   std::string why;
   if (!wia::common::parse_size(text, &bytes, &why))
@@ -84,8 +85,8 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--sizes") {
       const std::string v = value();
       const auto colon = v.find(':');
-      o.min_size = parse_size(v.substr(0, colon));
-      o.max_size = colon == std::string::npos ? o.min_size : parse_size(v.substr(colon + 1));
+      o.min_size = size_arg(v.substr(0, colon));
+      o.max_size = colon == std::string::npos ? o.min_size : size_arg(v.substr(colon + 1));
     } else if (a == "--factor")
       o.factor = std::atoi(value().c_str());
     else if (a == "--endpoint")

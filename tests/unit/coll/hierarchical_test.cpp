@@ -17,9 +17,9 @@
 
 #include "coll/embed.hpp"
 #include "coll/registry.hpp"
-#include "coll/sim_executor.hpp"
 #include "common/error.hpp"
 #include "reference.hpp"
+#include "support/sim_executor.hpp"
 #include "tuner/cost_model.hpp"
 
 namespace wia::coll {

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "coll/schedule.hpp"
-#include "coll/sim_executor.hpp"
+#include "support/sim_executor.hpp"
 
 namespace wia::coll::test {
 

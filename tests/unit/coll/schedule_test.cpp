@@ -11,8 +11,8 @@
 #include <tuple>
 
 #include "coll/registry.hpp"
-#include "coll/sim_executor.hpp"
 #include "common/error.hpp"
+#include "support/sim_executor.hpp"
 
 namespace wia::coll {
 namespace {

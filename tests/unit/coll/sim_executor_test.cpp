@@ -2,7 +2,7 @@
 // The simulated-network executor on deliberately broken schedules: it is
 // the oracle of every other test, so each class of schedule bug must be
 // reported, with the rank and step named.
-#include "coll/sim_executor.hpp"
+#include "support/sim_executor.hpp"
 
 #include <doctest/doctest.h>
 

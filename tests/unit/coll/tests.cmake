@@ -1,24 +1,39 @@
 # SPDX-License-Identifier: Apache-2.0
-# Collective schedules (core/coll), the simulated-network executor and the
-# alpha-beta cost model (core/tuner). The sources under test are compiled in
-# directly, so this binary does not depend on the rest of the core.
+# Collectives (core/coll): the schedules, run through the simulated-network
+# executor (tests/support), and the collectives through the public C API.
 #
 # The CI run covers a sampled matrix in well under 30 s. The full matrix
 # (every algorithm x nranks 1..8 x counts x int32/float32/bfloat16 x every
 # op x in/out of place, plus all 10 dtypes on a sample) runs with
 #   WIA_FULL_MATRIX=1 ./build/<dir>/bin/test_coll
-file(GLOB WIA_COLL_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/src/coll/*.cpp)
 wia_add_unit_test(coll
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/schedule_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/matrix_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/sim_executor_test.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/cost_model_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/hierarchical_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/reference.cpp
-    ${WIA_COLL_SOURCES}
-    ${PROJECT_SOURCE_DIR}/core/src/tuner/cost_model.cpp
-    ${PROJECT_SOURCE_DIR}/core/src/common/error.cpp
-  LIBS wia_cpu_kernels
+  LIBS wia_test_support
   TIMEOUT 600)
-target_include_directories(test_coll PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+
+# Collectives through the public C API on in-process host devices: every
+# collective x algorithm x rank count, against an independent reference.
+# WIA_FULL_MATRIX=1 widens the sample to every dtype x op x size.
+wia_add_unit_test(collectives SOURCES ${CMAKE_CURRENT_LIST_DIR}/collectives_test.cpp
+                  LIBS wia::core wia_cpu_kernels TIMEOUT 600)
+if(TARGET wia-provider-host)
+  add_dependencies(test_collectives wia-provider-host)
+endif()
+
+# The same suite through the device engine (provider copies and reductions
+# on internal streams, engine/device_exec.hpp), forced on host devices, and
+# once more with peer access off so every message is staged through host
+# memory. Point-to-point stays in the core (it is not a schedule).
+add_test(NAME collectives_device_engine COMMAND test_collectives
+  "--test-case-exclude=*device engine:*")
+set_tests_properties(collectives_device_engine PROPERTIES TIMEOUT 600
+  ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_COLLECTIVES_ENGINE=device")
+add_test(NAME collectives_device_engine_staged COMMAND test_collectives
+  "--test-case-exclude=*point-to-point*,*device engine:*")
+set_tests_properties(collectives_device_engine_staged PROPERTIES TIMEOUT 600
+  ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_COLLECTIVES_ENGINE=device;WIA_HOST_PEER_ACCESS=false")

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU reduction kernels (core/src/kernels/cpu_reduce.hpp) against a
+// CPU reduction kernels (core/kernels/include/kernels/cpu_reduce.hpp) against a
 // reference computed independently: exact integer arithmetic in __int128
 // for the integer types, long double for the floating types, and
 // conversions decoded with ldexp rather than bit tricks.
@@ -747,7 +747,8 @@ TEST_CASE("pair_reduce: bit for bit what reduce gives two sources, or empty") {
       if (!pair) continue;
       for (const std::size_t count : {0ul, 1ul, 3ul, 4099ul}) {
         const std::size_t bytes = count * wia::kernels::dtype_size(dtype);
-        std::vector<unsigned char> a(bytes + 1), b(bytes + 1), want(bytes + 1), got(bytes + 1, 0xA5);
+        std::vector<unsigned char> a(bytes + 1), b(bytes + 1), want(bytes + 1),
+            got(bytes + 1, 0xA5);
         fill(dtype, op, a.data(), count, rng);
         fill(dtype, op, b.data(), count, rng);
         const void* srcs[2] = {a.data(), b.data()};

@@ -178,7 +178,7 @@ TEST_CASE("log: reconfiguring while threads log loses and tears no line") {
   CHECK(total == kThreads * kPerThread);
 }
 
-// Runs only as the ctest entry config_log_env, in a fresh process started
+// Runs only as the ctest entry common_log_env, in a fresh process started
 // with WIA_LOG_LEVEL=debug and WIA_LOG_FILE set (see tests.cmake).
 TEST_CASE("log: first use honours WIA_LOG_LEVEL and WIA_LOG_FILE" * doctest::skip()) {
   const char* path = std::getenv("WIA_LOG_FILE");

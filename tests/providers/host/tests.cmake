@@ -1,10 +1,4 @@
 # SPDX-License-Identifier: Apache-2.0
-# Unit tests of the CPU reduction kernels and the host provider.
-
-wia_add_unit_test(cpu_kernels
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpu_kernels.cpp
-  LIBS wia_cpu_kernels)
-
 # Drives libwia-provider-host.so through the raw ABI only (dlopen), the way
 # the core does, with a host-services table implemented by the test.
 wia_add_unit_test(host_provider

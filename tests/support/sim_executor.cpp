@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "coll/sim_executor.hpp"
+#include "support/sim_executor.hpp"
 
 #include <algorithm>
 #include <cstring>
