@@ -69,7 +69,7 @@ struct Mr {
 
 // The core has validated the text already; this only converts it, and text
 // it cannot convert (a hand-written host) leaves the default in place.
-void parse_size(const char* text, std::uint64_t* out) { common::parse_size(text, out); }
+void size_param(const char* text, std::uint64_t* out) { common::parse_size(text, out); }
 
 const char* param(const wia_host_services_v1_t* host, const char* key, const char* fallback) {
   const char* v = host->get_param != nullptr ? host->get_param(host->host_ctx, key) : nullptr;
@@ -110,11 +110,11 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     p.hello_timeout_ms = std::atoll(param(host, "hello_timeout_ms", "10000"));
     p.connect_timeout_ms = std::atoll(param(host, "connect_timeout_ms", "30000"));
     p.user_timeout_ms = std::atoll(param(host, "user_timeout_ms", "0"));
-    parse_size(param(host, "min_stripe", "1048576"), &p.min_stripe);
-    parse_size(param(host, "unexpected_max", "67108864"), &p.unexpected_max);
-    parse_size(param(host, "max_message", "1099511627776"), &p.max_message);
-    parse_size(param(host, "sndbuf", "0"), &p.sndbuf);
-    parse_size(param(host, "rcvbuf", "0"), &p.rcvbuf);
+    size_param(param(host, "min_stripe", "1048576"), &p.min_stripe);
+    size_param(param(host, "unexpected_max", "67108864"), &p.unexpected_max);
+    size_param(param(host, "max_message", "1099511627776"), &p.max_message);
+    size_param(param(host, "sndbuf", "0"), &p.sndbuf);
+    size_param(param(host, "rcvbuf", "0"), &p.rcvbuf);
     if (p.family != "auto" && p.family != "ipv4" && p.family != "ipv6")
       return ctx->fail(WIA_ERROR_CONFIG, "tcp.family is '%s'; expected auto, ipv4 or ipv6",
                        p.family.c_str());

@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The command-line tools as operators run them; each check greps the output
 # for what the tool promises to show.
+if(NOT TARGET wia-info OR NOT TARGET wia-bench)
+  return()  # configured with WIA_BUILD_TOOLS=OFF
+endif()
 set(_wia_info $<TARGET_FILE:wia-info>)
 set(_wia_bench $<TARGET_FILE:wia-bench>)
 set(_topologies ${PROJECT_SOURCE_DIR}/config/topologies)
