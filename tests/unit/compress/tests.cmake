@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: Apache-2.0
+# Compression codecs (core/src/compress): pure functions, so the sources are
+# compiled in directly, as tests/unit/coll does, against references in double.
+file(GLOB WIA_COMPRESS_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/core/src/compress/*.cpp)
+wia_add_unit_test(compress_codecs
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/codec_test.cpp ${WIA_COMPRESS_SOURCES}
+  LIBS wia_cpu_kernels TIMEOUT 120)
+target_include_directories(test_compress_codecs PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
