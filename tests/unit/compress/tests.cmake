@@ -6,3 +6,11 @@ wia_add_unit_test(compress_codecs
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/codec_test.cpp ${WIA_COMPRESS_SOURCES}
   LIBS wia_cpu_kernels TIMEOUT 120)
 target_include_directories(test_compress_codecs PRIVATE ${PROJECT_SOURCE_DIR}/core/src)
+
+# The compressed and sparse all-reduce through the public C API on 4
+# in-process host devices (a device communicator).
+wia_add_unit_test(compress_api SOURCES ${CMAKE_CURRENT_LIST_DIR}/compress_api_test.cpp
+  LIBS wia::core TIMEOUT 300)
+if(TARGET wia-provider-host)
+  add_dependencies(test_compress_api wia-provider-host)
+endif()
