@@ -14,3 +14,13 @@ wia_add_unit_test(compress_api SOURCES ${CMAKE_CURRENT_LIST_DIR}/compress_api_te
 if(TARGET wia-provider-host)
   add_dependencies(test_compress_api wia-provider-host)
 endif()
+
+# Spec 6.8's snippets as C11 on 2 host devices.
+add_executable(test_spec_compression_c ${CMAKE_CURRENT_LIST_DIR}/spec_compression.c)
+target_link_libraries(test_spec_compression_c PRIVATE wia::core wia_warnings m)
+if(TARGET wia-provider-host)
+  add_dependencies(test_spec_compression_c wia-provider-host)
+endif()
+add_test(NAME spec_compression_c COMMAND test_spec_compression_c)
+set_tests_properties(spec_compression_c PROPERTIES TIMEOUT 120
+  ENVIRONMENT "WIA_HOST_DEVICES=2;WIA_LOG_LEVEL=warn")
