@@ -50,7 +50,7 @@ typedef enum {
 
 typedef enum {
   WIA_NET_COMPRESS_NONE = 0,
-  WIA_NET_COMPRESS_AUTO = 1 /* no compression in this release */
+  WIA_NET_COMPRESS_AUTO = 1 /* no per-link compression yet; see wia_all_reduce_compressed */
 } wia_net_compression_t;
 
 typedef struct wia_distributed_config {

@@ -339,6 +339,8 @@ WIA_API wia_algorithm_t wia_get_selected_algorithm(wia_communicator_t comm);
 #include <wia/topology.h>
 /* Communicators across processes and nodes (spec 6.6, 6.10). */
 #include <wia/distributed.h>
+/* Gradient compression (spec 6.8). */
+#include <wia/compression.h>
 
 #ifdef __cplusplus
 }

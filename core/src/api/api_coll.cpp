@@ -307,6 +307,7 @@ namespace wia::api {
 void destroy_communicator(wia_communicator_t c) {
   comm::CommunicatorBase& comm = live(c);
   communicators().remove(c);
+  forget_compression_state(c);
   if (!comm.drain()) {
     // Stream tasks still queued on streams would run on freed memory: keep the
     // communicator alive (a bounded leak) and say why.

@@ -1,0 +1,704 @@
+// SPDX-License-Identifier: Apache-2.0
+// Compressed and sparse all-reduce (spec 6.8): validation, then three
+// steps ordered on the call's stream, for either communicator kind:
+//   encode  (a host task on the compression stream): widen, add the
+//           residual, compress into a message of a size fixed at post
+//           time, update the residual;
+//   exchange (the ordinary collectives): all-gather of messages, or an
+//           all-reduce where every rank's message has the same layout;
+//   decode  (a host task on the compression stream): sum, narrow, write.
+// A Job carries one call through them and is freed by the last task.
+#include <fmt/format.h>
+#include <wia/wia.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/communicators.hpp"
+#include "api/guard.hpp"
+#include "common/log.hpp"
+#include "compress/codec.hpp"
+#include "compress/state.hpp"
+#include "kernels/cpu_reduce.hpp"
+#include "runtime/objects.hpp"
+
+using namespace wia;
+
+namespace {
+
+const char* method_name(std::int32_t m) {
+  switch (m) {
+    case WIA_COMPRESS_NONE:
+      return "WIA_COMPRESS_NONE";
+    case WIA_COMPRESS_TOPK:
+      return "WIA_COMPRESS_TOPK";
+    case WIA_COMPRESS_RANDOMK:
+      return "WIA_COMPRESS_RANDOMK";
+    case WIA_COMPRESS_QUANTIZE:
+      return "WIA_COMPRESS_QUANTIZE";
+    case WIA_COMPRESS_ONEBIT:
+      return "WIA_COMPRESS_ONEBIT";
+    case WIA_COMPRESS_LOWRANK:
+      return "WIA_COMPRESS_LOWRANK";
+    case WIA_COMPRESS_FP16:
+      return "WIA_COMPRESS_FP16";
+    case WIA_COMPRESS_BF16:
+      return "WIA_COMPRESS_BF16";
+    default:
+      return "?";
+  }
+}
+
+// How a call is exchanged.
+enum class Exchange {
+  kGatherBytes,  // all-gather of byte messages with a header (top-k, quantize, 1-bit, sparse)
+  kReduceFloat,  // all-reduce of float32 (random-k values, dense top-k)
+  kReduceHalf,   // all-reduce of float16 / bfloat16 (the casts)
+};
+
+// Every gathered message starts with this, so ranks that disagree on the
+// method or its parameters find out instead of decoding each other wrongly.
+struct Header {
+  std::uint32_t method;
+  std::uint32_t fingerprint;
+};
+
+struct Job {
+  const void* owner = nullptr;  // the communicator handle
+  int rank = 0, nranks = 1;
+  std::int32_t method = WIA_COMPRESS_NONE;
+  Header header{};
+  bool sparse_call = false;  // wia_all_reduce_sparse*
+  bool sparse_dense_out = false;
+  const void* in = nullptr;
+  const std::uint32_t* sparse_indices = nullptr;
+  void* out = nullptr;
+  std::size_t n = 0;  // dense entries
+  std::size_t k = 0;  // sparse entries per rank
+  wia_datatype_t dtype = WIA_FLOAT32;
+  bool avg = false;
+  bool ef = false;
+  bool scale_randomk = false;
+  bool magnitude = true;
+  int bits = 8;
+  std::size_t chunk = compress::kChunk;
+  wia_datatype_t scale_type = WIA_FLOAT32;
+  std::uint64_t seed = 0, step = 0;
+  Exchange exchange = Exchange::kGatherBytes;
+  std::size_t msg_bytes = 0;  // per rank, header included
+  std::shared_ptr<compress::BufferState> state;
+  std::vector<float> work;
+  std::vector<std::byte> send, recv;
+  std::vector<float> fsend, frecv;
+  std::vector<std::uint16_t> hsend, hrecv;
+  std::vector<std::uint32_t> idx;
+};
+
+std::byte* payload(std::vector<std::byte>& m, std::size_t rank, std::size_t bytes) {
+  return m.data() + rank * bytes + sizeof(Header);
+}
+
+// --- encode ------------------------------------------------------------------
+
+void encode(Job& j) {
+  using namespace compress;
+  const std::size_t n = j.n;
+  if (j.sparse_call) {
+    std::memcpy(j.send.data(), &j.header, sizeof(Header));
+    std::vector<Pair> pairs(j.k);
+    const auto* v = static_cast<const float*>(j.in);
+    std::vector<float> wide;
+    if (j.dtype != WIA_FLOAT32) {
+      wide.resize(j.k);
+      to_float(j.in, j.dtype, wide);
+      v = wide.data();
+    }
+    for (std::size_t i = 0; i < j.k; ++i) pairs[i] = Pair{j.sparse_indices[i], v[i]};
+    if (j.k) std::memcpy(payload(j.send, 0, 0), pairs.data(), j.k * sizeof(Pair));
+    return;
+  }
+  j.work.resize(n);
+  to_float(j.in, j.dtype, j.work);
+  std::unique_lock lock(j.state->mutex, std::defer_lock);
+  if (j.ef) {
+    lock.lock();
+    if (j.state->residual.size() != n) j.state->residual.assign(n, 0.0f);
+    add_residual(j.work, j.state->residual);
+  }
+  std::span<float> r = j.ef ? std::span<float>(j.state->residual) : std::span<float>();
+  switch (j.method) {
+    case WIA_COMPRESS_TOPK: {
+      std::vector<Pair> pairs(j.k);
+      topk_select(j.work, j.k, j.magnitude, pairs);
+      if (j.ef) {
+        std::copy(j.work.begin(), j.work.end(), r.begin());
+        for (const Pair& p : pairs) r[p.index] = 0;
+      }
+      if (j.exchange == Exchange::kReduceFloat) {
+        std::fill(j.fsend.begin(), j.fsend.end(), 0.0f);
+        scatter_add(pairs, j.fsend);
+      } else {
+        std::memcpy(j.send.data(), &j.header, sizeof(Header));
+        std::memcpy(payload(j.send, 0, 0), pairs.data(), j.k * sizeof(Pair));
+      }
+      break;
+    }
+    case WIA_COMPRESS_RANDOMK: {
+      j.idx.resize(j.k);
+      randomk_indices(n, j.k, derive_seed(j.seed, j.step, 0x524b), j.idx);
+      for (std::size_t i = 0; i < j.k; ++i) j.fsend[i] = j.work[j.idx[i]];
+      if (j.ef) {
+        std::copy(j.work.begin(), j.work.end(), r.begin());
+        for (std::uint32_t i : j.idx) r[i] = 0;
+      }
+      break;
+    }
+    case WIA_COMPRESS_QUANTIZE:
+    case WIA_COMPRESS_ONEBIT: {
+      std::memcpy(j.send.data(), &j.header, sizeof(Header));
+      const std::span<std::byte> msg(payload(j.send, 0, 0), j.msg_bytes - sizeof(Header));
+      const bool q = j.method == WIA_COMPRESS_QUANTIZE;
+      if (q)
+        quantize_encode(j.work, j.bits, j.chunk,
+                        derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x5155), msg);
+      else
+        onebit_encode(j.work, j.scale_type, msg);
+      if (j.ef) {
+        std::vector<float> sent(n, 0.0f);
+        if (q)
+          quantize_decode_add(msg, j.bits, j.chunk, sent);
+        else
+          onebit_decode_add(msg, j.scale_type, sent);
+        update_residual(j.work, sent, r);
+      }
+      break;
+    }
+    default: {  // FP16 / BF16
+      const wia_datatype_t t = j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16;
+      from_float(j.work, t, j.hsend.data());
+      if (j.ef) {
+        std::vector<float> sent(n);
+        to_float(j.hsend.data(), t, sent);
+        update_residual(j.work, sent, r);
+      }
+    }
+  }
+}
+
+// --- decode ------------------------------------------------------------------
+
+// False (and the error recorded) when a rank's header disagrees with ours.
+bool headers_agree(Job& j) {
+  for (int r = 0; r < j.nranks; ++r) {
+    Header h;
+    std::memcpy(&h, j.recv.data() + static_cast<std::size_t>(r) * j.msg_bytes, sizeof h);
+    if (h.method != j.header.method || h.fingerprint != j.header.fingerprint) {
+      compress::states().record_error(
+          j.owner, fmt::format("rank {} compressed with {} (parameters {:#x}) but rank {} with "
+                               "{} (parameters {:#x}): every rank must pass the same config",
+                               r, method_name(static_cast<std::int32_t>(h.method)), h.fingerprint,
+                               j.rank, method_name(j.method), j.header.fingerprint));
+      return false;
+    }
+  }
+  return true;
+}
+
+void write_out(Job& j, std::vector<float>& acc) {
+  if (j.avg)
+    for (float& v : acc) v /= static_cast<float>(j.nranks);
+  compress::from_float(acc, j.dtype, j.out);
+}
+
+void fill_nan(Job& j, std::size_t entries) {
+  std::vector<float> nan(entries, std::numeric_limits<float>::quiet_NaN());
+  compress::from_float(nan, j.dtype, j.out);
+}
+
+void decode(Job& j) {
+  using namespace compress;
+  const std::size_t n = j.n;
+  if (j.exchange == Exchange::kGatherBytes && !headers_agree(j)) {
+    fill_nan(j, j.sparse_call && !j.sparse_dense_out ? j.k : n);
+    return;
+  }
+  if (j.sparse_call && !j.sparse_dense_out) {
+    // values[i] = the sum of every pair, on any rank, at indices[i].
+    std::vector<Pair> all;
+    all.reserve(j.k * static_cast<std::size_t>(j.nranks));
+    for (int r = 0; r < j.nranks; ++r) {
+      const std::byte* p = payload(j.recv, static_cast<std::size_t>(r), j.msg_bytes);
+      for (std::size_t i = 0; i < j.k; ++i) {
+        Pair q;
+        std::memcpy(&q, p + i * sizeof(Pair), sizeof q);
+        all.push_back(q);
+      }
+    }
+    std::sort(all.begin(), all.end(),
+              [](const Pair& a, const Pair& b) { return a.index < b.index; });
+    std::vector<float> sums(j.k);
+    for (std::size_t i = 0; i < j.k; ++i) {
+      auto lo = std::lower_bound(all.begin(), all.end(), j.sparse_indices[i],
+                                 [](const Pair& a, std::uint32_t v) { return a.index < v; });
+      double s = 0;
+      for (; lo != all.end() && lo->index == j.sparse_indices[i]; ++lo) s += lo->value;
+      sums[i] = static_cast<float>(s);
+    }
+    compress::from_float(sums, j.dtype, j.out);
+    return;
+  }
+  std::vector<float> acc(n, 0.0f);
+  switch (j.exchange) {
+    case Exchange::kGatherBytes:
+      for (int r = 0; r < j.nranks; ++r) {
+        const std::span<const std::byte> msg(
+            payload(j.recv, static_cast<std::size_t>(r), j.msg_bytes),
+            j.msg_bytes - sizeof(Header));
+        if (j.method == WIA_COMPRESS_QUANTIZE) {
+          quantize_decode_add(msg, j.bits, j.chunk, acc);
+        } else if (j.method == WIA_COMPRESS_ONEBIT) {
+          onebit_decode_add(msg, j.scale_type, acc);
+        } else {
+          std::vector<Pair> pairs(j.k);
+          if (j.k) std::memcpy(pairs.data(), msg.data(), j.k * sizeof(Pair));
+          if (const std::size_t dropped = scatter_add(pairs, acc))
+            compress::states().record_error(
+                j.owner, fmt::format("rank {} gave {} index(es) >= dense_count {} to "
+                                     "wia_all_reduce_sparse_ex; they were dropped",
+                                     r, dropped, n));
+        }
+      }
+      break;
+    case Exchange::kReduceFloat:
+      if (j.method == WIA_COMPRESS_RANDOMK) {
+        const float scale =
+            j.scale_randomk ? static_cast<float>(static_cast<double>(n) / static_cast<double>(j.k))
+                            : 1.0f;
+        for (std::size_t i = 0; i < j.k; ++i) acc[j.idx[i]] = j.frecv[i] * scale;
+      } else {
+        acc = j.frecv;
+      }
+      break;
+    case Exchange::kReduceHalf:
+      to_float(j.hrecv.data(), j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16, acc);
+      break;
+  }
+  write_out(j, acc);
+}
+
+// Stream tasks: a task never throws into the runtime; an exception
+// becomes the communicator's recorded error and NaN output.
+void encode_task(void* p) {
+  auto* j = static_cast<Job*>(p);
+  try {
+    encode(*j);
+  } catch (const std::exception& e) {
+    compress::states().record_error(j->owner, fmt::format("compression failed: {}", e.what()));
+  }
+}
+void decode_task(void* p) {
+  std::unique_ptr<Job> j(static_cast<Job*>(p));
+  try {
+    decode(*j);
+  } catch (const std::exception& e) {
+    compress::states().record_error(j->owner, fmt::format("decompression failed: {}", e.what()));
+  }
+}
+void release_task(void* p) { delete static_cast<Job*>(p); }
+
+// --- validation --------------------------------------------------------------
+
+void check_status(wia_status_t st) {
+  if (st < 0) throw Error(st, wia_get_last_error());
+}
+
+// Input and output must be host-accessible and large enough.
+void check_host_buffer(const void* p, std::uint64_t bytes, const char* what) {
+  if (bytes == 0) return;
+  api::require_non_null(p, what);
+  if (auto a = objects().allocations.find(p)) {
+    const std::uint64_t off = reinterpret_cast<std::uintptr_t>(p) - a->base;
+    if (bytes > a->size - off)
+      throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("{} needs {} bytes but only {} remain in its allocation on "
+                              "device {}",
+                              what, bytes, a->size - off, a->device));
+    wia_device_properties_t props{};
+    check_status(wia_get_device_properties(a->device, &props));
+    if (props.kind != WIA_DEVICE_KIND_CPU)
+      throw Error(WIA_ERROR_NOT_SUPPORTED,
+                  fmt::format("{} is memory of device {} ({}); compression runs on the CPU and "
+                              "needs host-accessible memory",
+                              what, a->device, props.name));
+  }
+}
+
+void check_float_type(wia_datatype_t t, const char* method) {
+  if (t != WIA_FLOAT32 && t != WIA_FLOAT16 && t != WIA_BFLOAT16)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("datatype {} is not supported by {}: it compresses float32, "
+                            "float16 or bfloat16",
+                            kernels::dtype_name(t), method));
+}
+
+double checked_ratio(double r, const char* field) {
+  if (!(r > 0.0 && r <= 1.0))
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("config->parameters.{}.k_ratio is {} (must be in (0, 1])", field, r));
+  return r;
+}
+
+std::uint32_t fingerprint_of(const Job& j, double ratio) {
+  std::uint64_t f = compress::derive_seed(
+      std::bit_cast<std::uint64_t>(ratio), j.seed,
+      static_cast<std::uint64_t>(j.bits) << 32 | static_cast<std::uint64_t>(j.scale_type) << 8 |
+          (j.magnitude ? 1u : 0u) | (j.chunk == compress::kChunk ? 2u : 0u));
+  return static_cast<std::uint32_t>(f ^ (f >> 32));
+}
+
+struct Streams {
+  wia_stream_t call;
+  wia_stream_t work;  // where encode and decode run
+  bool separate;
+};
+
+Streams resolve_streams(const wia_compression_config_t* cfg, wia_stream_t stream) {
+  Streams s{stream, stream, false};
+  if (cfg && cfg->compression_stream && cfg->compression_stream != stream) {
+    wia_stream_s* a = resolve_stream(stream);
+    wia_stream_s* b = resolve_stream(cfg->compression_stream);
+    if (a != b) {
+      if (a->device != b->device)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    fmt::format("config->compression_stream is on device {} but the call's "
+                                "stream is on device {}",
+                                b->device, a->device));
+      s.work = cfg->compression_stream;
+      s.separate = true;
+    }
+  }
+  return s;
+}
+
+// Takes the error a stream task of this communicator found earlier.
+void report_recorded_error(wia_communicator_t comm) {
+  const std::string e = compress::states().take_error(comm);
+  if (!e.empty())
+    throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("an earlier compressed call: {}", e));
+}
+
+// Posts encode, exchange, decode on the streams; owns j until posted.
+void post_job(wia_communicator_t comm, std::unique_ptr<Job> job, const Streams& s) {
+  Job& j = *job;
+  if (s.separate) check_status(wia_stream_wait_stream(s.work, s.call));
+  check_status(wia_launch_host_func(s.work, encode_task, &j));
+  Job* raw = job.release();  // the encode task holds it now; a task below frees it
+  wia_status_t st = WIA_SUCCESS;
+  if (s.separate) st = wia_stream_wait_stream(s.call, s.work);
+  if (st == WIA_SUCCESS) {
+    wia_collective_config_t cc{};
+    cc.operation = WIA_COLLECTIVE_ALLREDUCE;
+    cc.reduction_op = WIA_REDUCE_SUM;
+    switch (j.exchange) {
+      case Exchange::kGatherBytes:
+        st = wia_all_gather(comm, j.send.data(), j.recv.data(), j.msg_bytes, WIA_UINT8, s.call);
+        break;
+      case Exchange::kReduceFloat:
+        cc.datatype = WIA_FLOAT32;
+        st = wia_all_reduce(comm, j.fsend.data(), j.frecv.data(), j.fsend.size(), &cc, s.call);
+        break;
+      case Exchange::kReduceHalf:
+        cc.datatype = j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16;
+        st = wia_all_reduce(comm, j.hsend.data(), j.hrecv.data(), j.hsend.size(), &cc, s.call);
+        break;
+    }
+  }
+  if (st < 0) {
+    // The encode task may still run: free the job only after it.
+    const std::string why = wia_get_last_error();
+    if (wia_launch_host_func(s.work, release_task, raw) != WIA_SUCCESS)
+      log::error("compress", "a compression job is leaked: {}", wia_get_last_error());
+    throw Error(st, why);
+  }
+  if (s.separate) check_status(wia_stream_wait_stream(s.work, s.call));
+  check_status(wia_launch_host_func(s.work, decode_task, raw));
+  if (s.separate) check_status(wia_stream_wait_stream(s.call, s.work));
+}
+
+void all_reduce_compressed(wia_communicator_t comm, const void* input, void* output,
+                           std::size_t count, const wia_datatype_t& datatype,
+                           const wia_reduce_op_t& op, const wia_compression_config_t* cfg,
+                           wia_stream_t stream) {
+  comm::CommunicatorBase& c = api::live(comm);
+  api::require_non_null(cfg, "config");
+  const std::int32_t method = api::raw_enum(cfg->method);
+  if (method < 0 || method >= WIA_COMPRESS_METHOD_COUNT)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("config->method {} is out of range [0, {})", method,
+                            static_cast<int>(WIA_COMPRESS_METHOD_COUNT)));
+  if (method == WIA_COMPRESS_LOWRANK)
+    throw Error(WIA_ERROR_NOT_SUPPORTED,
+                "config->method WIA_COMPRESS_LOWRANK (PowerSGD) is reserved and not "
+                "implemented in this release");
+  const wia_datatype_t dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
+  const wia_reduce_op_t rop = api::checked_enum(op, WIA_REDUCE_OP_COUNT, "op");
+  report_recorded_error(comm);
+
+  if (method == WIA_COMPRESS_NONE) {
+    wia_collective_config_t cc{};
+    cc.datatype = dtype;
+    cc.reduction_op = rop;
+    check_status(wia_all_reduce(comm, input, output, count, &cc, stream));
+    return;
+  }
+  check_float_type(dtype, method_name(method));
+  if (rop != WIA_REDUCE_SUM && rop != WIA_REDUCE_AVG)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("op {} is not supported by {}: only WIA_REDUCE_SUM and "
+                            "WIA_REDUCE_AVG",
+                            static_cast<int>(rop), method_name(method)));
+
+  auto job = std::make_unique<Job>();
+  Job& j = *job;
+  j.owner = comm;
+  j.method = method;
+  j.in = input, j.out = output, j.n = count, j.dtype = dtype;
+  j.avg = rop == WIA_REDUCE_AVG;
+  j.nranks = c.size();
+  double ratio = 0;
+  switch (method) {
+    case WIA_COMPRESS_TOPK:
+      ratio = checked_ratio(cfg->parameters.topk.k_ratio, "topk");
+      j.magnitude = cfg->parameters.topk.use_magnitude;
+      if (count > std::numeric_limits<std::uint32_t>::max())
+        throw Error(WIA_ERROR_NOT_SUPPORTED,
+                    fmt::format("count {} is more than top-k's 32-bit indices address", count));
+      break;
+    case WIA_COMPRESS_RANDOMK:
+      ratio = checked_ratio(cfg->parameters.randomk.k_ratio, "randomk");
+      j.seed = cfg->parameters.randomk.seed;
+      if (count > std::numeric_limits<std::uint32_t>::max())
+        throw Error(WIA_ERROR_NOT_SUPPORTED,
+                    fmt::format("count {} is more than random-k's 32-bit indices address", count));
+      break;
+    case WIA_COMPRESS_QUANTIZE: {
+      const int b = cfg->parameters.quantize.num_bits;
+      if (b != 1 && b != 4 && b != 8 && b != 16)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    fmt::format("config->parameters.quantize.num_bits is {} (must be 1, 4, 8 "
+                                "or 16)",
+                                b));
+      j.bits = b;
+      j.chunk = cfg->parameters.quantize.use_dynamic_range ? compress::kChunk
+                                                           : std::max<std::size_t>(count, 1);
+      break;
+    }
+    case WIA_COMPRESS_ONEBIT: {
+      const std::int32_t t = api::raw_enum(cfg->parameters.onebit.scaling_factor_precision);
+      if (t != 0 && t != WIA_FLOAT32 && t != WIA_FLOAT16 && t != WIA_BFLOAT16)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    fmt::format("config->parameters.onebit.scaling_factor_precision is {} "
+                                "(must be WIA_FLOAT32, WIA_FLOAT16 or WIA_BFLOAT16)",
+                                t));
+      j.scale_type = t == 0 ? WIA_FLOAT32 : static_cast<wia_datatype_t>(t);
+      if (!cfg->error_feedback && !cfg->parameters.onebit.use_error_feedback)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    "WIA_COMPRESS_ONEBIT needs error feedback: set config->error_feedback or "
+                    "config->parameters.onebit.use_error_feedback (signs alone are biased and "
+                    "do not converge)");
+      break;
+    }
+    default:
+      break;
+  }
+  j.ef = cfg->error_feedback ||
+         (method == WIA_COMPRESS_ONEBIT && cfg->parameters.onebit.use_error_feedback);
+  j.scale_randomk = !j.ef;
+  const Streams s = resolve_streams(cfg, stream);
+  j.rank = c.rank_of_device(resolve_stream(stream)->device);
+  if (j.rank < 0)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                "the stream's device is not a member of this communicator");
+  const std::size_t es = compress::float_type_size(dtype);
+  check_host_buffer(input, count * es, "input");
+  check_host_buffer(output, count * es, "output");
+  if (count == 0) return;
+
+  j.state = compress::states().get(comm, input);
+  {
+    std::lock_guard lock(j.state->mutex);
+    j.step = j.state->steps++;
+  }
+  const std::size_t p = static_cast<std::size_t>(j.nranks);
+  switch (method) {
+    case WIA_COMPRESS_TOPK:
+      j.k = compress::k_of(count, ratio);
+      // All-gathered pairs (8 k p bytes in) cost more than a ring all-reduce
+      // of the densified vector (about 8 n bytes) once k p > n: the union may
+      // then cover every entry anyway.
+      if (j.k * p > count) {
+        j.exchange = Exchange::kReduceFloat;
+        j.fsend.resize(count), j.frecv.resize(count);
+      } else {
+        j.msg_bytes = sizeof(Header) + j.k * sizeof(compress::Pair);
+      }
+      break;
+    case WIA_COMPRESS_RANDOMK:
+      j.k = compress::k_of(count, ratio);
+      j.exchange = Exchange::kReduceFloat;
+      j.fsend.resize(j.k), j.frecv.resize(j.k);
+      break;
+    case WIA_COMPRESS_QUANTIZE:
+      j.msg_bytes = sizeof(Header) + compress::quantize_bytes(count, j.bits, j.chunk);
+      break;
+    case WIA_COMPRESS_ONEBIT:
+      j.msg_bytes = sizeof(Header) + compress::onebit_bytes(count, j.scale_type);
+      break;
+    default:  // FP16, BF16
+      j.exchange = Exchange::kReduceHalf;
+      j.hsend.resize(count), j.hrecv.resize(count);
+  }
+  if (j.exchange == Exchange::kGatherBytes) {
+    j.send.resize(j.msg_bytes);
+    j.recv.resize(j.msg_bytes * p);
+  }
+  j.header = Header{static_cast<std::uint32_t>(method), fingerprint_of(j, ratio)};
+  post_job(comm, std::move(job), s);
+}
+
+void all_reduce_sparse(wia_communicator_t comm, const void* values, const std::uint32_t* indices,
+                       std::size_t k, void* output, std::size_t dense_count, bool dense_out,
+                       const wia_datatype_t& datatype, wia_stream_t stream) {
+  comm::CommunicatorBase& c = api::live(comm);
+  const wia_datatype_t dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
+  check_float_type(dtype, dense_out ? "wia_all_reduce_sparse_ex" : "wia_all_reduce_sparse");
+  report_recorded_error(comm);
+  const std::size_t es = compress::float_type_size(dtype);
+  check_host_buffer(values, k * es, "values");
+  check_host_buffer(indices, k * sizeof(std::uint32_t), "indices");
+  if (dense_out) {
+    check_host_buffer(output, dense_count * es, "output");
+    if (dense_count > std::numeric_limits<std::uint32_t>::max())
+      throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("dense_count {} is more than uint32_t indices address", dense_count));
+  }
+  auto job = std::make_unique<Job>();
+  Job& j = *job;
+  j.owner = comm;
+  j.method = WIA_COMPRESS_TOPK;  // the same (index, value) messages
+  j.sparse_call = true;
+  j.sparse_dense_out = dense_out;
+  j.in = values, j.sparse_indices = indices, j.k = k;
+  j.out = dense_out ? output : const_cast<void*>(values);
+  j.n = dense_out ? dense_count : k;
+  j.dtype = dtype;
+  j.nranks = c.size();
+  j.rank = c.rank_of_device(resolve_stream(stream)->device);
+  if (j.rank < 0)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                "the stream's device is not a member of this communicator");
+  j.msg_bytes = sizeof(Header) + k * sizeof(compress::Pair);
+  j.send.resize(j.msg_bytes);
+  j.recv.resize(j.msg_bytes * static_cast<std::size_t>(j.nranks));
+  j.header = Header{0x53500000u | (dense_out ? 1u : 0u),
+                    static_cast<std::uint32_t>(dense_out ? dense_count : 0)};
+  post_job(comm, std::move(job), Streams{stream, stream, false});
+}
+
+}  // namespace
+
+namespace wia::api {
+// The compression state of a communicator goes with it (api_coll.cpp).
+void forget_compression_state(const void* comm) noexcept { compress::states().forget(comm); }
+}  // namespace wia::api
+
+extern "C" {
+
+WIA_API wia_status_t wia_all_reduce_compressed(wia_communicator_t comm, const void* input,
+                                               void* output, size_t count,
+                                               const wia_compression_config_t* config,
+                                               wia_stream_t stream) {
+  return api::guard(__func__, [&] {
+    const wia_datatype_t t = WIA_FLOAT32;
+    const wia_reduce_op_t op = WIA_REDUCE_SUM;
+    all_reduce_compressed(comm, input, output, count, t, op, config, stream);
+  });
+}
+
+WIA_API wia_status_t wia_all_reduce_compressed_ex(wia_communicator_t comm, const void* input,
+                                                  void* output, size_t count,
+                                                  wia_datatype_t datatype, wia_reduce_op_t op,
+                                                  const wia_compression_config_t* config,
+                                                  wia_stream_t stream) {
+  return api::guard(__func__, [&] {
+    all_reduce_compressed(comm, input, output, count, datatype, op, config, stream);
+  });
+}
+
+WIA_API wia_status_t wia_all_reduce_sparse(wia_communicator_t comm, float* values,
+                                           const uint32_t* indices, size_t k, wia_stream_t stream) {
+  return api::guard(__func__, [&] {
+    const wia_datatype_t t = WIA_FLOAT32;
+    all_reduce_sparse(comm, values, indices, k, nullptr, 0, false, t, stream);
+  });
+}
+
+WIA_API wia_status_t wia_all_reduce_sparse_ex(wia_communicator_t comm, const void* values,
+                                              const uint32_t* indices, size_t k, void* output,
+                                              size_t dense_count, wia_datatype_t datatype,
+                                              wia_stream_t stream) {
+  return api::guard(__func__, [&] {
+    all_reduce_sparse(comm, values, indices, k, output, dense_count, true, datatype, stream);
+  });
+}
+
+WIA_API wia_status_t wia_compression_reset(wia_communicator_t comm) {
+  return api::guard(__func__, [&] {
+    api::live(comm);
+    compress::states().forget(comm);
+  });
+}
+
+WIA_API wia_status_t wia_compression_get_residual(wia_communicator_t comm, const void* buffer,
+                                                  float* residual, size_t count) {
+  return api::guard(__func__, [&] {
+    api::live(comm);
+    api::require_non_null(buffer, "buffer");
+    if (count) api::require_non_null(residual, "residual");
+    auto st = compress::states().find(comm, buffer);
+    if (!st) {
+      std::fill_n(residual, count, 0.0f);
+      return;
+    }
+    std::lock_guard lock(st->mutex);
+    if (st->residual.empty()) {
+      std::fill_n(residual, count, 0.0f);
+      return;
+    }
+    if (st->residual.size() != count)
+      throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("count is {} but the residual of buffer {} holds {} values", count,
+                              buffer, st->residual.size()));
+    std::copy(st->residual.begin(), st->residual.end(), residual);
+  });
+}
+
+WIA_API wia_status_t wia_compression_set_residual(wia_communicator_t comm, const void* buffer,
+                                                  const float* residual, size_t count) {
+  return api::guard(__func__, [&] {
+    api::live(comm);
+    api::require_non_null(buffer, "buffer");
+    if (count) api::require_non_null(residual, "residual");
+    auto st = compress::states().get(comm, buffer);
+    std::lock_guard lock(st->mutex);
+    st->residual.assign(residual, residual + count);
+  });
+}
+
+}  // extern "C"

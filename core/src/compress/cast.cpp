@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// float32 <-> float16 / bfloat16 for the cast methods and for half inputs,
+// which every other codec widens to float32 first.
+#include <cstring>
+
+#include "compress/codec.hpp"
+#include "kernels/cpu_reduce.hpp"
+
+namespace wia::compress {
+
+std::size_t float_type_size(wia_datatype_t dtype) noexcept { return dtype == WIA_FLOAT32 ? 4 : 2; }
+
+void to_float(const void* in, wia_datatype_t dtype, std::span<float> out) noexcept {
+  if (dtype == WIA_FLOAT32) {
+    if (!out.empty()) std::memcpy(out.data(), in, out.size() * sizeof(float));
+    return;
+  }
+  const auto* h = static_cast<const std::uint16_t*>(in);
+  if (dtype == WIA_FLOAT16)
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = kernels::half_to_float(h[i]);
+  else
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = kernels::bfloat16_to_float(h[i]);
+}
+
+void from_float(std::span<const float> in, wia_datatype_t dtype, void* out) noexcept {
+  if (dtype == WIA_FLOAT32) {
+    if (!in.empty()) std::memmove(out, in.data(), in.size() * sizeof(float));
+    return;
+  }
+  auto* h = static_cast<std::uint16_t*>(out);
+  if (dtype == WIA_FLOAT16)
+    for (std::size_t i = 0; i < in.size(); ++i) h[i] = kernels::float_to_half(in[i]);
+  else
+    for (std::size_t i = 0; i < in.size(); ++i) h[i] = kernels::float_to_bfloat16(in[i]);
+}
+
+}  // namespace wia::compress

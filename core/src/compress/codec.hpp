@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// Gradient compression codecs (spec 6.8): pure functions over host
+// buffers of float32. They know nothing of communicators or streams; the
+// API layer (api/api_compress.cpp) moves their messages with the ordinary
+// collectives. Every encoder writes a message whose size depends only on
+// (n, parameters), so every rank can post the exchange before compressing.
+// docs/compression.md states each wire format and error bound.
+#pragma once
+
+#include <wia/status.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace wia::compress {
+
+// Entries per scale of the quantize and 1-bit codecs (per-chunk range).
+inline constexpr std::size_t kChunk = 256;
+
+// --- random numbers: counter-based, so every rank derives the same stream ---
+
+// SplitMix64's finaliser: a strong 64-bit mix of x.
+std::uint64_t mix64(std::uint64_t x) noexcept;
+// A seed for (a, b, c): independent streams per rank and step.
+std::uint64_t derive_seed(std::uint64_t a, std::uint64_t b, std::uint64_t c) noexcept;
+
+// xoshiro256** seeded by SplitMix64.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) noexcept;
+  std::uint64_t next() noexcept;
+  // Uniform in [0, bound) (Lemire's multiply-shift, bias < 2^-32 for bound < 2^32).
+  std::uint64_t below(std::uint64_t bound) noexcept;
+  // Uniform in [0, 1) with 24 random bits (float's mantissa).
+  float unit() noexcept { return static_cast<float>(next() >> 40) * 0x1p-24f; }
+
+ private:
+  std::uint64_t s_[4];
+};
+
+// --- sparsification ----------------------------------------------------------
+
+// k = ceil(ratio * n), at least 1 and at most n (0 when n is 0).
+std::size_t k_of(std::size_t n, double ratio) noexcept;
+
+// An entry of a sparse message: 8 bytes on the wire.
+struct Pair {
+  std::uint32_t index;
+  float value;
+};
+
+// Up to this many entries top-k selects with one nth_element over all of
+// them; above it a threshold from a sample of kTopkSample entries first
+// keeps only the candidates at or above it. Both paths return exactly the
+// k largest keys (the sample only narrows the search; if too few entries
+// pass, the exact path runs), so the result never depends on the path.
+inline constexpr std::size_t kTopkExactMax = std::size_t{1} << 16;
+inline constexpr std::size_t kTopkSample = 4096;
+
+// The k entries of x with the largest |x| (magnitude) or x, as pairs in
+// increasing index order. Ties are broken by the lower index. NaNs are
+// never selected over numbers. Requires k <= x.size() < 2^32.
+void topk_select(std::span<const float> x, std::size_t k, bool magnitude, std::span<Pair> out);
+// Whether topk_select takes the sampled-threshold path for n entries.
+bool topk_uses_sampling(std::size_t n) noexcept;
+
+// k distinct indices in [0, n), increasing, drawn uniformly (Floyd's
+// algorithm) from `seed`: the same on every rank for the same seed.
+void randomk_indices(std::size_t n, std::size_t k, std::uint64_t seed,
+                     std::span<std::uint32_t> out);
+
+// acc[p.index] += p.value for every pair (indices >= acc.size() are
+// skipped and counted: the return value).
+std::size_t scatter_add(std::span<const Pair> pairs, std::span<float> acc) noexcept;
+
+// --- quantization ------------------------------------------------------------
+
+// Bytes of a quantized message of n entries: per chunk a float minimum and
+// a float step, then ceil(len * bits / 8) bytes of levels.
+// chunk = kChunk with a dynamic range per chunk, or n for one range.
+std::size_t quantize_bytes(std::size_t n, int bits, std::size_t chunk) noexcept;
+// Stochastic rounding to 2^bits - 1 steps over [min, max] of each chunk:
+// E[decoded] = x, |decoded - x| < (max - min) / (2^bits - 1) of its chunk.
+// bits is 1, 4, 8 or 16.
+void quantize_encode(std::span<const float> x, int bits, std::size_t chunk, std::uint64_t seed,
+                     std::span<std::byte> out);
+// acc[i] += decoded entry i of a message of acc.size() entries.
+void quantize_decode_add(std::span<const std::byte> msg, int bits, std::size_t chunk,
+                         std::span<float> acc);
+
+// --- 1-bit -------------------------------------------------------------------
+
+// Bytes of a 1-bit message: per chunk of kChunk one scale (4 bytes in
+// float32, 2 in float16/bfloat16), then one bit per entry.
+std::size_t onebit_bytes(std::size_t n, wia_datatype_t scale_type) noexcept;
+// Entry i becomes +s or -s (s = mean |x| of its chunk, the s that
+// minimises the chunk's squared error for fixed signs; x >= 0 is +).
+void onebit_encode(std::span<const float> x, wia_datatype_t scale_type, std::span<std::byte> out);
+void onebit_decode_add(std::span<const std::byte> msg, wia_datatype_t scale_type,
+                       std::span<float> acc);
+
+// --- casts -------------------------------------------------------------------
+
+// dtype is WIA_FLOAT32, WIA_FLOAT16 or WIA_BFLOAT16 (round to nearest even).
+void to_float(const void* in, wia_datatype_t dtype, std::span<float> out) noexcept;
+void from_float(std::span<const float> in, wia_datatype_t dtype, void* out) noexcept;
+std::size_t float_type_size(wia_datatype_t dtype) noexcept;
+
+// --- error feedback ----------------------------------------------------------
+
+// x[i] += r[i].
+void add_residual(std::span<float> x, std::span<const float> r) noexcept;
+// r[i] = corrected[i] - sent[i]: what this step's compression dropped.
+void update_residual(std::span<const float> corrected, std::span<const float> sent,
+                     std::span<float> r) noexcept;
+
+}  // namespace wia::compress

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// wia_all_reduce_compressed and wia_all_reduce_sparse_ex on process
+// communicators: forked ranks joined by a unique id, over shm and tcp.
+// Each rank derives every rank's input from (rank, index), so it checks its
+// output against a reference of its own: top-k's exact selected sum, error
+// feedback's identity (output + the all-reduced residuals = the dense sum),
+// the half cast's bound, and the sparse dense sum. Exit status 0 = right.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <wia/wia.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kN = 4096;
+
+float input(int rank, std::size_t i) {
+  const std::uint64_t h = (i * 2654435761u + static_cast<std::uint64_t>(rank) * 40503u) % 10007u;
+  return (static_cast<float>(h) - 5003.0f) / 1000.0f;
+}
+
+// Rank 0 writes the id to a file the others poll (bounded).
+bool exchange_id(int rank, const std::string& path, wia_unique_id_t* id) {
+  if (rank == 0) {
+    if (wia_get_unique_id(id) != WIA_SUCCESS) return false;
+    const std::string tmp = path + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f || std::fwrite(id, sizeof *id, 1, f) != 1) return false;
+    std::fclose(f);
+    return std::rename(tmp.c_str(), path.c_str()) == 0;
+  }
+  for (int i = 0; i < 4000; ++i) {
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+      const bool ok = std::fread(id, sizeof *id, 1, f) == 1;
+      std::fclose(f);
+      if (ok) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+#define EXPECT(cond)                                                                      \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      std::fprintf(stderr, "rank %d: %s failed at line %d (%s)\n", rank, #cond, __LINE__, \
+                   wia_get_last_error());                                                 \
+      return 10;                                                                          \
+    }                                                                                     \
+  } while (0)
+
+int body(int rank, int nranks, const std::string& id_path) {
+  wia_unique_id_t id;
+  wia_communicator_t comm = nullptr;
+  EXPECT(exchange_id(rank, id_path, &id));
+  EXPECT(wia_create_communicator_from_id(&id, nranks, rank, &comm) == WIA_SUCCESS);
+  std::vector<float> x(kN), out(kN), res(kN), res_sum(kN);
+  std::vector<double> dense(kN, 0);
+  for (std::size_t i = 0; i < kN; ++i) {
+    x[i] = input(rank, i);
+    for (int r = 0; r < nranks; ++r) dense[i] += input(r, i);
+  }
+  wia_collective_config_t sum{};
+  sum.datatype = WIA_FLOAT32;
+  sum.reduction_op = WIA_REDUCE_SUM;
+
+  // Top-k 1% without feedback: exactly the sum of every rank's top-k.
+  wia_compression_config_t topk{};
+  topk.method = WIA_COMPRESS_TOPK;
+  topk.parameters.topk.k_ratio = 0.01;
+  topk.parameters.topk.use_magnitude = true;
+  EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &topk, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  {
+    const std::size_t k = 41;  // ceil(0.01 * 4096)
+    std::vector<double> ref(kN, 0);
+    for (int r = 0; r < nranks; ++r) {
+      std::vector<std::size_t> idx(kN);
+      std::iota(idx.begin(), idx.end(), 0);
+      std::stable_sort(idx.begin(), idx.end(), [&](auto a, auto b) {
+        return std::fabs(input(r, a)) > std::fabs(input(r, b));
+      });
+      for (std::size_t j = 0; j < k; ++j) ref[idx[j]] += input(r, idx[j]);
+    }
+    for (std::size_t i = 0; i < kN; ++i) EXPECT(std::fabs(out[i] - ref[i]) < 1e-4);
+  }
+
+  // Error feedback, one step from a reset, for four methods.
+  wia_compression_config_t cfgs[4] = {};
+  cfgs[0] = topk;
+  cfgs[1].method = WIA_COMPRESS_QUANTIZE;
+  cfgs[1].parameters.quantize.num_bits = 8;
+  cfgs[1].parameters.quantize.use_dynamic_range = true;
+  cfgs[2].method = WIA_COMPRESS_ONEBIT;
+  cfgs[2].parameters.onebit.use_error_feedback = true;
+  cfgs[3].method = WIA_COMPRESS_RANDOMK;
+  cfgs[3].parameters.randomk.k_ratio = 0.1;
+  cfgs[3].parameters.randomk.seed = 7;
+  for (auto& c : cfgs) {
+    c.error_feedback = c.method != WIA_COMPRESS_ONEBIT;
+    EXPECT(wia_compression_reset(comm) == WIA_SUCCESS);
+    EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &c, nullptr) == WIA_SUCCESS);
+    EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+    EXPECT(wia_compression_get_residual(comm, x.data(), res.data(), kN) == WIA_SUCCESS);
+    EXPECT(wia_all_reduce(comm, res.data(), res_sum.data(), kN, &sum, nullptr) == WIA_SUCCESS);
+    EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+    for (std::size_t i = 0; i < kN; ++i) EXPECT(std::fabs(out[i] + res_sum[i] - dense[i]) < 1e-3);
+  }
+
+  // FP16: within the half-precision rounding of the partial sums.
+  wia_compression_config_t h{};
+  h.method = WIA_COMPRESS_FP16;
+  EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &h, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  for (std::size_t i = 0; i < kN; ++i) {
+    double mag = 0;
+    for (int r = 0; r < nranks; ++r) mag += std::fabs(input(r, i));
+    EXPECT(std::fabs(out[i] - dense[i]) <= (nranks + 2) * 0x1p-11 * mag);
+  }
+
+  // Sparse, dense form: the sum of every rank's scattered pairs.
+  std::vector<std::uint32_t> idx(100);
+  std::vector<float> val(100);
+  std::vector<double> ref(kN, 0);
+  for (int r = 0; r < nranks; ++r)
+    for (std::size_t j = 0; j < 100; ++j) {
+      const auto i = static_cast<std::uint32_t>((j * 37 + static_cast<std::size_t>(r) * 11) % kN);
+      ref[i] += input(r, j);
+      if (r == rank) idx[j] = i, val[j] = input(r, j);
+    }
+  EXPECT(wia_all_reduce_sparse_ex(comm, val.data(), idx.data(), 100, out.data(), kN, WIA_FLOAT32,
+                                  nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  for (std::size_t i = 0; i < kN; ++i) EXPECT(std::fabs(out[i] - ref[i]) < 1e-4);
+
+  EXPECT(wia_destroy_communicator(comm) == WIA_SUCCESS);
+  return 0;
+}
+
+// Forks nranks processes running body; their exit statuses (-1 if killed
+// at the deadline).
+std::vector<int> run(int nranks, const char* transport) {
+  char cfg[] = "/tmp/wia-compress-proc-XXXXXX.yaml";
+  const int fd = mkstemps(cfg, 5);
+  const std::string yaml = "host:\n  devices: 1\ncollectives:\n  timeout_ms: 20000\n";
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, yaml.data(), yaml.size()) == static_cast<ssize_t>(yaml.size()));
+  close(fd);
+  char idp[] = "/tmp/wia-compress-id-XXXXXX";
+  const int fd2 = mkstemp(idp);
+  close(fd2);
+  std::remove(idp);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nranks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("WIA_TRANSPORT", transport, 1);
+      if (wia_init_with_config(cfg) != WIA_SUCCESS) _exit(11);
+      const int rc = body(r, nranks, idp);
+      wia_finalize();
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> st(nranks, -999);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (int left = nranks; left > 0;) {
+    for (int r = 0; r < nranks; ++r) {
+      int s = 0;
+      if (st[r] == -999 && waitpid(pids[r], &s, WNOHANG) == pids[r])
+        st[r] = WIFEXITED(s) ? WEXITSTATUS(s) : -WTERMSIG(s), --left;
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < nranks; ++r)
+        if (st[r] == -999) kill(pids[r], SIGKILL), waitpid(pids[r], nullptr, 0), st[r] = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::remove(cfg);
+  std::remove(idp);
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("compressed and sparse all-reduce across 2 and 4 processes over shm and tcp") {
+  for (const char* transport : {"shm", "tcp"})
+    for (int n : {2, 4}) {
+      INFO(transport << " with " << n << " processes");
+      const auto st = run(n, transport);
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r);
+        CHECK(st[r] == 0);
+      }
+    }
+}

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+// The compression codecs against references computed here in double:
+// selection against a full sort, unbiasedness as a mean over many seeds,
+// error bounds entry by entry, and error feedback losing nothing over time.
+#include "compress/codec.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "compress/state.hpp"
+
+using namespace wia::compress;
+
+namespace {
+
+std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> x(n);
+  for (auto& v : x) {
+    // Box-Muller in double.
+    const double u1 = (static_cast<double>(rng.next() >> 11) + 1) * 0x1p-53;
+    const double u2 = static_cast<double>(rng.next() >> 11) * 0x1p-53;
+    v = scale * static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2));
+  }
+  return x;
+}
+
+// The reference top-k: a full stable sort by (key desc, index asc).
+std::vector<std::uint32_t> reference_topk(const std::vector<float>& x, std::size_t k, bool mag) {
+  std::vector<std::uint32_t> idx(x.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  auto key = [&](std::uint32_t i) { return mag ? std::fabs(double(x[i])) : double(x[i]); };
+  std::stable_sort(idx.begin(), idx.end(), [&](auto a, auto b) { return key(a) > key(b); });
+  idx.resize(k);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+}  // namespace
+
+TEST_CASE("k_of rounds up and stays in [1, n]") {
+  CHECK(k_of(1000, 0.01) == 10);
+  CHECK(k_of(1001, 0.01) == 11);
+  CHECK(k_of(10, 1e-9) == 1);
+  CHECK(k_of(10, 1.0) == 10);
+  CHECK(k_of(0, 0.5) == 0);
+}
+
+TEST_CASE(
+    "top-k returns exactly the reference's k entries on both the exact and the sampled path") {
+  for (std::size_t n : {std::size_t{1}, std::size_t{37}, std::size_t{5000}, kTopkExactMax + 1,
+                        std::size_t{300000}}) {
+    for (double ratio : {0.001, 0.01, 0.3, 1.0}) {
+      for (bool mag : {true, false}) {
+        INFO("n " << n << " ratio " << ratio << " magnitude " << mag);
+        auto x = gaussian(n, n * 31 + static_cast<std::uint64_t>(ratio * 1000));
+        // Ties: repeat some values so the lower-index rule is exercised.
+        for (std::size_t i = 0; i + 7 < n; i += 7) x[i + 3] = x[i];
+        const std::size_t k = k_of(n, ratio);
+        std::vector<Pair> out(k);
+        topk_select(x, k, mag, out);
+        const auto ref = reference_topk(x, k, mag);
+        REQUIRE(out.size() == ref.size());
+        bool same = true;
+        for (std::size_t j = 0; j < k; ++j)
+          same = same && out[j].index == ref[j] && out[j].value == x[ref[j]];
+        CHECK(same);
+      }
+    }
+  }
+  CHECK_FALSE(topk_uses_sampling(kTopkExactMax));
+  CHECK(topk_uses_sampling(kTopkExactMax + 1));
+}
+
+TEST_CASE("top-k never prefers a NaN to a number") {
+  std::vector<float> x{NAN, 1.0f, -3.0f, NAN, 0.5f};
+  std::vector<Pair> out(2);
+  topk_select(x, 2, true, out);
+  CHECK(out[0].index == 1);
+  CHECK(out[1].index == 2);
+}
+
+TEST_CASE("random-k indices: k distinct, increasing, the same for a seed, uniform over seeds") {
+  const std::size_t n = 200, k = 20;
+  std::vector<std::uint32_t> a(k), b(k), c(k);
+  randomk_indices(n, k, 42, a);
+  randomk_indices(n, k, 42, b);
+  randomk_indices(n, k, 43, c);
+  CHECK(a == b);
+  CHECK(a != c);
+  CHECK(std::is_sorted(a.begin(), a.end()));
+  CHECK(std::set<std::uint32_t>(a.begin(), a.end()).size() == k);
+  CHECK(a.back() < n);
+  // Over T seeds each index is chosen T k / n times on average; its count
+  // is binomial, sd = sqrt(T p (1-p)) ~ 29.4 at T = 10000; 5 sd bounds.
+  const int trials = 10000;
+  std::vector<int> hits(n, 0);
+  for (int t = 0; t < trials; ++t) {
+    randomk_indices(n, k, derive_seed(7, t, 0), a);
+    for (auto i : a) ++hits[i];
+  }
+  const double expect = trials * double(k) / n, sd = std::sqrt(expect * (1 - double(k) / n));
+  for (std::size_t i = 0; i < n; ++i) {
+    INFO("index " << i << " hits " << hits[i]);
+    CHECK(std::fabs(hits[i] - expect) < 5 * sd);
+  }
+  std::vector<std::uint32_t> all(n);
+  randomk_indices(n, n, 1, all);
+  for (std::size_t i = 0; i < n; ++i) CHECK(all[i] == i);
+}
+
+TEST_CASE("random-k scaled by n/k is unbiased: the mean over many steps is the exact vector") {
+  const std::size_t n = 64, k = 8;
+  const auto x = gaussian(n, 5);
+  std::vector<double> mean(n, 0);
+  const int steps = 40000;
+  std::vector<std::uint32_t> idx(k);
+  for (int s = 0; s < steps; ++s) {
+    randomk_indices(n, k, derive_seed(42, s, 0), idx);
+    for (auto i : idx) mean[i] += double(x[i]) * n / k;
+  }
+  // Per entry the estimate is x n/k with probability k/n, else 0:
+  // sd of the mean = |x| sqrt(n/k - 1) / sqrt(steps).
+  for (std::size_t i = 0; i < n; ++i) {
+    const double m = mean[i] / steps,
+                 sd = std::fabs(x[i]) * std::sqrt(double(n) / k - 1) / std::sqrt(double(steps));
+    CHECK(std::fabs(m - x[i]) <= 5 * sd + 1e-12);
+  }
+}
+
+TEST_CASE("quantize: every entry within one step of its chunk, unbiased over seeds") {
+  for (int bits : {1, 4, 8, 16}) {
+    for (std::size_t chunk : {kChunk, std::size_t{1000}}) {
+      INFO("bits " << bits << " chunk " << chunk);
+      const std::size_t n = 1000;
+      auto x = gaussian(n, 11, 3.0f);
+      x[500] = 40.0f;  // an outlier widens only its own chunk's range
+      std::vector<std::byte> msg(quantize_bytes(n, bits, chunk));
+      const double levels = std::pow(2.0, bits) - 1;
+      std::vector<double> mean(n, 0);
+      const int trials = bits == 16 ? 50 : 4000;
+      bool within = true;
+      for (int t = 0; t < trials; ++t) {
+        quantize_encode(x, bits, chunk, derive_seed(3, t, 9), msg);
+        std::vector<float> y(n, 0.0f);
+        quantize_decode_add(msg, bits, chunk, y);
+        for (std::size_t base = 0; base < n; base += chunk) {
+          const std::size_t len = std::min(chunk, n - base);
+          const auto [mn, mx] = std::minmax_element(x.begin() + base, x.begin() + base + len);
+          const double step = (double(*mx) - *mn) / levels;
+          for (std::size_t i = base; i < base + len; ++i) {
+            within = within && std::fabs(double(y[i]) - x[i]) <= step * (1 + 1e-5) + 1e-6;
+            mean[i] += y[i];
+          }
+        }
+      }
+      CHECK(within);
+      // Unbiased: the rounding of each entry is Bernoulli between two
+      // levels one step apart, sd <= step / 2 / sqrt(trials).
+      bool unbiased = true;
+      for (std::size_t base = 0; base < n; base += chunk) {
+        const std::size_t len = std::min(chunk, n - base);
+        const auto [mn, mx] = std::minmax_element(x.begin() + base, x.begin() + base + len);
+        const double step = (double(*mx) - *mn) / levels;
+        for (std::size_t i = base; i < base + len; ++i)
+          unbiased = unbiased && std::fabs(mean[i] / trials - x[i]) <=
+                                     5 * step / 2 / std::sqrt(double(trials)) + 1e-5;
+      }
+      CHECK(unbiased);
+    }
+  }
+  CHECK(quantize_bytes(1000, 8, kChunk) == 3 * (8 + 256) + 8 + 232);
+  CHECK(quantize_bytes(1000, 4, kChunk) == 3 * (8 + 128) + 8 + 116);
+  CHECK(quantize_bytes(1000, 1, 1000) == 8 + 125);
+}
+
+TEST_CASE("quantize: a constant chunk decodes exactly") {
+  std::vector<float> x(300, 2.5f);
+  std::vector<std::byte> msg(quantize_bytes(300, 4, kChunk));
+  quantize_encode(x, 4, kChunk, 1, msg);
+  std::vector<float> y(300, 1.0f);
+  quantize_decode_add(msg, 4, kChunk, y);
+  CHECK(std::all_of(y.begin(), y.end(), [](float v) { return v == 3.5f; }));
+}
+
+TEST_CASE("1-bit: sign times the chunk's mean magnitude, in each scale precision") {
+  const std::size_t n = 600;
+  const auto x = gaussian(n, 17);
+  for (wia_datatype_t t : {WIA_FLOAT32, WIA_FLOAT16, WIA_BFLOAT16}) {
+    INFO("scale type " << int(t));
+    std::vector<std::byte> msg(onebit_bytes(n, t));
+    CHECK(msg.size() == 3 * (t == WIA_FLOAT32 ? 4 : 2) + 32 + 32 + 11);
+    onebit_encode(x, t, msg);
+    std::vector<float> y(n, 0.0f);
+    onebit_decode_add(msg, t, y);
+    const double tol = t == WIA_FLOAT32 ? 1e-6 : t == WIA_FLOAT16 ? 1e-3 : 8e-3;
+    bool ok = true;
+    for (std::size_t base = 0; base < n; base += kChunk) {
+      const std::size_t len = std::min(kChunk, n - base);
+      double s = 0;
+      for (std::size_t i = base; i < base + len; ++i) s += std::fabs(double(x[i]));
+      s /= double(len);
+      for (std::size_t i = base; i < base + len; ++i)
+        ok = ok && std::fabs(y[i] - (x[i] >= 0 ? s : -s)) <= tol * s;
+    }
+    CHECK(ok);
+  }
+}
+
+// Error feedback: after T steps, (sum of what was sent) + residual equals
+// T x exactly (up to rounding), so the average sent converges to x.
+template <typename Codec>
+void check_error_feedback(Codec&& codec, std::size_t n, int steps, double tol) {
+  const auto x = gaussian(n, 23);
+  std::vector<float> r(n, 0.0f), w(n), sent(n);
+  std::vector<double> total(n, 0);
+  double max_residual = 0;
+  for (int s = 0; s < steps; ++s) {
+    w = x;
+    add_residual(w, r);
+    std::fill(sent.begin(), sent.end(), 0.0f);
+    codec(w, sent, s);
+    update_residual(w, sent, r);
+    for (std::size_t i = 0; i < n; ++i) total[i] += sent[i];
+  }
+  double err = 0, ref = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    max_residual = std::max(max_residual, std::fabs(double(r[i])));
+    err += std::pow(total[i] / steps - x[i], 2);
+    ref += std::pow(double(x[i]), 2);
+    CHECK(std::fabs(total[i] + r[i] - double(steps) * x[i]) <= 1e-3 * steps);
+  }
+  // The residual stays bounded, so the mean of the sent updates -> x.
+  CHECK(std::sqrt(err / ref) < tol);
+}
+
+TEST_CASE("top-k with error feedback: accumulated updates converge to the dense vector") {
+  const std::size_t n = 1000, k = 10;
+  check_error_feedback(
+      [&](const std::vector<float>& w, std::vector<float>& sent, int) {
+        std::vector<Pair> p(k);
+        topk_select(w, k, true, p);
+        scatter_add(p, sent);
+      },
+      n, 4000, 0.05);
+}
+
+TEST_CASE("1-bit with error feedback: accumulated updates converge to the dense vector") {
+  const std::size_t n = 1000;
+  check_error_feedback(
+      [&](const std::vector<float>& w, std::vector<float>& sent, int) {
+        std::vector<std::byte> msg(onebit_bytes(n, WIA_FLOAT32));
+        onebit_encode(w, WIA_FLOAT32, msg);
+        onebit_decode_add(msg, WIA_FLOAT32, sent);
+      },
+      n, 2000, 0.05);
+}
+
+TEST_CASE("scatter_add sums duplicates and counts indices out of range") {
+  std::vector<Pair> p{{1, 2.0f}, {1, 3.0f}, {4, 1.0f}, {9, 7.0f}};
+  std::vector<float> acc(5, 0.0f);
+  CHECK(scatter_add(p, acc) == 1);
+  CHECK(acc == std::vector<float>{0, 5, 0, 0, 1});
+}
+
+TEST_CASE("casts round to nearest even and widen exactly") {
+  const std::vector<float> x{1.0f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, -65504.0f, 3.0e-8f};
+  std::vector<std::uint16_t> h(x.size());
+  std::vector<float> y(x.size());
+  from_float(x, WIA_FLOAT16, h.data());
+  to_float(h.data(), WIA_FLOAT16, y);
+  CHECK(y[0] == 1.0f);
+  CHECK(y[1] == 1.0f);  // a tie rounds to even
+  CHECK(y[2] == 1.0f + 0x1p-8f);
+  CHECK(y[3] == -65504.0f);
+  from_float(x, WIA_BFLOAT16, h.data());
+  to_float(h.data(), WIA_BFLOAT16, y);
+  CHECK(y[2] == 1.0f);  // bfloat16 keeps 7 fraction bits: 2^-8 is a tie to even
+  CHECK(float_type_size(WIA_FLOAT32) == 4);
+  CHECK(float_type_size(WIA_BFLOAT16) == 2);
+}
+
+TEST_CASE(
+    "the state store: one state per (owner, buffer), forgotten per owner, errors taken once") {
+  StateStore s;
+  int a = 0, b = 0, buf1 = 0, buf2 = 0;
+  auto x = s.get(&a, &buf1);
+  CHECK(s.get(&a, &buf1) == x);
+  CHECK(s.get(&a, &buf2) != x);
+  CHECK(s.get(&b, &buf1) != x);
+  s.record_error(&a, "first");
+  s.record_error(&a, "second");
+  s.forget(&b);
+  CHECK(s.find(&a, &buf1) == x);
+  CHECK(s.find(&b, &buf1) == nullptr);
+  CHECK(s.take_error(&a) == "first");
+  CHECK(s.take_error(&a).empty());
+  s.forget(&a);
+  CHECK(s.find(&a, &buf1) == nullptr);
+  CHECK(s.find(&a, &buf2) == nullptr);
+}
