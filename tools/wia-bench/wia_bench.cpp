@@ -8,6 +8,7 @@
 //   wia-bench [-b 8] [-e 64M] [-f 2] [--op allreduce] [--dtype float32]
 //             [--redop sum] [--algo auto] [--ranks 4] [-n iters] [-w warmup]
 //             [-c 0|1] [--procs N | --procs-from-env] [--sizes 8,64K,1M]
+//             [--compress topk:0.01|randomk:0.1|int8|int4|onebit|lowrank:4|fp16|bf16]
 //
 // Three ways to run:
 //  - in-process (default): --ranks N host devices in this process, one
@@ -24,6 +25,12 @@
 // data check runs on every rank and #wrong is the sum over ranks (both
 // gathered with small all-reduces on the same communicator, outside the
 // timed loops).
+//
+// --compress METHOD times wia_all_reduce_compressed instead and prints, per
+// size, the bytes each rank puts on the wire and the compression ratio, the
+// algbw on the original size, the relative L2 error of one call from a
+// reset against the exact sum, and the plain all-reduce of the same size
+// timed in the same run (speedup = its time / the compressed time).
 #include <wia/wia.h>
 
 #include <algorithm>
@@ -62,6 +69,9 @@ struct Options {
   std::vector<std::uint64_t> sizes;  // --sizes: these instead of -b/-e/-f
   int procs = 0;              // --procs N: spawn N processes
   bool procs_from_env = false;  // one rank of a launched job
+  bool compressed = false;      // --compress
+  std::string compress_name;
+  wia_compression_config_t compress{};
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -74,11 +84,15 @@ struct Options {
       "                 recursive_doubling|recursive_halving|bruck|chain|scatter_allgather|\n"
       "                 direct|pairwise|one_shot|hierarchical] [--ranks N] [-n ITERS]\n"
       "                 [-w WARMUP] [-c 0|1] [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
+      "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16]\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
       "--sizes lists the sizes to run instead of the -b/-e/-f sweep.\n"
       "--ranks N: N host devices in this process (default 4); --procs N: N processes,\n"
       "one rank each; --procs-from-env: one rank of a job started by mpirun, srun,\n"
-      "torchrun or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR.\n");
+      "torchrun or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR.\n"
+      "--compress: wia_all_reduce_compressed (allreduce, float32/float16/bfloat16, sum/avg)\n"
+      "with error feedback for topk, onebit and lowrank; R is k_ratio (topk, randomk) or\n"
+      "the rank (lowrank); compared with the plain all-reduce timed in the same run.\n");
   std::exit(2);
 }
 
@@ -89,6 +103,51 @@ std::uint64_t size_arg(const std::string& text) {
   if (!wia::common::parse_size(text, &bytes, &why))
     usage(("bad size '" + text + "': " + why).c_str());
   return bytes;
+}
+
+// --compress METHOD[:PARAM] -> a compression config.
+wia_compression_config_t compress_arg(const std::string& text) {
+  const std::size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  const std::string param = colon == std::string::npos ? "" : text.substr(colon + 1);
+  auto number = [&](double lo, double hi) {
+    char* end = nullptr;
+    const double v = std::strtod(param.c_str(), &end);
+    if (param.empty() || *end || !(v > lo && v <= hi))
+      usage(("--compress " + text + ": '" + param + "' must be a number in (" +
+             std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
+    return v;
+  };
+  wia_compression_config_t c{};
+  if (name == "topk") {
+    c.method = WIA_COMPRESS_TOPK;
+    c.parameters.topk.k_ratio = number(0, 1);
+    c.parameters.topk.use_magnitude = true;
+    c.error_feedback = true;
+  } else if (name == "randomk") {
+    c.method = WIA_COMPRESS_RANDOMK;
+    c.parameters.randomk.k_ratio = number(0, 1);
+    c.parameters.randomk.seed = 1;
+  } else if (name == "int8" || name == "int4") {
+    c.method = WIA_COMPRESS_QUANTIZE;
+    c.parameters.quantize.num_bits = name == "int8" ? 8 : 4;
+    c.parameters.quantize.use_dynamic_range = true;
+  } else if (name == "onebit") {
+    c.method = WIA_COMPRESS_ONEBIT;
+    c.error_feedback = true;
+  } else if (name == "lowrank") {
+    c.method = WIA_COMPRESS_LOWRANK;
+    c.parameters.lowrank.rank = static_cast<int>(number(0, 1 << 20));
+    c.error_feedback = true;
+  } else if (name == "fp16" || name == "bf16") {
+    c.method = name == "fp16" ? WIA_COMPRESS_FP16 : WIA_COMPRESS_BF16;
+  } else {
+    usage(("unknown --compress method '" + name +
+           "' (topk:R, randomk:R, int8, int4, onebit, lowrank:R, fp16, bf16)").c_str());
+  }
+  if (name != "topk" && name != "randomk" && name != "lowrank" && !param.empty())
+    usage(("--compress " + name + " takes no parameter").c_str());
+  return c;
 }
 
 template <typename T>
@@ -125,6 +184,11 @@ Options parse(int argc, char** argv) {
       o.min_bytes = *std::min_element(o.sizes.begin(), o.sizes.end());
     }
     else if (a == "--procs-from-env") o.procs_from_env = true;
+    else if (a == "--compress") {
+      o.compress_name = next();
+      o.compress = compress_arg(o.compress_name);
+      o.compressed = true;
+    }
     else if (a == "--op")
       o.op = pick<wia_collective_op_t>("op", next(),
                                        {{"allreduce", WIA_COLLECTIVE_ALLREDUCE},
@@ -164,6 +228,13 @@ Options parse(int argc, char** argv) {
     usage("--ranks, --procs and --procs-from-env exclude each other");
   if (o.factor <= 1) usage("-f must be > 1");
   if (o.min_bytes > o.max_bytes) usage("-b must not exceed -e");
+  if (o.compressed) {
+    if (o.op != WIA_COLLECTIVE_ALLREDUCE) usage("--compress needs --op allreduce");
+    if (o.dtype != WIA_FLOAT32 && o.dtype != WIA_FLOAT16 && o.dtype != WIA_BFLOAT16)
+      usage("--compress needs --dtype float32, float16 or bfloat16");
+    if (o.redop != WIA_REDUCE_SUM && o.redop != WIA_REDUCE_AVG)
+      usage("--compress needs --redop sum or avg");
+  }
   return o;
 }
 
@@ -280,6 +351,15 @@ class Bench {
     cfg.datatype = o_.dtype;
     cfg.algorithm = o_.algo;
     const std::uint64_t n = call_count(count);
+    if (compressing_) {
+      // Each call posts several collectives and host tasks: no group.
+      for (Rank& k : ranks_) {
+        char* send = in_place ? k.out : k.in;
+        CHECK_WIA(wia_all_reduce_compressed_ex(comm_, send, k.out, n, o_.dtype, o_.redop,
+                                               &o_.compress, k.stream));
+      }
+      return;
+    }
     if (!distributed_) CHECK_WIA(wia_group_start());
     for (Rank& k : ranks_) {
       const int r = k.rank;
@@ -395,6 +475,36 @@ class Bench {
     return wrong;
   }
 
+  // The relative L2 error of every rank's all-reduce output against the
+  // exact sum (double), over the ranks of the job.
+  double relative_error(std::uint64_t count) {
+    double sums[2] = {0, 0};  // squared error, squared reference
+    for (const Rank& k : ranks_)
+      for (std::uint64_t i = 0; i < count; ++i) {
+        double want = 0;
+        for (int r = 0; r < nranks_; ++r) want += value(r, i);
+        if (o_.redop == WIA_REDUCE_AVG) want /= nranks_;
+        const double got = wia::kernels::load_element(k.out, i, o_.dtype);
+        sums[0] += (got - want) * (got - want);
+        sums[1] += want * want;
+      }
+    reduce_small(sums, 2, WIA_FLOAT64, WIA_REDUCE_SUM);
+    return sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : std::sqrt(sums[0]);
+  }
+
+  // One compressed call from a reset (no residual carried in): its error.
+  double check_compressed(std::uint64_t count, bool in_place) {
+    CHECK_WIA(wia_compression_reset(comm_));
+    fill(count, in_place);
+    post(count, in_place);
+    sync();
+    const double e = relative_error(count);
+    CHECK_WIA(wia_compression_reset(comm_));
+    return e;
+  }
+  // Whether post() runs the compressed all-reduce (the plain one otherwise).
+  void set_compressing(bool on) { compressing_ = on; }
+
   // Median time per call in microseconds over `iters` back-to-back posts;
   // across processes each repetition starts after a barrier and counts the
   // slowest rank. Records the algorithm the timed calls ran.
@@ -493,11 +603,74 @@ class Bench {
   bool distributed_ = false;
   std::vector<Rank> ranks_;
   bool last_in_place_ = false;
+  bool compressing_ = false;
   std::string last_algorithm_ = "?";
 };
 
+// The table of --compress: compressed against plain, per size.
+int run_compressed_sweep(const Options& o, Bench& bench, const std::vector<std::uint64_t>& sizes,
+                         bool print) {
+  const std::size_t es = wia::kernels::dtype_size(o.dtype);
+  const int p = bench.nranks();
+  if (print) {
+    std::printf("# wia-bench: compressed allreduce (%s)  ranks %d (%s)  dtype %s  redop %s\n",
+                o.compress_name.c_str(), p,
+                bench.distributed() ? "processes, one rank each" : "in-process host devices",
+                wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop));
+    std::printf("# wire = bytes each rank puts on the wire (wia_compression_wire_bytes); cratio = "
+                "size / wire; algbw on the original size; relerr = |out - exact|_2 / |exact|_2 "
+                "of one call from a reset; speedup = plain all-reduce time / compressed time, "
+                "both measured in this run\n");
+    std::printf("#%11s %12s %8s %10s %7s | %9s %8s %9s | %9s %8s %9s | %9s %8s\n", "size",
+                "count", "type", "wire", "cratio", "time(us)", "algbw", "relerr", "time(us)",
+                "algbw", "relerr", "plain(us)", "speedup");
+    std::printf("#%11s %12s %8s %10s %7s | %28s | %28s | %18s\n", "(B)", "(elements)", "", "(B)",
+                "", "out-of-place (GB/s)", "in-place (GB/s)", "same size, plain");
+    std::fflush(stdout);
+  }
+  for (const std::uint64_t bytes : sizes) {
+    const std::uint64_t count = bytes / es;
+    if (count == 0) continue;
+    std::size_t wire = 0;
+    CHECK_WIA(wia_compression_wire_bytes(count, o.dtype, &o.compress, p, &wire));
+    const int iters = o.iters > 0 ? o.iters
+                                  : static_cast<int>(std::clamp<std::uint64_t>(
+                                        (64ull << 20) / (count * es), 3, 200));
+    bench.set_compressing(true);
+    const double e_oop = o.check ? bench.check_compressed(count, false) : 0;
+    const double t_oop = bench.time_us(count, false, iters);
+    const double e_ip = o.check ? bench.check_compressed(count, true) : 0;
+    const double t_ip = bench.time_us(count, true, iters);
+    bench.set_compressing(false);
+    const double t_plain = bench.time_us(count, false, iters);
+    const double gb = static_cast<double>(count * es) / 1e3;
+    if (print) {
+      std::printf("%12llu %12llu %8s %10zu %7.1f | %9.2f %8.2f %9.2e | %9.2f %8.2f %9.2e | %9.2f "
+                  "%8.2f\n",
+                  static_cast<unsigned long long>(count * es),
+                  static_cast<unsigned long long>(count), wia::kernels::dtype_name(o.dtype), wire,
+                  static_cast<double>(count * es) / static_cast<double>(wire), t_oop, gb / t_oop,
+                  e_oop, t_ip, gb / t_ip, e_ip, t_plain, t_plain / t_oop);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 // The sweep and the table, printed by rank 0 (the only rank in-process).
+// --sizes, or the -b/-e/-f sweep.
+std::vector<std::uint64_t> sweep_sizes(const Options& o) {
+  std::vector<std::uint64_t> sizes = o.sizes;
+  if (sizes.empty())
+    for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;
+         bytes = std::max<std::uint64_t>(bytes + 1, static_cast<std::uint64_t>(bytes * o.factor)))
+      sizes.push_back(bytes);
+  return sizes;
+}
+
 int run_sweep(const Options& o, Bench& bench, bool print) {
+  const std::vector<std::uint64_t> sizes = sweep_sizes(o);
+  if (o.compressed) return run_compressed_sweep(o, bench, sizes, print);
   const std::size_t es = wia::kernels::dtype_size(o.dtype);
   const int p = bench.nranks();
   if (print) {
@@ -529,11 +702,6 @@ int run_sweep(const Options& o, Bench& bench, bool print) {
                 "", "out-of-place (GB/s)", "in-place (GB/s)", "(GB/s)", "");
     std::fflush(stdout);
   }
-  std::vector<std::uint64_t> sizes = o.sizes;
-  if (sizes.empty())
-    for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;
-         bytes = std::max<std::uint64_t>(bytes + 1, static_cast<std::uint64_t>(bytes * o.factor)))
-      sizes.push_back(bytes);
   std::uint64_t total_wrong = 0;
   for (const std::uint64_t bytes : sizes) {
     std::uint64_t count = bytes / es;

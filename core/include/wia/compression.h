@@ -30,7 +30,7 @@ typedef enum wia_compression_method {
   WIA_COMPRESS_RANDOMK = 2,  /* k entries at indices every rank draws from a seed   */
   WIA_COMPRESS_QUANTIZE = 3, /* num_bits per entry, per-chunk range, unbiased       */
   WIA_COMPRESS_ONEBIT = 4,   /* sign per entry + one scale per chunk (DeepSpeed)    */
-  WIA_COMPRESS_LOWRANK = 5,  /* reserved for PowerSGD: WIA_ERROR_NOT_SUPPORTED now  */
+  WIA_COMPRESS_LOWRANK = 5,  /* PowerSGD: rank-r factors P and Q, warm-started Q   */
   WIA_COMPRESS_FP16 = 6,     /* cast to IEEE binary16, all-reduce, cast back        */
   WIA_COMPRESS_BF16 = 7,     /* cast to bfloat16, all-reduce, cast back             */
   WIA_COMPRESS_METHOD_COUNT = 8
@@ -56,6 +56,11 @@ typedef struct wia_compression_config {
       /* WIA_FLOAT32, WIA_FLOAT16 or WIA_BFLOAT16; 0 (zero-initialised) = FLOAT32 */
       wia_datatype_t scaling_factor_precision;
     } onebit;
+    struct {
+      int rank;      /* r >= 1: columns of P and Q (clamped to min(rows, cols))   */
+      uint64_t rows; /* the vector as a rows x ceil(count / rows) row-major matrix,
+                      * zero-padded; 0 = ceil(sqrt(count)) (near square)         */
+    } lowrank;
   } parameters;
   bool error_feedback; /* keep and re-add what compression dropped (6.8.2)   */
   /* Stream the compression runs on (same device as the call's stream);
@@ -72,8 +77,9 @@ typedef struct wia_compression_config {
  * output == input. config must not be NULL. Errors: WIA_ERROR_INVALID_ARGUMENT
  * naming the field (k_ratio outside (0, 1], num_bits not in {1, 4, 8, 16},
  * scaling_factor_precision not a float type, 1-bit without error feedback,
- * a compression_stream of another device), WIA_ERROR_NOT_SUPPORTED (LOWRANK,
- * device memory, more than 2^32-1 entries for TOPK). */
+ * a compression_stream of another device, a lowrank rank < 1 or rows >
+ * count), WIA_ERROR_NOT_SUPPORTED (device memory, more than 2^32-1 entries
+ * for TOPK or RANDOMK). */
 WIA_API wia_status_t wia_all_reduce_compressed(wia_communicator_t comm, const void* input,
                                                void* output, size_t count,
                                                const wia_compression_config_t* config,
@@ -104,6 +110,14 @@ WIA_API wia_status_t wia_all_reduce_sparse_ex(wia_communicator_t comm, const voi
                                               const uint32_t* indices, size_t k, void* output,
                                               size_t dense_count, wia_datatype_t datatype,
                                               wia_stream_t stream);
+
+/* Bytes one rank contributes to the exchange of a compressed all-reduce of
+ * count entries of datatype with this config on a communicator of nranks
+ * (headers included; LOWRANK: both factors): what the call puts on the
+ * wire per rank, for sizing and for reporting compression ratios. */
+WIA_API wia_status_t wia_compression_wire_bytes(size_t count, wia_datatype_t datatype,
+                                                const wia_compression_config_t* config,
+                                                int nranks, size_t* bytes);
 
 /* Forgets every error-feedback residual and random-k step counter of comm
  * (as at creation). Call it with no compressed call of comm in flight. */

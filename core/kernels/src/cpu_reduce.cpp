@@ -625,13 +625,14 @@ auto with_native_kernels(wia_datatype_t dtype, wia_reduce_op_t op, Visit&& visit
     -> decltype(visit.template operator()<float, float>(k_f32_sum)) {
   using Result = decltype(visit.template operator()<float, float>(k_f32_sum));
   const bool wrapping = op == WIA_REDUCE_SUM || op == WIA_REDUCE_AVG || op == WIA_REDUCE_PROD;
-  auto run = [&]<class T, class DivT = T>(const KernelSet<T>* k) -> Result {
+  auto run = [&]<class T, class DivT = T>(const KernelSet<T>* k)->Result {
     if (k == nullptr) return Result{};
     return visit.template operator()<T, DivT>(*k);
   };
   switch (dtype) {
     case WIA_UINT8:
-      return run.template operator()<std::uint8_t>(pick(op, k_u8_sum, k_u8_prod, k_u8_min, k_u8_max));
+      return run.template operator()<std::uint8_t>(
+          pick(op, k_u8_sum, k_u8_prod, k_u8_min, k_u8_max));
     case WIA_INT8:
       if (wrapping)
         return run.template operator()<std::uint8_t, std::int8_t>(
@@ -853,5 +854,25 @@ float half_to_float(std::uint16_t h) noexcept { return h2f(h); }
 std::uint16_t float_to_half(float f) noexcept { return f2h(f); }
 float bfloat16_to_float(std::uint16_t b) noexcept { return b2f(b); }
 std::uint16_t float_to_bfloat16(float f) noexcept { return f2b(f); }
+
+void half_to_float_n(const std::uint16_t* in, float* out, std::size_t n) noexcept {
+#ifdef WIA_HAVE_F16C
+  if (const HalfHw* hw = half_hw()) return hw->widen(out, in, n);
+#endif
+  for (std::size_t i = 0; i < n; ++i) out[i] = h2f(in[i]);
+}
+void float_to_half_n(const float* in, std::uint16_t* out, std::size_t n) noexcept {
+#ifdef WIA_HAVE_F16C
+  if (const HalfHw* hw = half_hw()) return hw->narrow(out, in, n);
+#endif
+  for (std::size_t i = 0; i < n; ++i) out[i] = f2h(in[i]);
+}
+// The bit operations of b2f and f2b vectorise as they are.
+void bfloat16_to_float_n(const std::uint16_t* in, float* out, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = b2f(in[i]);
+}
+void float_to_bfloat16_n(const float* in, std::uint16_t* out, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) out[i] = f2b(in[i]);
+}
 
 }  // namespace wia::kernels

@@ -5,7 +5,10 @@
 //           residual, compress into a message of a size fixed at post
 //           time, update the residual;
 //   exchange (the ordinary collectives): all-gather of messages, or an
-//           all-reduce where every rank's message has the same layout;
+//           all-reduce where every rank's message has the same layout
+//           (then a small all-gather of headers first, so ranks whose
+//           configs differ find out); PowerSGD has two all-reduces with a
+//           host task between them;
 //   decode  (a host task on the compression stream): sum, narrow, write.
 // A Job carries one call through them and is freed by the last task.
 #include <fmt/format.h>
@@ -60,10 +63,12 @@ enum class Exchange {
   kGatherBytes,  // all-gather of byte messages with a header (top-k, quantize, 1-bit, sparse)
   kReduceFloat,  // all-reduce of float32 (random-k values, dense top-k)
   kReduceHalf,   // all-reduce of float16 / bfloat16 (the casts)
+  kLowrank,      // all-reduce of P, host task, all-reduce of Q (PowerSGD)
 };
 
-// Every gathered message starts with this, so ranks that disagree on the
-// method or its parameters find out instead of decoding each other wrongly.
+// Every gathered message starts with this (and reduced exchanges gather it
+// first), so ranks that disagree on the method or its parameters find out
+// instead of decoding each other wrongly.
 struct Header {
   std::uint32_t method;
   std::uint32_t fingerprint;
@@ -91,13 +96,17 @@ struct Job {
   wia_datatype_t scale_type = WIA_FLOAT32;
   std::uint64_t seed = 0, step = 0;
   Exchange exchange = Exchange::kGatherBytes;
-  std::size_t msg_bytes = 0;  // per rank, header included
+  std::size_t msg_bytes = 0;     // per rank, header included (kGatherBytes)
+  std::size_t reduced = 0;       // entries all-reduced (the other exchanges; P for kLowrank)
+  compress::LowrankShape shape;  // kLowrank
   std::shared_ptr<compress::BufferState> state;
   std::vector<float> work;
   std::vector<std::byte> send, recv;
   std::vector<float> fsend, frecv;
   std::vector<std::uint16_t> hsend, hrecv;
   std::vector<std::uint32_t> idx;
+  std::vector<float> qsend, qrecv;  // kLowrank: M^T P̂ of this rank, and summed
+  std::vector<std::byte> headers;   // every rank's Header (reduced exchanges)
 };
 
 std::byte* payload(std::vector<std::byte>& m, std::size_t rank, std::size_t bytes) {
@@ -179,6 +188,16 @@ void encode(Job& j) {
       }
       break;
     }
+    case WIA_COMPRESS_LOWRANK: {
+      if (!lock.owns_lock()) lock.lock();
+      std::vector<float>& q = j.state->lowrank_q;
+      if (q.size() != j.shape.cols * j.shape.rank) {
+        q.resize(j.shape.cols * j.shape.rank);
+        compress::lowrank_init_q(j.shape, derive_seed(j.shape.rows, j.shape.cols, 0x5053), q);
+      }
+      compress::lowrank_project(j.work, j.shape, q, j.fsend);
+      break;
+    }
     default: {  // FP16 / BF16
       const wia_datatype_t t = j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16;
       from_float(j.work, t, j.hsend.data());
@@ -191,13 +210,29 @@ void encode(Job& j) {
   }
 }
 
+// PowerSGD's middle step, after P is summed: orthonormalise it (identically
+// on every rank) and project this rank's corrected gradient onto it.
+void lowrank_middle(Job& j) {
+  compress::lowrank_orthonormalise(j.frecv, j.shape);
+  compress::lowrank_back_project(j.work, j.shape, j.frecv, j.qsend);
+  if (j.ef) {
+    std::vector<float> sent(j.n);
+    compress::lowrank_expand(j.frecv, j.qsend, j.shape, sent);
+    std::lock_guard lock(j.state->mutex);
+    compress::update_residual(j.work, sent, j.state->residual);
+  }
+}
+
 // --- decode ------------------------------------------------------------------
 
 // False (and the error recorded) when a rank's header disagrees with ours.
 bool headers_agree(Job& j) {
+  const bool gathered = j.exchange == Exchange::kGatherBytes;
+  const std::byte* base = gathered ? j.recv.data() : j.headers.data();
+  const std::size_t stride = gathered ? j.msg_bytes : sizeof(Header);
   for (int r = 0; r < j.nranks; ++r) {
     Header h;
-    std::memcpy(&h, j.recv.data() + static_cast<std::size_t>(r) * j.msg_bytes, sizeof h);
+    std::memcpy(&h, base + static_cast<std::size_t>(r) * stride, sizeof h);
     if (h.method != j.header.method || h.fingerprint != j.header.fingerprint) {
       compress::states().record_error(
           j.owner, fmt::format("rank {} compressed with {} (parameters {:#x}) but rank {} with "
@@ -224,7 +259,7 @@ void fill_nan(Job& j, std::size_t entries) {
 void decode(Job& j) {
   using namespace compress;
   const std::size_t n = j.n;
-  if (j.exchange == Exchange::kGatherBytes && !headers_agree(j)) {
+  if (!headers_agree(j)) {
     fill_nan(j, j.sparse_call && !j.sparse_dense_out ? j.k : n);
     return;
   }
@@ -288,6 +323,12 @@ void decode(Job& j) {
     case Exchange::kReduceHalf:
       to_float(j.hrecv.data(), j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16, acc);
       break;
+    case Exchange::kLowrank: {
+      lowrank_expand(j.frecv, j.qrecv, j.shape, acc);
+      std::lock_guard lock(j.state->mutex);
+      j.state->lowrank_q = j.qrecv;  // the next call's warm start, equal on every rank
+      break;
+    }
   }
   write_out(j, acc);
 }
@@ -308,6 +349,14 @@ void decode_task(void* p) {
     decode(*j);
   } catch (const std::exception& e) {
     compress::states().record_error(j->owner, fmt::format("decompression failed: {}", e.what()));
+  }
+}
+void lowrank_middle_task(void* p) {
+  auto* j = static_cast<Job*>(p);
+  try {
+    lowrank_middle(*j);
+  } catch (const std::exception& e) {
+    compress::states().record_error(j->owner, fmt::format("PowerSGD failed: {}", e.what()));
   }
 }
 void release_task(void* p) { delete static_cast<Job*>(p); }
@@ -354,14 +403,6 @@ double checked_ratio(double r, const char* field) {
   return r;
 }
 
-std::uint32_t fingerprint_of(const Job& j, double ratio) {
-  std::uint64_t f = compress::derive_seed(
-      std::bit_cast<std::uint64_t>(ratio), j.seed,
-      static_cast<std::uint64_t>(j.bits) << 32 | static_cast<std::uint64_t>(j.scale_type) << 8 |
-          (j.magnitude ? 1u : 0u) | (j.chunk == compress::kChunk ? 2u : 0u));
-  return static_cast<std::uint32_t>(f ^ (f >> 32));
-}
-
 struct Streams {
   wia_stream_t call;
   wia_stream_t work;  // where encode and decode run
@@ -393,42 +434,229 @@ void report_recorded_error(wia_communicator_t comm) {
     throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("an earlier compressed call: {}", e));
 }
 
-// Posts encode, exchange, decode on the streams; owns j until posted.
+// Posts the exchange's steps on the streams. From the first post on, a task
+// frees the job: decode when everything was posted, else release_task.
 void post_job(wia_communicator_t comm, std::unique_ptr<Job> job, const Streams& s) {
-  Job& j = *job;
-  if (s.separate) check_status(wia_stream_wait_stream(s.work, s.call));
-  check_status(wia_launch_host_func(s.work, encode_task, &j));
-  Job* raw = job.release();  // the encode task holds it now; a task below frees it
+  Job* j = job.release();
   wia_status_t st = WIA_SUCCESS;
-  if (s.separate) st = wia_stream_wait_stream(s.call, s.work);
-  if (st == WIA_SUCCESS) {
-    wia_collective_config_t cc{};
-    cc.operation = WIA_COLLECTIVE_ALLREDUCE;
-    cc.reduction_op = WIA_REDUCE_SUM;
-    switch (j.exchange) {
-      case Exchange::kGatherBytes:
-        st = wia_all_gather(comm, j.send.data(), j.recv.data(), j.msg_bytes, WIA_UINT8, s.call);
-        break;
-      case Exchange::kReduceFloat:
-        cc.datatype = WIA_FLOAT32;
-        st = wia_all_reduce(comm, j.fsend.data(), j.frecv.data(), j.fsend.size(), &cc, s.call);
-        break;
-      case Exchange::kReduceHalf:
-        cc.datatype = j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16;
-        st = wia_all_reduce(comm, j.hsend.data(), j.hrecv.data(), j.hsend.size(), &cc, s.call);
-        break;
-    }
+  bool freed_by_decode = false;
+  auto step = [&](auto&& post) {
+    if (st == WIA_SUCCESS) st = post();
+  };
+  auto host = [&](void (*fn)(void*)) {
+    if (s.separate) step([&] { return wia_stream_wait_stream(s.work, s.call); });
+    step([&] { return wia_launch_host_func(s.work, fn, j); });
+    if (fn == decode_task && st == WIA_SUCCESS) freed_by_decode = true;
+    if (s.separate) step([&] { return wia_stream_wait_stream(s.call, s.work); });
+  };
+  auto reduce = [&](const void* in, void* out, std::size_t n, wia_datatype_t t) {
+    step([&] {
+      wia_collective_config_t cc{};
+      cc.operation = WIA_COLLECTIVE_ALLREDUCE;
+      cc.reduction_op = WIA_REDUCE_SUM;
+      cc.datatype = t;
+      return wia_all_reduce(comm, in, out, n, &cc, s.call);
+    });
+  };
+  if (j->exchange != Exchange::kGatherBytes)
+    step([&] {
+      return wia_all_gather(comm, &j->header, j->headers.data(), sizeof(Header), WIA_UINT8, s.call);
+    });
+  host(encode_task);
+  switch (j->exchange) {
+    case Exchange::kGatherBytes:
+      step([&] {
+        return wia_all_gather(comm, j->send.data(), j->recv.data(), j->msg_bytes, WIA_UINT8,
+                              s.call);
+      });
+      break;
+    case Exchange::kReduceFloat:
+      reduce(j->fsend.data(), j->frecv.data(), j->reduced, WIA_FLOAT32);
+      break;
+    case Exchange::kReduceHalf:
+      reduce(j->hsend.data(), j->hrecv.data(), j->reduced,
+             j->method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16);
+      break;
+    case Exchange::kLowrank:
+      reduce(j->fsend.data(), j->frecv.data(), j->reduced, WIA_FLOAT32);
+      host(lowrank_middle_task);
+      reduce(j->qsend.data(), j->qrecv.data(), j->qsend.size(), WIA_FLOAT32);
+      break;
   }
-  if (st < 0) {
-    // The encode task may still run: free the job only after it.
-    const std::string why = wia_get_last_error();
-    if (wia_launch_host_func(s.work, release_task, raw) != WIA_SUCCESS)
+  host(decode_task);
+  if (st == WIA_SUCCESS) return;
+  const std::string why = wia_get_last_error();
+  if (!freed_by_decode) {
+    // Whatever was posted may still read the job: free it after all of it.
+    if ((s.separate && wia_stream_wait_stream(s.call, s.work) != WIA_SUCCESS) ||
+        wia_launch_host_func(s.call, release_task, j) != WIA_SUCCESS)
       log::error("compress", "a compression job is leaked: {}", wia_get_last_error());
-    throw Error(st, why);
   }
-  if (s.separate) check_status(wia_stream_wait_stream(s.work, s.call));
-  check_status(wia_launch_host_func(s.work, decode_task, raw));
-  if (s.separate) check_status(wia_stream_wait_stream(s.call, s.work));
+  throw Error(st, why);
+}
+
+// Validates config for (count, datatype, op) and plans the exchange: the
+// method's parameters and every size, nothing allocated yet. method is not
+// NONE.
+void plan(Job& j, const wia_compression_config_t& cfg, std::int32_t method, std::size_t count,
+          wia_datatype_t dtype, wia_reduce_op_t rop, int nranks) {
+  check_float_type(dtype, method_name(method));
+  if (rop != WIA_REDUCE_SUM && rop != WIA_REDUCE_AVG)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("op {} is not supported by {}: only WIA_REDUCE_SUM and "
+                            "WIA_REDUCE_AVG",
+                            static_cast<int>(rop), method_name(method)));
+  j.method = method;
+  j.n = count, j.dtype = dtype;
+  j.avg = rop == WIA_REDUCE_AVG;
+  j.nranks = nranks;
+  auto check_32bit = [&](const char* what) {
+    if (count > std::numeric_limits<std::uint32_t>::max())
+      throw Error(WIA_ERROR_NOT_SUPPORTED,
+                  fmt::format("count {} is more than {}'s 32-bit indices address", count, what));
+  };
+  double ratio = 0;
+  switch (method) {
+    case WIA_COMPRESS_TOPK:
+      ratio = checked_ratio(cfg.parameters.topk.k_ratio, "topk");
+      j.magnitude = cfg.parameters.topk.use_magnitude;
+      check_32bit("top-k");
+      break;
+    case WIA_COMPRESS_RANDOMK:
+      ratio = checked_ratio(cfg.parameters.randomk.k_ratio, "randomk");
+      j.seed = cfg.parameters.randomk.seed;
+      check_32bit("random-k");
+      break;
+    case WIA_COMPRESS_QUANTIZE: {
+      const int b = cfg.parameters.quantize.num_bits;
+      if (b != 1 && b != 4 && b != 8 && b != 16)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    fmt::format("config->parameters.quantize.num_bits is {} (must be 1, 4, 8 "
+                                "or 16)",
+                                b));
+      j.bits = b;
+      j.chunk = cfg.parameters.quantize.use_dynamic_range ? compress::kChunk
+                                                          : std::max<std::size_t>(count, 1);
+      break;
+    }
+    case WIA_COMPRESS_ONEBIT: {
+      const std::int32_t t = api::raw_enum(cfg.parameters.onebit.scaling_factor_precision);
+      if (t != 0 && t != WIA_FLOAT32 && t != WIA_FLOAT16 && t != WIA_BFLOAT16)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    fmt::format("config->parameters.onebit.scaling_factor_precision is {} "
+                                "(must be WIA_FLOAT32, WIA_FLOAT16 or WIA_BFLOAT16)",
+                                t));
+      j.scale_type = t == 0 ? WIA_FLOAT32 : static_cast<wia_datatype_t>(t);
+      if (!cfg.error_feedback && !cfg.parameters.onebit.use_error_feedback)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    "WIA_COMPRESS_ONEBIT needs error feedback: set config->error_feedback or "
+                    "config->parameters.onebit.use_error_feedback (signs alone are biased and "
+                    "do not converge)");
+      break;
+    }
+    case WIA_COMPRESS_LOWRANK: {
+      const int r = cfg.parameters.lowrank.rank;
+      const std::uint64_t rows = cfg.parameters.lowrank.rows;
+      if (r < 1)
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    fmt::format("config->parameters.lowrank.rank is {} (must be >= 1)", r));
+      if (rows > count && count > 0)
+        throw Error(
+            WIA_ERROR_INVALID_ARGUMENT,
+            fmt::format("config->parameters.lowrank.rows is {} but count is only {}", rows, count));
+      j.shape = compress::lowrank_shape(count, static_cast<std::size_t>(rows), r);
+      break;
+    }
+    default:
+      break;
+  }
+  j.ef = cfg.error_feedback ||
+         (method == WIA_COMPRESS_ONEBIT && cfg.parameters.onebit.use_error_feedback);
+  j.scale_randomk = !j.ef;
+  const std::size_t p = static_cast<std::size_t>(nranks);
+  switch (method) {
+    case WIA_COMPRESS_TOPK:
+      j.k = compress::k_of(count, ratio);
+      // All-gathered pairs (8 k p bytes in) cost more than a ring all-reduce
+      // of the densified vector (about 8 n bytes) once k p > n: the union may
+      // then cover every entry anyway.
+      if (j.k * p > count) {
+        j.exchange = Exchange::kReduceFloat;
+        j.reduced = count;
+      } else {
+        j.msg_bytes = sizeof(Header) + j.k * sizeof(compress::Pair);
+      }
+      break;
+    case WIA_COMPRESS_RANDOMK:
+      j.k = compress::k_of(count, ratio);
+      j.exchange = Exchange::kReduceFloat;
+      j.reduced = j.k;
+      break;
+    case WIA_COMPRESS_QUANTIZE:
+      j.msg_bytes = sizeof(Header) + compress::quantize_bytes(count, j.bits, j.chunk);
+      break;
+    case WIA_COMPRESS_ONEBIT:
+      j.msg_bytes = sizeof(Header) + compress::onebit_bytes(count, j.scale_type);
+      break;
+    case WIA_COMPRESS_LOWRANK:
+      j.exchange = Exchange::kLowrank;
+      j.reduced = j.shape.rows * j.shape.rank;
+      break;
+    default:  // FP16, BF16
+      j.exchange = Exchange::kReduceHalf;
+      j.reduced = count;
+  }
+  std::uint64_t f = compress::derive_seed(
+      std::bit_cast<std::uint64_t>(ratio), j.seed ^ (j.shape.rows << 20 | j.shape.rank),
+      static_cast<std::uint64_t>(j.bits) << 32 | static_cast<std::uint64_t>(j.scale_type) << 8 |
+          (j.magnitude ? 1u : 0u) | (j.chunk == compress::kChunk ? 2u : 0u) | (j.ef ? 4u : 0u));
+  j.header = Header{static_cast<std::uint32_t>(method), static_cast<std::uint32_t>(f ^ (f >> 32))};
+}
+
+// What one rank puts on the wire for a planned job.
+std::size_t wire_bytes(const Job& j) {
+  switch (j.exchange) {
+    case Exchange::kGatherBytes:
+      return j.msg_bytes;
+    case Exchange::kReduceFloat:
+      return sizeof(Header) + j.reduced * sizeof(float);
+    case Exchange::kReduceHalf:
+      return sizeof(Header) + j.reduced * sizeof(std::uint16_t);
+    case Exchange::kLowrank:
+      return sizeof(Header) + (j.reduced + j.shape.cols * j.shape.rank) * sizeof(float);
+  }
+  return 0;
+}
+
+void allocate(Job& j) {
+  const std::size_t p = static_cast<std::size_t>(j.nranks);
+  switch (j.exchange) {
+    case Exchange::kGatherBytes:
+      j.send.resize(j.msg_bytes);
+      j.recv.resize(j.msg_bytes * p);
+      return;
+    case Exchange::kReduceFloat:
+      j.fsend.resize(j.reduced), j.frecv.resize(j.reduced);
+      break;
+    case Exchange::kReduceHalf:
+      j.hsend.resize(j.reduced), j.hrecv.resize(j.reduced);
+      break;
+    case Exchange::kLowrank:
+      j.fsend.resize(j.reduced), j.frecv.resize(j.reduced);
+      j.qsend.resize(j.shape.cols * j.shape.rank), j.qrecv.resize(j.shape.cols * j.shape.rank);
+      break;
+  }
+  j.headers.resize(sizeof(Header) * p);
+}
+
+std::int32_t checked_method(const wia_compression_config_t* cfg) {
+  api::require_non_null(cfg, "config");
+  const std::int32_t method = api::raw_enum(cfg->method);
+  if (method < 0 || method >= WIA_COMPRESS_METHOD_COUNT)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("config->method {} is out of range [0, {})", method,
+                            static_cast<int>(WIA_COMPRESS_METHOD_COUNT)));
+  return method;
 }
 
 void all_reduce_compressed(wia_communicator_t comm, const void* input, void* output,
@@ -436,16 +664,7 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
                            const wia_reduce_op_t& op, const wia_compression_config_t* cfg,
                            wia_stream_t stream) {
   comm::CommunicatorBase& c = api::live(comm);
-  api::require_non_null(cfg, "config");
-  const std::int32_t method = api::raw_enum(cfg->method);
-  if (method < 0 || method >= WIA_COMPRESS_METHOD_COUNT)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("config->method {} is out of range [0, {})", method,
-                            static_cast<int>(WIA_COMPRESS_METHOD_COUNT)));
-  if (method == WIA_COMPRESS_LOWRANK)
-    throw Error(WIA_ERROR_NOT_SUPPORTED,
-                "config->method WIA_COMPRESS_LOWRANK (PowerSGD) is reserved and not "
-                "implemented in this release");
+  const std::int32_t method = checked_method(cfg);
   const wia_datatype_t dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
   const wia_reduce_op_t rop = api::checked_enum(op, WIA_REDUCE_OP_COUNT, "op");
   report_recorded_error(comm);
@@ -457,69 +676,11 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
     check_status(wia_all_reduce(comm, input, output, count, &cc, stream));
     return;
   }
-  check_float_type(dtype, method_name(method));
-  if (rop != WIA_REDUCE_SUM && rop != WIA_REDUCE_AVG)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("op {} is not supported by {}: only WIA_REDUCE_SUM and "
-                            "WIA_REDUCE_AVG",
-                            static_cast<int>(rop), method_name(method)));
-
   auto job = std::make_unique<Job>();
   Job& j = *job;
   j.owner = comm;
-  j.method = method;
-  j.in = input, j.out = output, j.n = count, j.dtype = dtype;
-  j.avg = rop == WIA_REDUCE_AVG;
-  j.nranks = c.size();
-  double ratio = 0;
-  switch (method) {
-    case WIA_COMPRESS_TOPK:
-      ratio = checked_ratio(cfg->parameters.topk.k_ratio, "topk");
-      j.magnitude = cfg->parameters.topk.use_magnitude;
-      if (count > std::numeric_limits<std::uint32_t>::max())
-        throw Error(WIA_ERROR_NOT_SUPPORTED,
-                    fmt::format("count {} is more than top-k's 32-bit indices address", count));
-      break;
-    case WIA_COMPRESS_RANDOMK:
-      ratio = checked_ratio(cfg->parameters.randomk.k_ratio, "randomk");
-      j.seed = cfg->parameters.randomk.seed;
-      if (count > std::numeric_limits<std::uint32_t>::max())
-        throw Error(WIA_ERROR_NOT_SUPPORTED,
-                    fmt::format("count {} is more than random-k's 32-bit indices address", count));
-      break;
-    case WIA_COMPRESS_QUANTIZE: {
-      const int b = cfg->parameters.quantize.num_bits;
-      if (b != 1 && b != 4 && b != 8 && b != 16)
-        throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                    fmt::format("config->parameters.quantize.num_bits is {} (must be 1, 4, 8 "
-                                "or 16)",
-                                b));
-      j.bits = b;
-      j.chunk = cfg->parameters.quantize.use_dynamic_range ? compress::kChunk
-                                                           : std::max<std::size_t>(count, 1);
-      break;
-    }
-    case WIA_COMPRESS_ONEBIT: {
-      const std::int32_t t = api::raw_enum(cfg->parameters.onebit.scaling_factor_precision);
-      if (t != 0 && t != WIA_FLOAT32 && t != WIA_FLOAT16 && t != WIA_BFLOAT16)
-        throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                    fmt::format("config->parameters.onebit.scaling_factor_precision is {} "
-                                "(must be WIA_FLOAT32, WIA_FLOAT16 or WIA_BFLOAT16)",
-                                t));
-      j.scale_type = t == 0 ? WIA_FLOAT32 : static_cast<wia_datatype_t>(t);
-      if (!cfg->error_feedback && !cfg->parameters.onebit.use_error_feedback)
-        throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                    "WIA_COMPRESS_ONEBIT needs error feedback: set config->error_feedback or "
-                    "config->parameters.onebit.use_error_feedback (signs alone are biased and "
-                    "do not converge)");
-      break;
-    }
-    default:
-      break;
-  }
-  j.ef = cfg->error_feedback ||
-         (method == WIA_COMPRESS_ONEBIT && cfg->parameters.onebit.use_error_feedback);
-  j.scale_randomk = !j.ef;
+  j.in = input, j.out = output;
+  plan(j, *cfg, method, count, dtype, rop, c.size());
   const Streams s = resolve_streams(cfg, stream);
   j.rank = c.rank_of_device(resolve_stream(stream)->device);
   if (j.rank < 0)
@@ -535,40 +696,7 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
     std::lock_guard lock(j.state->mutex);
     j.step = j.state->steps++;
   }
-  const std::size_t p = static_cast<std::size_t>(j.nranks);
-  switch (method) {
-    case WIA_COMPRESS_TOPK:
-      j.k = compress::k_of(count, ratio);
-      // All-gathered pairs (8 k p bytes in) cost more than a ring all-reduce
-      // of the densified vector (about 8 n bytes) once k p > n: the union may
-      // then cover every entry anyway.
-      if (j.k * p > count) {
-        j.exchange = Exchange::kReduceFloat;
-        j.fsend.resize(count), j.frecv.resize(count);
-      } else {
-        j.msg_bytes = sizeof(Header) + j.k * sizeof(compress::Pair);
-      }
-      break;
-    case WIA_COMPRESS_RANDOMK:
-      j.k = compress::k_of(count, ratio);
-      j.exchange = Exchange::kReduceFloat;
-      j.fsend.resize(j.k), j.frecv.resize(j.k);
-      break;
-    case WIA_COMPRESS_QUANTIZE:
-      j.msg_bytes = sizeof(Header) + compress::quantize_bytes(count, j.bits, j.chunk);
-      break;
-    case WIA_COMPRESS_ONEBIT:
-      j.msg_bytes = sizeof(Header) + compress::onebit_bytes(count, j.scale_type);
-      break;
-    default:  // FP16, BF16
-      j.exchange = Exchange::kReduceHalf;
-      j.hsend.resize(count), j.hrecv.resize(count);
-  }
-  if (j.exchange == Exchange::kGatherBytes) {
-    j.send.resize(j.msg_bytes);
-    j.recv.resize(j.msg_bytes * p);
-  }
-  j.header = Header{static_cast<std::uint32_t>(method), fingerprint_of(j, ratio)};
+  allocate(j);
   post_job(comm, std::move(job), s);
 }
 
@@ -655,6 +783,25 @@ WIA_API wia_status_t wia_all_reduce_sparse_ex(wia_communicator_t comm, const voi
                                               wia_stream_t stream) {
   return api::guard(__func__, [&] {
     all_reduce_sparse(comm, values, indices, k, output, dense_count, true, datatype, stream);
+  });
+}
+
+WIA_API wia_status_t wia_compression_wire_bytes(size_t count, wia_datatype_t datatype,
+                                                const wia_compression_config_t* config, int nranks,
+                                                size_t* bytes) {
+  return api::guard(__func__, [&] {
+    api::require_non_null(bytes, "bytes");
+    if (nranks < 1)
+      throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("nranks is {} (must be >= 1)", nranks));
+    const std::int32_t method = checked_method(config);
+    const wia_datatype_t dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
+    if (method == WIA_COMPRESS_NONE) {
+      *bytes = count * kernels::dtype_size(dtype);
+      return;
+    }
+    Job j;
+    plan(j, *config, method, count, dtype, WIA_REDUCE_SUM, nranks);
+    *bytes = count ? wire_bytes(j) : 0;
   });
 }
 

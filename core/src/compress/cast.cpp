@@ -17,9 +17,9 @@ void to_float(const void* in, wia_datatype_t dtype, std::span<float> out) noexce
   }
   const auto* h = static_cast<const std::uint16_t*>(in);
   if (dtype == WIA_FLOAT16)
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = kernels::half_to_float(h[i]);
+    kernels::half_to_float_n(h, out.data(), out.size());
   else
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = kernels::bfloat16_to_float(h[i]);
+    kernels::bfloat16_to_float_n(h, out.data(), out.size());
 }
 
 void from_float(std::span<const float> in, wia_datatype_t dtype, void* out) noexcept {
@@ -29,9 +29,9 @@ void from_float(std::span<const float> in, wia_datatype_t dtype, void* out) noex
   }
   auto* h = static_cast<std::uint16_t*>(out);
   if (dtype == WIA_FLOAT16)
-    for (std::size_t i = 0; i < in.size(); ++i) h[i] = kernels::float_to_half(in[i]);
+    kernels::float_to_half_n(in.data(), h, in.size());
   else
-    for (std::size_t i = 0; i < in.size(); ++i) h[i] = kernels::float_to_bfloat16(in[i]);
+    kernels::float_to_bfloat16_n(in.data(), h, in.size());
 }
 
 }  // namespace wia::compress

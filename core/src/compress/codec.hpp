@@ -30,7 +30,18 @@ std::uint64_t derive_seed(std::uint64_t a, std::uint64_t b, std::uint64_t c) noe
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) noexcept;
-  std::uint64_t next() noexcept;
+  std::uint64_t next() noexcept {  // inline: codecs draw one per entry
+    auto rotl = [](std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
+    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const std::uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
   // Uniform in [0, bound) (Lemire's multiply-shift, bias < 2^-32 for bound < 2^32).
   std::uint64_t below(std::uint64_t bound) noexcept;
   // Uniform in [0, 1) with 24 random bits (float's mantissa).
@@ -100,6 +111,29 @@ std::size_t onebit_bytes(std::size_t n, wia_datatype_t scale_type) noexcept;
 void onebit_encode(std::span<const float> x, wia_datatype_t scale_type, std::span<std::byte> out);
 void onebit_decode_add(std::span<const std::byte> msg, wia_datatype_t scale_type,
                        std::span<float> acc);
+
+// --- low rank (PowerSGD) -----------------------------------------------------
+
+// The matrix view of a vector of n entries: rows x cols >= n, row-major,
+// zero-padded; rows 0 = ceil(sqrt(n)) (near square). rank is clamped to
+// [1, min(rows, cols)].
+struct LowrankShape {
+  std::size_t rows = 1, cols = 1, rank = 1;
+};
+LowrankShape lowrank_shape(std::size_t n, std::size_t rows, int rank) noexcept;
+// A Gaussian cols x rank start for Q, the same on every rank for one seed.
+void lowrank_init_q(const LowrankShape& s, std::uint64_t seed, std::span<float> q);
+// p (rows x rank) = M q, M the matrix view of x.
+void lowrank_project(std::span<const float> x, const LowrankShape& s, std::span<const float> q,
+                     std::span<float> p);
+// Orthonormalises p's columns in place (modified Gram-Schmidt in double).
+void lowrank_orthonormalise(std::span<float> p, const LowrankShape& s);
+// q (cols x rank) = M^T p.
+void lowrank_back_project(std::span<const float> x, const LowrankShape& s, std::span<const float> p,
+                          std::span<float> q);
+// out (the first out.size() entries of the matrix view) = p q^T.
+void lowrank_expand(std::span<const float> p, std::span<const float> q, const LowrankShape& s,
+                    std::span<float> out);
 
 // --- casts -------------------------------------------------------------------
 

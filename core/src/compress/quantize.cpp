@@ -17,7 +17,8 @@ std::size_t level_bytes(std::size_t len, int bits) noexcept {
   return (len * static_cast<std::size_t>(bits) + 7) / 8;
 }
 
-inline void put_level(std::byte* p, std::size_t i, int bits, std::uint32_t q) noexcept {
+template <int bits>
+inline void put_level(std::byte* p, std::size_t i, std::uint32_t q) noexcept {
   switch (bits) {
     case 1:
       p[i / 8] |= static_cast<std::byte>(q << (i % 8));
@@ -35,7 +36,8 @@ inline void put_level(std::byte* p, std::size_t i, int bits, std::uint32_t q) no
   }
 }
 
-inline std::uint32_t get_level(const std::byte* p, std::size_t i, int bits) noexcept {
+template <int bits>
+inline std::uint32_t get_level(const std::byte* p, std::size_t i) noexcept {
   switch (bits) {
     case 1:
       return (std::to_integer<std::uint32_t>(p[i / 8]) >> (i % 8)) & 1u;
@@ -61,6 +63,29 @@ std::size_t quantize_bytes(std::size_t n, int bits, std::size_t chunk) noexcept 
          (tail ? kHeader + level_bytes(tail, bits) : 0);
 }
 
+// One chunk's levels; bits is a template argument so each width's loop
+// is compiled on its own (no per-entry switch).
+template <int bits>
+void encode_levels(std::span<const float> c, float lo, float inv, float levels, Rng& rng,
+                   std::byte* q) noexcept {
+  float u[kChunk];
+  for (std::size_t at = 0; at < c.size(); at += kChunk) {
+    const std::size_t len = std::min(kChunk, c.size() - at);
+    for (std::size_t i = 0; i < len; ++i) u[i] = rng.unit();
+    for (std::size_t i = 0; i < len; ++i) {
+      // floor(v + u), u uniform in [0, 1): E = v, so E[lo + q step] = x.
+      const float v = std::floor((c[at + i] - lo) * inv + u[i]);
+      put_level<bits>(q, at + i, static_cast<std::uint32_t>(std::clamp(v, 0.0f, levels)));
+    }
+  }
+}
+
+template <int bits>
+void decode_levels(const std::byte* q, float lo, float step, std::span<float> acc) noexcept {
+  for (std::size_t i = 0; i < acc.size(); ++i)
+    acc[i] += lo + static_cast<float>(get_level<bits>(q, i)) * step;
+}
+
 void quantize_encode(std::span<const float> x, int bits, std::size_t chunk, std::uint64_t seed,
                      std::span<std::byte> out) {
   chunk = std::max<std::size_t>(chunk, 1);
@@ -81,10 +106,19 @@ void quantize_encode(std::span<const float> x, int bits, std::size_t chunk, std:
     std::memset(q, 0, nb);
     if (step > 0) {
       const float inv = 1.0f / step;
-      for (std::size_t i = 0; i < len; ++i) {
-        // floor(v + u), u uniform in [0, 1): E = v, so E[lo + q step] = x.
-        const float v = std::floor((c[i] - lo) * inv + rng.unit());
-        put_level(q, i, bits, static_cast<std::uint32_t>(std::clamp(v, 0.0f, levels)));
+      switch (bits) {
+        case 1:
+          encode_levels<1>(c, lo, inv, levels, rng, q);
+          break;
+        case 4:
+          encode_levels<4>(c, lo, inv, levels, rng, q);
+          break;
+        case 8:
+          encode_levels<8>(c, lo, inv, levels, rng, q);
+          break;
+        default:
+          encode_levels<16>(c, lo, inv, levels, rng, q);
+          break;
       }
     }
     p = q + nb;
@@ -101,8 +135,21 @@ void quantize_decode_add(std::span<const std::byte> msg, int bits, std::size_t c
     std::memcpy(&lo, p, sizeof lo);
     std::memcpy(&step, p + sizeof lo, sizeof step);
     const std::byte* q = p + kHeader;
-    for (std::size_t i = 0; i < len; ++i)
-      acc[base + i] += lo + static_cast<float>(get_level(q, i, bits)) * step;
+    const auto a = acc.subspan(base, len);
+    switch (bits) {
+      case 1:
+        decode_levels<1>(q, lo, step, a);
+        break;
+      case 4:
+        decode_levels<4>(q, lo, step, a);
+        break;
+      case 8:
+        decode_levels<8>(q, lo, step, a);
+        break;
+      default:
+        decode_levels<16>(q, lo, step, a);
+        break;
+    }
     p = q + level_bytes(len, bits);
   }
 }

@@ -20,19 +20,6 @@ Rng::Rng(std::uint64_t seed) noexcept {
   for (auto& s : s_) s = seed = mix64(seed);
 }
 
-std::uint64_t Rng::next() noexcept {
-  auto rotl = [](std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); };
-  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const std::uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
 std::uint64_t Rng::below(std::uint64_t bound) noexcept {
   // 64x64 -> 128-bit multiply keeps the high word: uniform up to 2^-64 bias
   // per unit of bound.

@@ -17,9 +17,10 @@
 namespace wia::compress {
 
 struct BufferState {
-  std::mutex mutex;             // stream tasks vs get/set from the caller
-  std::vector<float> residual;  // empty: zero
-  std::uint64_t steps = 0;      // calls posted on this buffer
+  std::mutex mutex;              // stream tasks vs get/set from the caller
+  std::vector<float> residual;   // empty: zero
+  std::uint64_t steps = 0;       // calls posted on this buffer
+  std::vector<float> lowrank_q;  // PowerSGD's warm start (cols x rank); empty: none yet
 };
 
 class StateStore {

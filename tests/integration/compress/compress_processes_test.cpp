@@ -96,8 +96,8 @@ int body(int rank, int nranks, const std::string& id_path) {
     for (std::size_t i = 0; i < kN; ++i) EXPECT(std::fabs(out[i] - ref[i]) < 1e-4);
   }
 
-  // Error feedback, one step from a reset, for four methods.
-  wia_compression_config_t cfgs[4] = {};
+  // Error feedback, one step from a reset, for five methods.
+  wia_compression_config_t cfgs[5] = {};
   cfgs[0] = topk;
   cfgs[1].method = WIA_COMPRESS_QUANTIZE;
   cfgs[1].parameters.quantize.num_bits = 8;
@@ -107,6 +107,8 @@ int body(int rank, int nranks, const std::string& id_path) {
   cfgs[3].method = WIA_COMPRESS_RANDOMK;
   cfgs[3].parameters.randomk.k_ratio = 0.1;
   cfgs[3].parameters.randomk.seed = 7;
+  cfgs[4].method = WIA_COMPRESS_LOWRANK;  // two all-reduces with a host step between
+  cfgs[4].parameters.lowrank.rank = 2;
   for (auto& c : cfgs) {
     c.error_feedback = c.method != WIA_COMPRESS_ONEBIT;
     EXPECT(wia_compression_reset(comm) == WIA_SUCCESS);

@@ -305,3 +305,61 @@ TEST_CASE(
   CHECK(s.find(&a, &buf1) == nullptr);
   CHECK(s.find(&a, &buf2) == nullptr);
 }
+
+TEST_CASE("low rank: orthonormal P, dependent columns dropped, expand = P Q^T") {
+  // Independent columns come out orthonormal (P^T P = I to fp32 rounding).
+  const LowrankShape s = lowrank_shape(50 * 8, 50, 4);
+  REQUIRE(s.rows == 50);
+  REQUIRE(s.cols == 8);
+  REQUIRE(s.rank == 4);
+  std::vector<float> p = gaussian(s.rows * s.rank, 3);
+  // Column 2 = 2 x column 0 - column 1: dependent, so it must vanish.
+  for (std::size_t i = 0; i < s.rows; ++i) p[i * 4 + 2] = 2 * p[i * 4 + 0] - p[i * 4 + 1];
+  lowrank_orthonormalise(p, s);
+  for (std::size_t a = 0; a < 4; ++a)
+    for (std::size_t b = 0; b < 4; ++b) {
+      double dot = 0;
+      for (std::size_t i = 0; i < s.rows; ++i) dot += double(p[i * 4 + a]) * p[i * 4 + b];
+      const double want = a == b && a != 2 ? 1.0 : 0.0;
+      INFO(a << "," << b);
+      CHECK(std::fabs(dot - want) < 1e-5);
+    }
+  // project / back_project / expand against a triple loop in double, with a
+  // vector shorter than rows x cols (zero padding).
+  const std::size_t n = s.rows * s.cols - 5;
+  const std::vector<float> x = gaussian(n, 9);
+  std::vector<float> q = gaussian(s.cols * s.rank, 11), pp(s.rows * s.rank), qq(s.cols * s.rank);
+  lowrank_project(x, s, q, pp);
+  lowrank_back_project(x, s, pp, qq);
+  std::vector<float> out(n);
+  lowrank_expand(pp, qq, s, out);
+  auto m = [&](std::size_t i, std::size_t j) {
+    const std::size_t e = i * s.cols + j;
+    return e < n ? double(x[e]) : 0.0;
+  };
+  double worst = 0;
+  for (std::size_t i = 0; i < s.rows; ++i)
+    for (std::size_t k = 0; k < s.rank; ++k) {
+      double v = 0;
+      for (std::size_t j = 0; j < s.cols; ++j) v += m(i, j) * q[j * s.rank + k];
+      worst = std::max(worst, std::fabs(v - pp[i * s.rank + k]));
+    }
+  for (std::size_t j = 0; j < s.cols; ++j)
+    for (std::size_t k = 0; k < s.rank; ++k) {
+      double v = 0;
+      for (std::size_t i = 0; i < s.rows; ++i) v += m(i, j) * pp[i * s.rank + k];
+      worst = std::max(worst, std::fabs(v - qq[j * s.rank + k]) / 10);
+    }
+  for (std::size_t e = 0; e < n; ++e) {
+    double v = 0;
+    for (std::size_t k = 0; k < s.rank; ++k)
+      v += double(pp[(e / s.cols) * s.rank + k]) * qq[(e % s.cols) * s.rank + k];
+    worst = std::max(worst, std::fabs(v - out[e]) / 100);
+  }
+  CHECK(worst < 1e-4);
+  // Near-square default shape and rank clamping.
+  const LowrankShape d = lowrank_shape(1000, 0, 64);
+  CHECK(d.rows == 32);
+  CHECK(d.cols == 32);
+  CHECK(d.rank == 32);
+}

@@ -156,9 +156,14 @@ TEST_CASE("error feedback loses nothing: output + every rank's residual = the de
   rk.parameters.randomk.k_ratio = 0.1;
   rk.parameters.randomk.seed = 42;
   rk.error_feedback = true;
+  wia_compression_config_t lr{};
+  lr.method = WIA_COMPRESS_LOWRANK;
+  lr.parameters.lowrank.rank = 3;
+  lr.parameters.lowrank.rows = 60;
+  lr.error_feedback = true;
   // (Not the casts: their all-reduce rounds partial sums in half precision
   // on every hop, which no rank's residual sees; their bound is checked below.)
-  for (const auto& cfg : {topk_cfg(0.01, true), q8, ob, rk}) {
+  for (const auto& cfg : {topk_cfg(0.01, true), q8, ob, rk, lr}) {
     INFO("method " << int(cfg.method));
     REQUIRE(wia_compression_reset(w.comm) == WIA_SUCCESS);
     auto in = inputs(3000, 2);
@@ -381,6 +386,148 @@ TEST_CASE("sparse all-reduce: in place at each rank's indices, and dense = the s
         std::string::npos);
 }
 
+TEST_CASE("low rank: a sum of rank r is recovered exactly, and the warm start tracks it") {
+  // Every rank's matrix is U C_rank V^T with the same U (rows x 2) and V
+  // (cols x 2): the sum has rank 2, so one power step with r = 2 spans its
+  // columns and P̂ P̂^T sum = sum up to rounding. With r = 1 the estimate is
+  // the sum's projection on one direction: strictly worse, never exact.
+  World w;
+  const std::size_t rows = 40, cols = 30, n = rows * cols;
+  std::mt19937 gen(7);
+  std::normal_distribution<double> d(0.0, 1.0);
+  std::vector<double> u(rows * 2), v(cols * 2);
+  for (auto& x : u) x = d(gen);
+  for (auto& x : v) x = d(gen);
+  std::vector<std::vector<float>> in(kRanks, std::vector<float>(n));
+  for (int r = 0; r < kRanks; ++r) {
+    const double c[4] = {d(gen), d(gen), d(gen), d(gen)};
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t j = 0; j < cols; ++j) {
+        double x = 0;
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) x += u[i * 2 + a] * c[a * 2 + b] * v[j * 2 + b];
+        in[r][i * cols + j] = static_cast<float>(x);
+      }
+  }
+  const auto ref = dense_sum(in);
+  double ref_norm = 0;
+  for (double x : ref) ref_norm = std::max(ref_norm, std::fabs(x));
+  auto max_err = [&](int rank, std::uint64_t shape_rows) {
+    wia_compression_config_t c{};
+    c.method = WIA_COMPRESS_LOWRANK;
+    c.parameters.lowrank.rank = rank;
+    c.parameters.lowrank.rows = shape_rows;
+    REQUIRE(wia_compression_reset(w.comm) == WIA_SUCCESS);
+    std::vector<std::vector<float>> out(kRanks);
+    w.all_reduce(in, out, c);
+    for (int r = 1; r < kRanks; ++r) CHECK(out[r] == out[0]);
+    double e = 0;
+    for (std::size_t i = 0; i < n; ++i) e = std::max(e, std::fabs(out[0][i] - ref[i]));
+    return e / ref_norm;
+  };
+  CHECK(max_err(2, rows) < 1e-4);
+  CHECK(max_err(4, rows) < 1e-4);  // more columns than the data's rank: still exact
+  CHECK(max_err(1, rows) > 1e-2);
+  // The vector cut into other rows is another matrix, of higher rank: not exact.
+  CHECK(max_err(2, 24) > 1e-2);
+  // The wire: P (rows x r) and Q (cols x r) in fp32 and the 8-byte header.
+  wia_compression_config_t c{};
+  c.method = WIA_COMPRESS_LOWRANK;
+  c.parameters.lowrank.rank = 2;
+  c.parameters.lowrank.rows = rows;
+  size_t bytes = 0;
+  REQUIRE(wia_compression_wire_bytes(n, WIA_FLOAT32, &c, kRanks, &bytes) == WIA_SUCCESS);
+  CHECK(bytes == 8 + 4 * 2 * (rows + cols));
+}
+
+TEST_CASE("wire bytes: what each method puts on the wire per rank") {
+  const std::size_t n = 100000;
+  size_t b = 0;
+  auto bytes = [&](const wia_compression_config_t& c, int p = kRanks,
+                   wia_datatype_t t = WIA_FLOAT32) {
+    INFO(wia_get_last_error());
+    REQUIRE(wia_compression_wire_bytes(n, t, &c, p, &b) == WIA_SUCCESS);
+    return b;
+  };
+  CHECK(bytes(topk_cfg(0.01, true)) == 8 + 8 * 1000);
+  CHECK(bytes(topk_cfg(0.5, true)) == 8 + 4 * n);  // k p > n: densified all-reduce
+  wia_compression_config_t c{};
+  c.method = WIA_COMPRESS_RANDOMK;
+  c.parameters.randomk.k_ratio = 0.1;
+  CHECK(bytes(c) == 8 + 4 * 10000);
+  c = {};
+  c.method = WIA_COMPRESS_QUANTIZE;
+  c.parameters.quantize.num_bits = 8;
+  c.parameters.quantize.use_dynamic_range = true;
+  const std::size_t chunks = (n + 255) / 256;
+  CHECK(bytes(c) == 8 + chunks * 8 + n);
+  c.parameters.quantize.num_bits = 4;
+  CHECK(bytes(c) == 8 + chunks * 8 + (n / 256) * 128 + (n % 256 + 1) / 2);
+  c = {};
+  c.method = WIA_COMPRESS_ONEBIT;
+  c.error_feedback = true;
+  CHECK(bytes(c) == 8 + chunks * 4 + (n / 256) * 32 + (n % 256 + 7) / 8);
+  c.method = WIA_COMPRESS_BF16;
+  CHECK(bytes(c) == 8 + 2 * n);
+  c = {};
+  CHECK(bytes(c, 4, WIA_FLOAT64) == 8 * n);  // NONE: the plain all-reduce
+  CHECK(wia_compression_wire_bytes(n, WIA_FLOAT32, &c, 0, &b) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(wia_get_last_error()).find("nranks is 0") != std::string::npos);
+}
+
+TEST_CASE("ranks whose configs differ get an error, not each other's data decoded wrongly") {
+  World w;
+  const std::size_t n = 4096;
+  auto in = inputs(n, 5);
+  wia_compression_config_t same{};
+  same.method = WIA_COMPRESS_RANDOMK;
+  same.parameters.randomk.k_ratio = 0.05;
+  same.parameters.randomk.seed = 1;
+  wia_compression_config_t other = same;
+  other.parameters.randomk.seed = 2;  // same sizes, different indices: a silent error before
+  wia_compression_config_t fp16{};
+  fp16.method = WIA_COMPRESS_FP16;
+  wia_compression_config_t bf16{};
+  bf16.method = WIA_COMPRESS_BF16;
+  // Configs whose exchanges differ in type or size: the collective layer's
+  // own mismatch check names it when the calls are posted.
+  {
+    std::vector<std::vector<float>> out(kRanks, std::vector<float>(n));
+    std::string errors;
+    for (int r = 0; r < kRanks; ++r)
+      if (wia_all_reduce_compressed(w.comm, in[r].data(), out[r].data(), n, r == 2 ? &bf16 : &fp16,
+                                    w.streams[r]) != WIA_SUCCESS)
+        errors += wia_get_last_error();
+    for (int r = 0; r < kRanks; ++r)
+      if (wia_stream_synchronize(w.streams[r]) != WIA_SUCCESS) errors += wia_get_last_error();
+    INFO(errors);
+    CHECK(errors.find("differ in datatype float16 vs bfloat16") != std::string::npos);
+  }
+  // Configs that exchange the same sizes: the headers, gathered first.
+  const std::pair<wia_compression_config_t, wia_compression_config_t> cases[] = {{same, other}};
+  for (const auto& [a, b] : cases) {
+    INFO("method " << int(a.method) << " vs " << int(b.method));
+    REQUIRE(wia_compression_reset(w.comm) == WIA_SUCCESS);
+    std::vector<std::vector<float>> out(kRanks, std::vector<float>(n));
+    for (int r = 0; r < kRanks; ++r)
+      REQUIRE(wia_all_reduce_compressed(w.comm, in[r].data(), out[r].data(), n, r == 2 ? &b : &a,
+                                        w.streams[r]) == WIA_SUCCESS);
+    w.sync();
+    for (int r = 0; r < kRanks; ++r) CHECK(std::isnan(out[r][0]));
+    // The next call on the communicator reports it, naming both ranks' methods.
+    CHECK(wia_all_reduce_compressed(w.comm, in[0].data(), out[0].data(), n, &a, w.streams[0]) ==
+          WIA_ERROR_INVALID_ARGUMENT);
+    const std::string e = wia_get_last_error();
+    CHECK(e.find("every rank must pass the same config") != std::string::npos);
+    CHECK(e.find("rank 2") != std::string::npos);  // whichever rank decoded first names it
+  }
+  // And a good call afterwards works on every rank.
+  std::vector<std::vector<float>> out(kRanks);
+  w.all_reduce(in, out, same);
+  for (int r = 1; r < kRanks; ++r) CHECK(out[r] == out[0]);
+  CHECK_FALSE(std::isnan(out[0][0]));
+}
+
 TEST_CASE("bad configurations are refused before anything is posted, naming the field") {
   World w;
   std::vector<float> x(100, 1.0f), y(100);
@@ -417,7 +564,10 @@ TEST_CASE("bad configurations are refused before anything is posted, naming the 
   expect(&o, WIA_ERROR_INVALID_ARGUMENT, "config->parameters.onebit.scaling_factor_precision");
   wia_compression_config_t lr{};
   lr.method = WIA_COMPRESS_LOWRANK;
-  expect(&lr, WIA_ERROR_NOT_SUPPORTED, "WIA_COMPRESS_LOWRANK");
+  expect(&lr, WIA_ERROR_INVALID_ARGUMENT, "config->parameters.lowrank.rank is 0");
+  lr.parameters.lowrank.rank = 2;
+  lr.parameters.lowrank.rows = 101;
+  expect(&lr, WIA_ERROR_INVALID_ARGUMENT, "config->parameters.lowrank.rows is 101 but count");
   wia_compression_config_t bad{};
   std::int32_t v = 99;
   std::memcpy(&bad.method, &v, sizeof v);
@@ -542,10 +692,17 @@ TEST_CASE("least-squares SGD on 4 ranks: top-k 1% with error feedback within 2% 
   ob.method = WIA_COMPRESS_ONEBIT;
   ob.error_feedback = true;
   const double onebit = train(w, ls, ob, steps);
+  wia_compression_config_t lr{};
+  lr.method = WIA_COMPRESS_LOWRANK;
+  lr.parameters.lowrank.rank = 4;  // 500 entries as 23 x 22: 180 floats on the wire
+  lr.error_feedback = true;
+  const double lowrank = train(w, ls, lr, steps);
   MESSAGE("final loss: dense " << dense << ", top-k 1% + EF " << ef << ", top-k 1% without EF "
-                               << no_ef << ", int8 " << int8 << ", 1-bit + EF " << onebit);
+                               << no_ef << ", int8 " << int8 << ", 1-bit + EF " << onebit
+                               << ", lowrank 4 + EF " << lowrank);
   CHECK(ef <= dense * 1.02);
   CHECK(no_ef >= dense * 1.10);
   CHECK(int8 <= dense * 1.02);
   CHECK(onebit <= dense * 1.05);
+  CHECK(lowrank <= dense * 1.05);
 }

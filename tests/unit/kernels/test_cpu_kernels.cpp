@@ -19,6 +19,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -767,4 +768,49 @@ TEST_CASE("pair_reduce: bit for bit what reduce gives two sources, or empty") {
       }
     }
   }
+}
+
+TEST_CASE("bulk conversions equal the scalar ones, on every float16 path") {
+  // Every 16-bit pattern widens as the scalar form does (bit for bit, NaN
+  // for NaN: F16C quiets a signalling NaN's payload), and floats around every half/bfloat16
+  // rounding boundary narrow alike; odd lengths exercise the vector loops' tails.
+  std::vector<std::uint16_t> bits(65536 + 7);
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<std::uint16_t>(i * 40503u);
+  std::vector<float> floats;
+  for (std::uint32_t e = 0; e < 256; e += 3)
+    for (std::uint32_t m : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u, 0x7fffffu})
+      for (std::uint32_t sign : {0u, 0x80000000u})
+        floats.push_back(std::bit_cast<float>(sign | e << 23 | m));
+  for (const auto path : float16_paths()) {
+    CAPTURE(static_cast<int>(path));
+    wia::kernels::force_float16_path_for_testing(path);
+    std::vector<float> wide(bits.size());
+    wia::kernels::half_to_float_n(bits.data(), wide.data(), bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      const float want = wia::kernels::half_to_float(bits[i]);
+      if (std::isnan(want))  // F16C quiets signalling NaNs; still NaN
+        REQUIRE(std::isnan(wide[i]));
+      else
+        REQUIRE(std::bit_cast<std::uint32_t>(wide[i]) == std::bit_cast<std::uint32_t>(want));
+    }
+    std::vector<std::uint16_t> narrow(floats.size());
+    wia::kernels::float_to_half_n(floats.data(), narrow.data(), floats.size());
+    for (std::size_t i = 0; i < floats.size(); ++i) {
+      const std::uint16_t want = wia::kernels::float_to_half(floats[i]);
+      if (std::isnan(floats[i]))
+        REQUIRE((narrow[i] & 0x7c00u) == 0x7c00u);
+      else
+        REQUIRE(narrow[i] == want);
+    }
+  }
+  wia::kernels::force_float16_path_for_testing(wia::kernels::Float16Path::kAuto);
+  std::vector<float> wide(bits.size());
+  wia::kernels::bfloat16_to_float_n(bits.data(), wide.data(), bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    REQUIRE(std::bit_cast<std::uint32_t>(wide[i]) ==
+            std::bit_cast<std::uint32_t>(wia::kernels::bfloat16_to_float(bits[i])));
+  std::vector<std::uint16_t> narrow(floats.size());
+  wia::kernels::float_to_bfloat16_n(floats.data(), narrow.data(), floats.size());
+  for (std::size_t i = 0; i < floats.size(); ++i)
+    REQUIRE(narrow[i] == wia::kernels::float_to_bfloat16(floats[i]));
 }

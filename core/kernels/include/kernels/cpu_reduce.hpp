@@ -67,5 +67,12 @@ float half_to_float(std::uint16_t h) noexcept;
 std::uint16_t float_to_half(float f) noexcept;  // round to nearest even
 float bfloat16_to_float(std::uint16_t b) noexcept;
 std::uint16_t float_to_bfloat16(float f) noexcept;  // round to nearest even
+// The same over n elements, vectorised (F16C where the CPU has it): the
+// results equal the scalar forms bit for bit, except that F16C returns
+// signalling NaNs quieted (still NaN).
+void half_to_float_n(const std::uint16_t* in, float* out, std::size_t n) noexcept;
+void float_to_half_n(const float* in, std::uint16_t* out, std::size_t n) noexcept;
+void bfloat16_to_float_n(const std::uint16_t* in, float* out, std::size_t n) noexcept;
+void float_to_bfloat16_n(const float* in, std::uint16_t* out, std::size_t n) noexcept;
 
 }  // namespace wia::kernels
