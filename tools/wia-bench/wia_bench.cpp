@@ -617,8 +617,8 @@ int run_compressed_sweep(const Options& o, Bench& bench, const std::vector<std::
                 o.compress_name.c_str(), p,
                 bench.distributed() ? "processes, one rank each" : "in-process host devices",
                 wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop));
-    std::printf("# wire = bytes each rank puts on the wire (wia_compression_wire_bytes); cratio = "
-                "size / wire; algbw on the original size; relerr = |out - exact|_2 / |exact|_2 "
+    std::printf("# wire = bytes each rank sends (wia_compression_wire_bytes); cratio = the plain "
+                "ring all-reduce's wire / wire; algbw on the original size; relerr = |out - exact|_2 / |exact|_2 "
                 "of one call from a reset; speedup = plain all-reduce time / compressed time, "
                 "both measured in this run\n");
     std::printf("#%11s %12s %8s %10s %7s | %9s %8s %9s | %9s %8s %9s | %9s %8s\n", "size",
@@ -631,8 +631,10 @@ int run_compressed_sweep(const Options& o, Bench& bench, const std::vector<std::
   for (const std::uint64_t bytes : sizes) {
     const std::uint64_t count = bytes / es;
     if (count == 0) continue;
-    std::size_t wire = 0;
+    std::size_t wire = 0, plain_wire = 0;
+    const wia_compression_config_t none{};
     CHECK_WIA(wia_compression_wire_bytes(count, o.dtype, &o.compress, p, &wire));
+    CHECK_WIA(wia_compression_wire_bytes(count, o.dtype, &none, p, &plain_wire));
     const int iters = o.iters > 0 ? o.iters
                                   : static_cast<int>(std::clamp<std::uint64_t>(
                                         (64ull << 20) / (count * es), 3, 200));
@@ -649,7 +651,8 @@ int run_compressed_sweep(const Options& o, Bench& bench, const std::vector<std::
                   "%8.2f\n",
                   static_cast<unsigned long long>(count * es),
                   static_cast<unsigned long long>(count), wia::kernels::dtype_name(o.dtype), wire,
-                  static_cast<double>(count * es) / static_cast<double>(wire), t_oop, gb / t_oop,
+                  wire ? static_cast<double>(plain_wire) / static_cast<double>(wire) : 1.0,
+                  t_oop, gb / t_oop,
                   e_oop, t_ip, gb / t_ip, e_ip, t_plain, t_plain / t_oop);
       std::fflush(stdout);
     }

@@ -111,10 +111,12 @@ WIA_API wia_status_t wia_all_reduce_sparse_ex(wia_communicator_t comm, const voi
                                               size_t dense_count, wia_datatype_t datatype,
                                               wia_stream_t stream);
 
-/* Bytes one rank contributes to the exchange of a compressed all-reduce of
- * count entries of datatype with this config on a communicator of nranks
- * (headers included; LOWRANK: both factors): what the call puts on the
- * wire per rank, for sizing and for reporting compression ratios. */
+/* Bytes one rank sends in a compressed all-reduce of count entries of
+ * datatype with this config on a communicator of nranks, counted with the
+ * bandwidth-optimal pattern of its exchange (nranks - 1 copies of a
+ * gathered message, 2 (nranks - 1) / nranks of an all-reduced vector) and
+ * headers included; NONE gives the plain ring all-reduce, so the ratio of
+ * the two is the compression on the wire. 0 for nranks 1. */
 WIA_API wia_status_t wia_compression_wire_bytes(size_t count, wia_datatype_t datatype,
                                                 const wia_compression_config_t* config,
                                                 int nranks, size_t* bytes);

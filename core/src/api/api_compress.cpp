@@ -60,10 +60,11 @@ const char* method_name(std::int32_t m) {
 
 // How a call is exchanged.
 enum class Exchange {
-  kGatherBytes,  // all-gather of byte messages with a header (top-k, quantize, 1-bit, sparse)
-  kReduceFloat,  // all-reduce of float32 (random-k values, dense top-k)
-  kReduceHalf,   // all-reduce of float16 / bfloat16 (the casts)
-  kLowrank,      // all-reduce of P, host task, all-reduce of Q (PowerSGD)
+  kGatherBytes,     // all-gather of byte messages with a header (top-k, quantize, 1-bit, sparse)
+  kReduceFloat,     // all-reduce of float32 (random-k values, dense top-k)
+  kReduceHalf,      // all-reduce of float16 / bfloat16 (the casts)
+  kLowrank,         // all-reduce of P, host task, all-reduce of Q (PowerSGD)
+  kQuantizeShards,  // all-to-all of quantized shards, host task (sum, re-quantize), all-gather
 };
 
 // Every gathered message starts with this (and reduced exchanges gather it
@@ -96,21 +97,33 @@ struct Job {
   wia_datatype_t scale_type = WIA_FLOAT32;
   std::uint64_t seed = 0, step = 0;
   Exchange exchange = Exchange::kGatherBytes;
-  std::size_t msg_bytes = 0;     // per rank, header included (kGatherBytes)
-  std::size_t reduced = 0;       // entries all-reduced (the other exchanges; P for kLowrank)
-  compress::LowrankShape shape;  // kLowrank
+  std::size_t msg_bytes = 0;        // per rank, header included (kGatherBytes)
+  std::size_t reduced = 0;          // entries all-reduced (the other exchanges; P for kLowrank)
+  std::size_t shard = 0, slot = 0;  // kQuantizeShards: entries per shard, bytes per message
+  bool mismatch = false;            // kQuantizeShards: found by the middle step
+  compress::LowrankShape shape;     // kLowrank
   std::shared_ptr<compress::BufferState> state;
-  std::vector<float> work;
-  std::vector<std::byte> send, recv;
-  std::vector<float> fsend, frecv;
-  std::vector<std::uint16_t> hsend, hrecv;
-  std::vector<std::uint32_t> idx;
-  std::vector<float> qsend, qrecv;  // kLowrank: M^T P̂ of this rank, and summed
-  std::vector<std::byte> headers;   // every rank's Header (reduced exchanges)
+  // Taken from state at post, given back when the job ends (sparse calls,
+  // which have no state, own theirs).
+  std::unique_ptr<compress::Workspace> buf = std::make_unique<compress::Workspace>();
+  Job() = default;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  ~Job() {
+    if (state) state->give_back(std::move(buf));
+  }
 };
 
 std::byte* payload(std::vector<std::byte>& m, std::size_t rank, std::size_t bytes) {
   return m.data() + rank * bytes + sizeof(Header);
+}
+
+// Shard s of a vector of j.n entries (kQuantizeShards): j.shard entries
+// from s * j.shard, fewer (or none) at the end.
+template <typename T>
+std::span<T> shard_of(const Job& j, std::vector<T>& v, int s) {
+  const std::size_t begin = std::min(j.n, static_cast<std::size_t>(s) * j.shard);
+  return std::span<T>(v).subspan(begin, std::min(j.shard, j.n - begin));
 }
 
 // --- encode ------------------------------------------------------------------
@@ -119,7 +132,7 @@ void encode(Job& j) {
   using namespace compress;
   const std::size_t n = j.n;
   if (j.sparse_call) {
-    std::memcpy(j.send.data(), &j.header, sizeof(Header));
+    std::memcpy(j.buf->send.data(), &j.header, sizeof(Header));
     std::vector<Pair> pairs(j.k);
     const auto* v = static_cast<const float*>(j.in);
     std::vector<float> wide;
@@ -129,62 +142,77 @@ void encode(Job& j) {
       v = wide.data();
     }
     for (std::size_t i = 0; i < j.k; ++i) pairs[i] = Pair{j.sparse_indices[i], v[i]};
-    if (j.k) std::memcpy(payload(j.send, 0, 0), pairs.data(), j.k * sizeof(Pair));
+    if (j.k) std::memcpy(payload(j.buf->send, 0, 0), pairs.data(), j.k * sizeof(Pair));
     return;
   }
-  j.work.resize(n);
-  to_float(j.in, j.dtype, j.work);
+  j.buf->work.resize(n);
+  to_float(j.in, j.dtype, j.buf->work);
   std::unique_lock lock(j.state->mutex, std::defer_lock);
   if (j.ef) {
     lock.lock();
     if (j.state->residual.size() != n) j.state->residual.assign(n, 0.0f);
-    add_residual(j.work, j.state->residual);
+    add_residual(j.buf->work, j.state->residual);
   }
   std::span<float> r = j.ef ? std::span<float>(j.state->residual) : std::span<float>();
   switch (j.method) {
     case WIA_COMPRESS_TOPK: {
       std::vector<Pair> pairs(j.k);
-      topk_select(j.work, j.k, j.magnitude, pairs);
+      topk_select(j.buf->work, j.k, j.magnitude, pairs);
       if (j.ef) {
-        std::copy(j.work.begin(), j.work.end(), r.begin());
+        std::copy(j.buf->work.begin(), j.buf->work.end(), r.begin());
         for (const Pair& p : pairs) r[p.index] = 0;
       }
       if (j.exchange == Exchange::kReduceFloat) {
-        std::fill(j.fsend.begin(), j.fsend.end(), 0.0f);
-        scatter_add(pairs, j.fsend);
+        std::fill(j.buf->fsend.begin(), j.buf->fsend.end(), 0.0f);
+        scatter_add(pairs, j.buf->fsend);
       } else {
-        std::memcpy(j.send.data(), &j.header, sizeof(Header));
-        std::memcpy(payload(j.send, 0, 0), pairs.data(), j.k * sizeof(Pair));
+        std::memcpy(j.buf->send.data(), &j.header, sizeof(Header));
+        std::memcpy(payload(j.buf->send, 0, 0), pairs.data(), j.k * sizeof(Pair));
       }
       break;
     }
     case WIA_COMPRESS_RANDOMK: {
-      j.idx.resize(j.k);
-      randomk_indices(n, j.k, derive_seed(j.seed, j.step, 0x524b), j.idx);
-      for (std::size_t i = 0; i < j.k; ++i) j.fsend[i] = j.work[j.idx[i]];
+      j.buf->idx.resize(j.k);
+      randomk_indices(n, j.k, derive_seed(j.seed, j.step, 0x524b), j.buf->idx);
+      for (std::size_t i = 0; i < j.k; ++i) j.buf->fsend[i] = j.buf->work[j.buf->idx[i]];
       if (j.ef) {
-        std::copy(j.work.begin(), j.work.end(), r.begin());
-        for (std::uint32_t i : j.idx) r[i] = 0;
+        std::copy(j.buf->work.begin(), j.buf->work.end(), r.begin());
+        for (std::uint32_t i : j.buf->idx) r[i] = 0;
       }
       break;
     }
     case WIA_COMPRESS_QUANTIZE:
+      if (j.exchange == Exchange::kQuantizeShards) {
+        // Shard s of the vector goes to rank s, quantized on its own.
+        for (int s = 0; s < j.nranks; ++s) {
+          std::byte* m = j.buf->send.data() + static_cast<std::size_t>(s) * j.slot;
+          std::memcpy(m, &j.header, sizeof(Header));
+          const std::span<const float> x = shard_of(j, j.buf->work, s);
+          quantize_encode(x, j.bits, j.chunk,
+                          derive_seed(static_cast<std::uint64_t>(j.rank), j.step,
+                                      0x51550000u + static_cast<std::uint64_t>(s)),
+                          std::span<std::byte>(m + sizeof(Header), j.slot - sizeof(Header)));
+        }
+        break;
+      }
+      [[fallthrough]];
     case WIA_COMPRESS_ONEBIT: {
-      std::memcpy(j.send.data(), &j.header, sizeof(Header));
-      const std::span<std::byte> msg(payload(j.send, 0, 0), j.msg_bytes - sizeof(Header));
+      std::memcpy(j.buf->send.data(), &j.header, sizeof(Header));
+      const std::span<std::byte> msg(payload(j.buf->send, 0, 0), j.msg_bytes - sizeof(Header));
       const bool q = j.method == WIA_COMPRESS_QUANTIZE;
       if (q)
-        quantize_encode(j.work, j.bits, j.chunk,
+        quantize_encode(j.buf->work, j.bits, j.chunk,
                         derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x5155), msg);
       else
-        onebit_encode(j.work, j.scale_type, msg);
+        onebit_encode(j.buf->work, j.scale_type, msg);
       if (j.ef) {
-        std::vector<float> sent(n, 0.0f);
+        std::vector<float>& sent = j.buf->sent;
+        sent.assign(n, 0.0f);
         if (q)
           quantize_decode_add(msg, j.bits, j.chunk, sent);
         else
           onebit_decode_add(msg, j.scale_type, sent);
-        update_residual(j.work, sent, r);
+        update_residual(j.buf->work, sent, r);
       }
       break;
     }
@@ -195,16 +223,17 @@ void encode(Job& j) {
         q.resize(j.shape.cols * j.shape.rank);
         compress::lowrank_init_q(j.shape, derive_seed(j.shape.rows, j.shape.cols, 0x5053), q);
       }
-      compress::lowrank_project(j.work, j.shape, q, j.fsend);
+      compress::lowrank_project(j.buf->work, j.shape, q, j.buf->fsend);
       break;
     }
     default: {  // FP16 / BF16
       const wia_datatype_t t = j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16;
-      from_float(j.work, t, j.hsend.data());
+      from_float(j.buf->work, t, j.buf->hsend.data());
       if (j.ef) {
-        std::vector<float> sent(n);
-        to_float(j.hsend.data(), t, sent);
-        update_residual(j.work, sent, r);
+        std::vector<float>& sent = j.buf->sent;
+        sent.resize(n);
+        to_float(j.buf->hsend.data(), t, sent);
+        update_residual(j.buf->work, sent, r);
       }
     }
   }
@@ -213,23 +242,50 @@ void encode(Job& j) {
 // PowerSGD's middle step, after P is summed: orthonormalise it (identically
 // on every rank) and project this rank's corrected gradient onto it.
 void lowrank_middle(Job& j) {
-  compress::lowrank_orthonormalise(j.frecv, j.shape);
-  compress::lowrank_back_project(j.work, j.shape, j.frecv, j.qsend);
+  compress::lowrank_orthonormalise(j.buf->frecv, j.shape);
+  compress::lowrank_back_project(j.buf->work, j.shape, j.buf->frecv, j.buf->qsend);
   if (j.ef) {
-    std::vector<float> sent(j.n);
-    compress::lowrank_expand(j.frecv, j.qsend, j.shape, sent);
+    std::vector<float>& sent = j.buf->sent;
+    sent.resize(j.n);
+    compress::lowrank_expand(j.buf->frecv, j.buf->qsend, j.shape, sent);
     std::lock_guard lock(j.state->mutex);
-    compress::update_residual(j.work, sent, j.state->residual);
+    compress::update_residual(j.buf->work, sent, j.state->residual);
   }
+}
+
+bool headers_agree(Job& j);
+
+// Two-phase quantization's middle step: this rank's shard, summed from
+// every rank's message in fp32, quantized again for the all-gather.
+void quantize_shards_middle(Job& j) {
+  using namespace compress;
+  std::byte* out = j.buf->send2.data();
+  std::memcpy(out, &j.header, sizeof(Header));
+  if (!headers_agree(j)) {
+    j.mismatch = true;
+    return;
+  }
+  std::vector<float>& acc = j.buf->acc;
+  const std::span<float> mine = shard_of(j, acc, j.rank);
+  std::fill(mine.begin(), mine.end(), 0.0f);
+  for (int r = 0; r < j.nranks; ++r) {
+    const std::byte* m = j.buf->recv.data() + static_cast<std::size_t>(r) * j.slot;
+    quantize_decode_add(std::span<const std::byte>(m + sizeof(Header), j.slot - sizeof(Header)),
+                        j.bits, j.chunk, mine);
+  }
+  quantize_encode(mine, j.bits, j.chunk,
+                  derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x52510000u),
+                  std::span<std::byte>(out + sizeof(Header), j.slot - sizeof(Header)));
 }
 
 // --- decode ------------------------------------------------------------------
 
 // False (and the error recorded) when a rank's header disagrees with ours.
 bool headers_agree(Job& j) {
-  const bool gathered = j.exchange == Exchange::kGatherBytes;
-  const std::byte* base = gathered ? j.recv.data() : j.headers.data();
-  const std::size_t stride = gathered ? j.msg_bytes : sizeof(Header);
+  const std::byte* base = j.buf->headers.data();
+  std::size_t stride = sizeof(Header);
+  if (j.exchange == Exchange::kGatherBytes) base = j.buf->recv.data(), stride = j.msg_bytes;
+  if (j.exchange == Exchange::kQuantizeShards) base = j.buf->recv.data(), stride = j.slot;
   for (int r = 0; r < j.nranks; ++r) {
     Header h;
     std::memcpy(&h, base + static_cast<std::size_t>(r) * stride, sizeof h);
@@ -259,7 +315,7 @@ void fill_nan(Job& j, std::size_t entries) {
 void decode(Job& j) {
   using namespace compress;
   const std::size_t n = j.n;
-  if (!headers_agree(j)) {
+  if (j.exchange == Exchange::kQuantizeShards ? j.mismatch : !headers_agree(j)) {
     fill_nan(j, j.sparse_call && !j.sparse_dense_out ? j.k : n);
     return;
   }
@@ -268,7 +324,7 @@ void decode(Job& j) {
     std::vector<Pair> all;
     all.reserve(j.k * static_cast<std::size_t>(j.nranks));
     for (int r = 0; r < j.nranks; ++r) {
-      const std::byte* p = payload(j.recv, static_cast<std::size_t>(r), j.msg_bytes);
+      const std::byte* p = payload(j.buf->recv, static_cast<std::size_t>(r), j.msg_bytes);
       for (std::size_t i = 0; i < j.k; ++i) {
         Pair q;
         std::memcpy(&q, p + i * sizeof(Pair), sizeof q);
@@ -288,12 +344,13 @@ void decode(Job& j) {
     compress::from_float(sums, j.dtype, j.out);
     return;
   }
-  std::vector<float> acc(n, 0.0f);
+  std::vector<float>& acc = j.buf->acc;
+  acc.assign(n, 0.0f);
   switch (j.exchange) {
     case Exchange::kGatherBytes:
       for (int r = 0; r < j.nranks; ++r) {
         const std::span<const std::byte> msg(
-            payload(j.recv, static_cast<std::size_t>(r), j.msg_bytes),
+            payload(j.buf->recv, static_cast<std::size_t>(r), j.msg_bytes),
             j.msg_bytes - sizeof(Header));
         if (j.method == WIA_COMPRESS_QUANTIZE) {
           quantize_decode_add(msg, j.bits, j.chunk, acc);
@@ -315,18 +372,26 @@ void decode(Job& j) {
         const float scale =
             j.scale_randomk ? static_cast<float>(static_cast<double>(n) / static_cast<double>(j.k))
                             : 1.0f;
-        for (std::size_t i = 0; i < j.k; ++i) acc[j.idx[i]] = j.frecv[i] * scale;
+        for (std::size_t i = 0; i < j.k; ++i) acc[j.buf->idx[i]] = j.buf->frecv[i] * scale;
       } else {
-        acc = j.frecv;
+        acc = j.buf->frecv;
       }
       break;
     case Exchange::kReduceHalf:
-      to_float(j.hrecv.data(), j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16, acc);
+      to_float(j.buf->hrecv.data(), j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16,
+               acc);
+      break;
+    case Exchange::kQuantizeShards:
+      for (int s = 0; s < j.nranks; ++s) {
+        const std::byte* m = j.buf->recv2.data() + static_cast<std::size_t>(s) * j.slot;
+        quantize_decode_add(std::span<const std::byte>(m + sizeof(Header), j.slot - sizeof(Header)),
+                            j.bits, j.chunk, shard_of(j, acc, s));
+      }
       break;
     case Exchange::kLowrank: {
-      lowrank_expand(j.frecv, j.qrecv, j.shape, acc);
+      lowrank_expand(j.buf->frecv, j.buf->qrecv, j.shape, acc);
       std::lock_guard lock(j.state->mutex);
-      j.state->lowrank_q = j.qrecv;  // the next call's warm start, equal on every rank
+      j.state->lowrank_q = j.buf->qrecv;  // the next call's warm start, equal on every rank
       break;
     }
   }
@@ -357,6 +422,15 @@ void lowrank_middle_task(void* p) {
     lowrank_middle(*j);
   } catch (const std::exception& e) {
     compress::states().record_error(j->owner, fmt::format("PowerSGD failed: {}", e.what()));
+  }
+}
+void quantize_shards_task(void* p) {
+  auto* j = static_cast<Job*>(p);
+  try {
+    quantize_shards_middle(*j);
+  } catch (const std::exception& e) {
+    j->mismatch = true;
+    compress::states().record_error(j->owner, fmt::format("quantization failed: {}", e.what()));
   }
 }
 void release_task(void* p) { delete static_cast<Job*>(p); }
@@ -449,6 +523,9 @@ void post_job(wia_communicator_t comm, std::unique_ptr<Job> job, const Streams& 
     if (fn == decode_task && st == WIA_SUCCESS) freed_by_decode = true;
     if (s.separate) step([&] { return wia_stream_wait_stream(s.call, s.work); });
   };
+  wia_collective_config_t bytes_config{};
+  bytes_config.operation = WIA_COLLECTIVE_ALLTOALL;
+  bytes_config.datatype = WIA_UINT8;
   auto reduce = [&](const void* in, void* out, std::size_t n, wia_datatype_t t) {
     step([&] {
       wia_collective_config_t cc{};
@@ -458,29 +535,41 @@ void post_job(wia_communicator_t comm, std::unique_ptr<Job> job, const Streams& 
       return wia_all_reduce(comm, in, out, n, &cc, s.call);
     });
   };
-  if (j->exchange != Exchange::kGatherBytes)
+  if (j->exchange != Exchange::kGatherBytes && j->exchange != Exchange::kQuantizeShards)
     step([&] {
-      return wia_all_gather(comm, &j->header, j->headers.data(), sizeof(Header), WIA_UINT8, s.call);
+      return wia_all_gather(comm, &j->header, j->buf->headers.data(), sizeof(Header), WIA_UINT8,
+                            s.call);
     });
   host(encode_task);
   switch (j->exchange) {
     case Exchange::kGatherBytes:
       step([&] {
-        return wia_all_gather(comm, j->send.data(), j->recv.data(), j->msg_bytes, WIA_UINT8,
-                              s.call);
+        return wia_all_gather(comm, j->buf->send.data(), j->buf->recv.data(), j->msg_bytes,
+                              WIA_UINT8, s.call);
       });
       break;
     case Exchange::kReduceFloat:
-      reduce(j->fsend.data(), j->frecv.data(), j->reduced, WIA_FLOAT32);
+      reduce(j->buf->fsend.data(), j->buf->frecv.data(), j->reduced, WIA_FLOAT32);
       break;
     case Exchange::kReduceHalf:
-      reduce(j->hsend.data(), j->hrecv.data(), j->reduced,
+      reduce(j->buf->hsend.data(), j->buf->hrecv.data(), j->reduced,
              j->method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16);
       break;
+    case Exchange::kQuantizeShards:
+      step([&] {
+        return wia_all_to_all_contiguous(comm, j->buf->send.data(), j->buf->recv.data(), j->slot,
+                                         &bytes_config, s.call);
+      });
+      host(quantize_shards_task);
+      step([&] {
+        return wia_all_gather(comm, j->buf->send2.data(), j->buf->recv2.data(), j->slot, WIA_UINT8,
+                              s.call);
+      });
+      break;
     case Exchange::kLowrank:
-      reduce(j->fsend.data(), j->frecv.data(), j->reduced, WIA_FLOAT32);
+      reduce(j->buf->fsend.data(), j->buf->frecv.data(), j->reduced, WIA_FLOAT32);
       host(lowrank_middle_task);
-      reduce(j->qsend.data(), j->qrecv.data(), j->qsend.size(), WIA_FLOAT32);
+      reduce(j->buf->qsend.data(), j->buf->qrecv.data(), j->buf->qsend.size(), WIA_FLOAT32);
       break;
   }
   host(decode_task);
@@ -593,6 +682,18 @@ void plan(Job& j, const wia_compression_config_t& cfg, std::int32_t method, std:
       j.reduced = j.k;
       break;
     case WIA_COMPRESS_QUANTIZE:
+      // Without error feedback, in chunks, on 2 or more ranks: shards
+      // reduced where they land and gathered quantized (each rank sends and
+      // decodes about 2 n b/8 bytes, not p of them). With error feedback the
+      // re-quantization of the sum would be an error no rank's residual
+      // holds, so those calls gather whole messages.
+      if (!j.ef && j.chunk == compress::kChunk && p > 1 && count >= p * compress::kChunk) {
+        j.exchange = Exchange::kQuantizeShards;
+        const std::size_t per = (count + p - 1) / p;
+        j.shard = (per + compress::kChunk - 1) / compress::kChunk * compress::kChunk;
+        j.slot = sizeof(Header) + compress::quantize_bytes(j.shard, j.bits, j.chunk);
+        break;
+      }
       j.msg_bytes = sizeof(Header) + compress::quantize_bytes(count, j.bits, j.chunk);
       break;
     case WIA_COMPRESS_ONEBIT:
@@ -613,17 +714,26 @@ void plan(Job& j, const wia_compression_config_t& cfg, std::int32_t method, std:
   j.header = Header{static_cast<std::uint32_t>(method), static_cast<std::uint32_t>(f ^ (f >> 32))};
 }
 
-// What one rank puts on the wire for a planned job.
+// What one rank sends for a planned job, with the bandwidth-optimal
+// pattern of each exchange: (p - 1) copies of a gathered message, 2 (p - 1)
+// / p of an all-reduced vector (ring), (p - 1) shard messages out and
+// (p - 1) copies of its reduced one for the two-phase quantization.
 std::size_t wire_bytes(const Job& j) {
+  const std::size_t p = static_cast<std::size_t>(j.nranks);
+  const std::size_t headers = (p - 1) * sizeof(Header);  // the gathered headers
+  auto ring = [&](std::size_t bytes) { return 2 * (p - 1) * bytes / p; };
   switch (j.exchange) {
     case Exchange::kGatherBytes:
-      return j.msg_bytes;
+      return (p - 1) * j.msg_bytes;
     case Exchange::kReduceFloat:
-      return sizeof(Header) + j.reduced * sizeof(float);
+      return headers + ring(j.reduced * sizeof(float));
     case Exchange::kReduceHalf:
-      return sizeof(Header) + j.reduced * sizeof(std::uint16_t);
+      return headers + ring(j.reduced * sizeof(std::uint16_t));
     case Exchange::kLowrank:
-      return sizeof(Header) + (j.reduced + j.shape.cols * j.shape.rank) * sizeof(float);
+      return headers + ring(j.reduced * sizeof(float)) +
+             ring(j.shape.cols * j.shape.rank * sizeof(float));
+    case Exchange::kQuantizeShards:
+      return 2 * (p - 1) * j.slot;
   }
   return 0;
 }
@@ -632,21 +742,27 @@ void allocate(Job& j) {
   const std::size_t p = static_cast<std::size_t>(j.nranks);
   switch (j.exchange) {
     case Exchange::kGatherBytes:
-      j.send.resize(j.msg_bytes);
-      j.recv.resize(j.msg_bytes * p);
+      j.buf->send.resize(j.msg_bytes);
+      j.buf->recv.resize(j.msg_bytes * p);
       return;
     case Exchange::kReduceFloat:
-      j.fsend.resize(j.reduced), j.frecv.resize(j.reduced);
+      j.buf->fsend.resize(j.reduced), j.buf->frecv.resize(j.reduced);
       break;
     case Exchange::kReduceHalf:
-      j.hsend.resize(j.reduced), j.hrecv.resize(j.reduced);
+      j.buf->hsend.resize(j.reduced), j.buf->hrecv.resize(j.reduced);
       break;
     case Exchange::kLowrank:
-      j.fsend.resize(j.reduced), j.frecv.resize(j.reduced);
-      j.qsend.resize(j.shape.cols * j.shape.rank), j.qrecv.resize(j.shape.cols * j.shape.rank);
+      j.buf->fsend.resize(j.reduced), j.buf->frecv.resize(j.reduced);
+      j.buf->qsend.resize(j.shape.cols * j.shape.rank),
+          j.buf->qrecv.resize(j.shape.cols * j.shape.rank);
+      break;
+    case Exchange::kQuantizeShards:
+      j.buf->send.resize(j.slot * p), j.buf->recv.resize(j.slot * p);
+      j.buf->send2.resize(j.slot), j.buf->recv2.resize(j.slot * p);
+      j.buf->acc.resize(j.n);
       break;
   }
-  j.headers.resize(sizeof(Header) * p);
+  j.buf->headers.resize(sizeof(Header) * p);
 }
 
 std::int32_t checked_method(const wia_compression_config_t* cfg) {
@@ -696,6 +812,7 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
     std::lock_guard lock(j.state->mutex);
     j.step = j.state->steps++;
   }
+  j.buf = j.state->take_workspace();
   allocate(j);
   post_job(comm, std::move(job), s);
 }
@@ -732,8 +849,8 @@ void all_reduce_sparse(wia_communicator_t comm, const void* values, const std::u
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 "the stream's device is not a member of this communicator");
   j.msg_bytes = sizeof(Header) + k * sizeof(compress::Pair);
-  j.send.resize(j.msg_bytes);
-  j.recv.resize(j.msg_bytes * static_cast<std::size_t>(j.nranks));
+  j.buf->send.resize(j.msg_bytes);
+  j.buf->recv.resize(j.msg_bytes * static_cast<std::size_t>(j.nranks));
   j.header = Header{0x53500000u | (dense_out ? 1u : 0u),
                     static_cast<std::uint32_t>(dense_out ? dense_count : 0)};
   post_job(comm, std::move(job), Streams{stream, stream, false});
@@ -795,8 +912,9 @@ WIA_API wia_status_t wia_compression_wire_bytes(size_t count, wia_datatype_t dat
       throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("nranks is {} (must be >= 1)", nranks));
     const std::int32_t method = checked_method(config);
     const wia_datatype_t dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
-    if (method == WIA_COMPRESS_NONE) {
-      *bytes = count * kernels::dtype_size(dtype);
+    if (method == WIA_COMPRESS_NONE) {  // the plain all-reduce, as a ring
+      const std::size_t p = static_cast<std::size_t>(nranks);
+      *bytes = 2 * (p - 1) * (count * kernels::dtype_size(dtype)) / p;
       return;
     }
     Job j;

@@ -63,20 +63,33 @@ std::size_t quantize_bytes(std::size_t n, int bits, std::size_t chunk) noexcept 
          (tail ? kHeader + level_bytes(tail, bits) : 0);
 }
 
-// One chunk's levels; bits is a template argument so each width's loop
-// is compiled on its own (no per-entry switch).
+// A strong 32-bit mix (Wellons' lowbias32): the rounding noise of entry i
+// is a function of (seed, i), not a sequence, so the loop vectorises.
+inline std::uint32_t mix32(std::uint32_t x) noexcept {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// One chunk's levels (entries first.. of the vector); bits is a template
+// argument so each width's loop is compiled on its own.
 template <int bits>
-void encode_levels(std::span<const float> c, float lo, float inv, float levels, Rng& rng,
-                   std::byte* q) noexcept {
-  float u[kChunk];
-  for (std::size_t at = 0; at < c.size(); at += kChunk) {
-    const std::size_t len = std::min(kChunk, c.size() - at);
-    for (std::size_t i = 0; i < len; ++i) u[i] = rng.unit();
-    for (std::size_t i = 0; i < len; ++i) {
-      // floor(v + u), u uniform in [0, 1): E = v, so E[lo + q step] = x.
-      const float v = std::floor((c[at + i] - lo) * inv + u[i]);
-      put_level<bits>(q, at + i, static_cast<std::uint32_t>(std::clamp(v, 0.0f, levels)));
-    }
+void encode_levels(std::span<const float> c, float lo, float inv, float levels, std::uint64_t seed,
+                   std::size_t first, std::byte* q) noexcept {
+  const auto s0 = static_cast<std::uint32_t>(seed), s1 = static_cast<std::uint32_t>(seed >> 32);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const std::uint32_t h = mix32(mix32(static_cast<std::uint32_t>(first + i) ^ s0) + s1);
+    const float u = static_cast<float>(h >> 8) * 0x1p-24f;  // uniform in [0, 1)
+    // floor(v + u), u uniform in [0, 1): E = v, so E[lo + q step] = x.
+    // v + u >= 0, so floor is truncation (cvttps2dq vectorises, floor does
+    // not without SSE4.1); clamped first, NaN to 0.
+    float t = (c[i] - lo) * inv + u;
+    t = t < levels ? t : levels;
+    t = t > 0.0f ? t : 0.0f;
+    put_level<bits>(q, i, static_cast<std::uint32_t>(static_cast<std::int32_t>(t)));
   }
 }
 
@@ -90,7 +103,6 @@ void quantize_encode(std::span<const float> x, int bits, std::size_t chunk, std:
                      std::span<std::byte> out) {
   chunk = std::max<std::size_t>(chunk, 1);
   const auto levels = static_cast<float>((std::uint32_t{1} << bits) - 1);
-  Rng rng(seed);
   std::byte* p = out.data();
   for (std::size_t base = 0; base < x.size(); base += chunk) {
     const std::size_t len = std::min(chunk, x.size() - base);
@@ -108,16 +120,16 @@ void quantize_encode(std::span<const float> x, int bits, std::size_t chunk, std:
       const float inv = 1.0f / step;
       switch (bits) {
         case 1:
-          encode_levels<1>(c, lo, inv, levels, rng, q);
+          encode_levels<1>(c, lo, inv, levels, seed, base, q);
           break;
         case 4:
-          encode_levels<4>(c, lo, inv, levels, rng, q);
+          encode_levels<4>(c, lo, inv, levels, seed, base, q);
           break;
         case 8:
-          encode_levels<8>(c, lo, inv, levels, rng, q);
+          encode_levels<8>(c, lo, inv, levels, seed, base, q);
           break;
         default:
-          encode_levels<16>(c, lo, inv, levels, rng, q);
+          encode_levels<16>(c, lo, inv, levels, seed, base, q);
           break;
       }
     }

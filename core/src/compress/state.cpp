@@ -39,6 +39,20 @@ std::string StateStore::take_error(const void* owner) {
   return m;
 }
 
+std::unique_ptr<Workspace> BufferState::take_workspace() {
+  std::lock_guard lock(mutex);
+  if (spare.empty()) return std::make_unique<Workspace>();
+  std::unique_ptr<Workspace> w = std::move(spare.back());
+  spare.pop_back();
+  return w;
+}
+
+void BufferState::give_back(std::unique_ptr<Workspace> w) noexcept {
+  if (!w) return;
+  std::lock_guard lock(mutex);
+  if (spare.size() < kSpareWorkspaces) spare.push_back(std::move(w));
+}
+
 StateStore& states() {
   static auto* s = new StateStore();
   return *s;

@@ -6,6 +6,7 @@
 // communicator; this file only sees it as an address.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,11 +17,33 @@
 
 namespace wia::compress {
 
+// The large vectors of one compressed call. A call's buffers are handed
+// back to its BufferState when it ends and taken by the next call on the
+// same buffer: a gradient of 64 MiB would otherwise fault in a few hundred
+// MiB of fresh pages per call (most of the time a call took, in sys).
+struct Workspace {
+  std::vector<float> work;                  // the corrected input, fp32
+  std::vector<float> acc, sent;             // decoded sum; what this rank's message decodes to
+  std::vector<std::byte> send, recv;        // gathered messages
+  std::vector<float> fsend, frecv;          // all-reduced fp32 (random-k, dense top-k, P)
+  std::vector<float> qsend, qrecv;          // PowerSGD's Q
+  std::vector<std::uint16_t> hsend, hrecv;  // all-reduced halves (the casts)
+  std::vector<std::uint32_t> idx;           // random-k indices
+  std::vector<std::byte> headers;           // every rank's header (reduced exchanges)
+  std::vector<std::byte> send2, recv2;      // the second phase of two-phase quantization
+};
+
 struct BufferState {
   std::mutex mutex;              // stream tasks vs get/set from the caller
   std::vector<float> residual;   // empty: zero
   std::uint64_t steps = 0;       // calls posted on this buffer
   std::vector<float> lowrank_q;  // PowerSGD's warm start (cols x rank); empty: none yet
+  // Buffers of finished calls, at most kSpareWorkspaces (under mutex).
+  std::vector<std::unique_ptr<Workspace>> spare;
+  static constexpr std::size_t kSpareWorkspaces = 2;
+  // A spare workspace, or a new one.
+  std::unique_ptr<Workspace> take_workspace();
+  void give_back(std::unique_ptr<Workspace> w) noexcept;
 };
 
 class StateStore {

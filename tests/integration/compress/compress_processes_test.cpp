@@ -120,6 +120,37 @@ int body(int rank, int nranks, const std::string& id_path) {
     for (std::size_t i = 0; i < kN; ++i) EXPECT(std::fabs(out[i] + res_sum[i] - dense[i]) < 1e-3);
   }
 
+  // int8 without error feedback: shards reduced where they land and
+  // gathered quantized; every rank gets the same vector, within the bound of
+  // every rank's step plus one step of the sum (docs/compression.md).
+  {
+    wia_compression_config_t q{};
+    q.method = WIA_COMPRESS_QUANTIZE;
+    q.parameters.quantize.num_bits = 8;
+    q.parameters.quantize.use_dynamic_range = true;
+    EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &q, nullptr) == WIA_SUCCESS);
+    EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+    for (std::size_t base = 0; base < kN; base += 256) {
+      double b1 = 0, smin = dense[base], smax = dense[base];
+      for (int r = 0; r < nranks; ++r) {
+        float mn = input(r, base), mx = mn;
+        for (std::size_t i = base; i < base + 256; ++i)
+          mn = std::min(mn, input(r, i)), mx = std::max(mx, input(r, i));
+        b1 += (double(mx) - mn) / 255;
+      }
+      for (std::size_t i = base; i < base + 256; ++i)
+        smin = std::min(smin, dense[i]), smax = std::max(smax, dense[i]);
+      const double bound = b1 + (smax - smin + 2 * b1) / 255;
+      for (std::size_t i = base; i < base + 256; ++i)
+        EXPECT(std::fabs(out[i] - dense[i]) <= bound * (1 + 1e-4) + 1e-5);
+    }
+    // Every rank holds the same result as rank 0.
+    std::vector<float> first(out);
+    EXPECT(wia_broadcast(comm, first.data(), kN, 0, WIA_FLOAT32, nullptr) == WIA_SUCCESS);
+    EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+    for (std::size_t i = 0; i < kN; ++i) EXPECT(first[i] == out[i]);
+  }
+
   // FP16: within the half-precision rounding of the partial sums.
   wia_compression_config_t h{};
   h.method = WIA_COMPRESS_FP16;

@@ -430,17 +430,20 @@ TEST_CASE("low rank: a sum of rank r is recovered exactly, and the warm start tr
   CHECK(max_err(1, rows) > 1e-2);
   // The vector cut into other rows is another matrix, of higher rank: not exact.
   CHECK(max_err(2, 24) > 1e-2);
-  // The wire: P (rows x r) and Q (cols x r) in fp32 and the 8-byte header.
+  // The wire: P (rows x r) and Q (cols x r) in fp32, each all-reduced (a
+  // ring sends 2 (p - 1) / p of it), and p - 1 gathered 8-byte headers.
   wia_compression_config_t c{};
   c.method = WIA_COMPRESS_LOWRANK;
   c.parameters.lowrank.rank = 2;
   c.parameters.lowrank.rows = rows;
   size_t bytes = 0;
   REQUIRE(wia_compression_wire_bytes(n, WIA_FLOAT32, &c, kRanks, &bytes) == WIA_SUCCESS);
-  CHECK(bytes == 8 + 4 * 2 * (rows + cols));
+  CHECK(bytes == 3 * 8 + 2 * 3 * (4 * 2 * rows) / 4 + 2 * 3 * (4 * 2 * cols) / 4);
 }
 
-TEST_CASE("wire bytes: what each method puts on the wire per rank") {
+TEST_CASE("wire bytes: what one rank sends, per method, against the plain ring all-reduce") {
+  // p = 4: a gathered message goes to 3 peers; a ring all-reduce sends
+  // 2 * 3 / 4 of its vector; reduced exchanges gather 3 headers of 8 bytes.
   const std::size_t n = 100000;
   size_t b = 0;
   auto bytes = [&](const wia_compression_config_t& c, int p = kRanks,
@@ -449,30 +452,88 @@ TEST_CASE("wire bytes: what each method puts on the wire per rank") {
     REQUIRE(wia_compression_wire_bytes(n, t, &c, p, &b) == WIA_SUCCESS);
     return b;
   };
-  CHECK(bytes(topk_cfg(0.01, true)) == 8 + 8 * 1000);
-  CHECK(bytes(topk_cfg(0.5, true)) == 8 + 4 * n);  // k p > n: densified all-reduce
+  const std::size_t chunks = (n + 255) / 256;
+  CHECK(bytes(topk_cfg(0.01, true)) == 3 * (8 + 8 * 1000));
+  CHECK(bytes(topk_cfg(0.5, true)) == 24 + 6 * (4 * n) / 4);  // k p > n: densified all-reduce
   wia_compression_config_t c{};
   c.method = WIA_COMPRESS_RANDOMK;
   c.parameters.randomk.k_ratio = 0.1;
-  CHECK(bytes(c) == 8 + 4 * 10000);
+  CHECK(bytes(c) == 24 + 6 * (4 * 10000) / 4);
   c = {};
   c.method = WIA_COMPRESS_QUANTIZE;
   c.parameters.quantize.num_bits = 8;
   c.parameters.quantize.use_dynamic_range = true;
-  const std::size_t chunks = (n + 255) / 256;
-  CHECK(bytes(c) == 8 + chunks * 8 + n);
+  c.error_feedback = true;  // whole messages gathered
+  CHECK(bytes(c) == 3 * (8 + chunks * 8 + n));
+  // Without error feedback: shards of 25088 entries (25000 rounded up to
+  // whole chunks of 256), 3 out in the all-to-all and 3 copies of the
+  // reduced one in the all-gather.
+  c.error_feedback = false;
+  const std::size_t shard_chunks = 25088 / 256;
+  CHECK(bytes(c) == 6 * (8 + shard_chunks * (8 + 256)));
   c.parameters.quantize.num_bits = 4;
-  CHECK(bytes(c) == 8 + chunks * 8 + (n / 256) * 128 + (n % 256 + 1) / 2);
+  CHECK(bytes(c) == 6 * (8 + shard_chunks * (8 + 128)));
   c = {};
   c.method = WIA_COMPRESS_ONEBIT;
   c.error_feedback = true;
-  CHECK(bytes(c) == 8 + chunks * 4 + (n / 256) * 32 + (n % 256 + 7) / 8);
+  CHECK(bytes(c) == 3 * (8 + chunks * 4 + (n / 256) * 32 + (n % 256 + 7) / 8));
   c.method = WIA_COMPRESS_BF16;
-  CHECK(bytes(c) == 8 + 2 * n);
+  CHECK(bytes(c) == 24 + 6 * (2 * n) / 4);
   c = {};
-  CHECK(bytes(c, 4, WIA_FLOAT64) == 8 * n);  // NONE: the plain all-reduce
+  CHECK(bytes(c, 4, WIA_FLOAT64) == 6 * (8 * n) / 4);  // NONE: the plain ring all-reduce
+  CHECK(bytes(c, 1) == 0);
   CHECK(wia_compression_wire_bytes(n, WIA_FLOAT32, &c, 0, &b) == WIA_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(wia_get_last_error()).find("nranks is 0") != std::string::npos);
+}
+
+TEST_CASE("quantize in shards (no error feedback): within one more step of the sum, unbiased") {
+  // n >= 4 x 256 without error feedback: each rank's shard is summed where
+  // it lands and quantized again, so the bound adds one step of the partial
+  // sum's chunk range, which is at most the exact sum's range + 2 B1.
+  World w;
+  for (int bits : {8, 4}) {
+    INFO("bits " << bits);
+    wia_compression_config_t q{};
+    q.method = WIA_COMPRESS_QUANTIZE;
+    q.parameters.quantize.num_bits = bits;
+    q.parameters.quantize.use_dynamic_range = true;
+    const std::size_t n = 5000;  // shards of 1280: the last one is shorter
+    auto in = inputs(n, 8);
+    const auto ref = dense_sum(in);
+    const double levels = (1 << bits) - 1;
+    std::vector<double> bound(n, 0);
+    for (std::size_t base = 0; base < n; base += 256) {
+      const std::size_t end = std::min(n, base + 256);
+      double b1 = 0;
+      for (const auto& v : in) {
+        const auto [mn, mx] = std::minmax_element(v.begin() + base, v.begin() + end);
+        b1 += (double(*mx) - *mn) / levels;
+      }
+      const auto [smn, smx] = std::minmax_element(ref.begin() + base, ref.begin() + end);
+      for (std::size_t i = base; i < end; ++i) bound[i] = b1 + (*smx - *smn + 2 * b1) / levels;
+    }
+    std::vector<std::vector<float>> out(kRanks);
+    std::vector<double> mean(n, 0);
+    const int steps = 100;
+    bool within = true, tighter_than_gather = false;
+    for (int t = 0; t < steps; ++t) {
+      w.all_reduce(in, out, q);
+      for (int r = 1; r < kRanks; ++r) REQUIRE(out[r] == out[0]);
+      for (std::size_t i = 0; i < n; ++i) {
+        within = within && std::fabs(out[0][i] - ref[i]) <= bound[i] * (1 + 1e-4) + 1e-5;
+        mean[i] += out[0][i];
+      }
+    }
+    CHECK(within);
+    bool unbiased = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      unbiased = unbiased &&
+                 std::fabs(mean[i] / steps - ref[i]) <= 5 * bound[i] / 2 / std::sqrt(steps) + 1e-5;
+      tighter_than_gather = tighter_than_gather || std::fabs(out[0][i] - ref[i]) > 1e-3;
+    }
+    CHECK(unbiased);
+    CHECK(tighter_than_gather);  // it is quantized: not the exact sum
+  }
 }
 
 TEST_CASE("ranks whose configs differ get an error, not each other's data decoded wrongly") {
