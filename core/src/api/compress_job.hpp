@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// One compressed or sparse all-reduce as it moves through the stream: a
+// Job (its plan, the library state of its buffer, its workspace) and the
+// host tasks that run on it, in this order:
+//   encode  widen, add the residual, compress into a message whose size
+//           was fixed at post time, update the residual;
+//   (exchange: the ordinary collectives, posted by api_compress.cpp)
+//   middle  PowerSGD and quantization in shards only: the step between
+//           their two collectives;
+//   decode  check every rank's header, sum, narrow, write the output.
+// The last task frees the Job (decode, or release when posting failed).
+#pragma once
+
+#include <wia/wia.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "compress/codec.hpp"
+#include "compress/state.hpp"
+
+namespace wia::api::compressed {
+
+// "WIA_COMPRESS_TOPK", ...
+const char* method_name(std::int32_t m);
+
+// How a call is exchanged.
+enum class Exchange {
+  kGatherBytes,     // all-gather of byte messages with a header (top-k, quantize, 1-bit, sparse)
+  kReduceFloat,     // all-reduce of float32 (random-k values, dense top-k)
+  kReduceHalf,      // all-reduce of float16 / bfloat16 (the casts)
+  kLowrank,         // all-reduce of P, host task, all-reduce of Q (PowerSGD)
+  kQuantizeShards,  // all-to-all of quantized shards, host task (sum, re-quantize), all-gather
+};
+
+// Every gathered message starts with this (and reduced exchanges gather it
+// first), so ranks that disagree on the method or its parameters find out
+// instead of decoding each other wrongly.
+struct Header {
+  std::uint32_t method;
+  std::uint32_t fingerprint;
+};
+
+struct Job {
+  const void* owner = nullptr;  // the communicator handle
+  int rank = 0, nranks = 1;
+  std::int32_t method = WIA_COMPRESS_NONE;
+  Header header{};
+  bool sparse_call = false;  // wia_all_reduce_sparse*
+  bool sparse_dense_out = false;
+  const void* in = nullptr;
+  const std::uint32_t* sparse_indices = nullptr;
+  void* out = nullptr;
+  std::size_t n = 0;  // dense entries
+  std::size_t k = 0;  // sparse entries per rank
+  wia_datatype_t dtype = WIA_FLOAT32;
+  bool avg = false;
+  bool ef = false;
+  bool scale_randomk = false;
+  bool magnitude = true;
+  int bits = 8;
+  std::size_t chunk = compress::kChunk;
+  wia_datatype_t scale_type = WIA_FLOAT32;
+  std::uint64_t seed = 0, step = 0;
+  Exchange exchange = Exchange::kGatherBytes;
+  std::size_t msg_bytes = 0;        // per rank, header included (kGatherBytes)
+  std::size_t reduced = 0;          // entries all-reduced (the other exchanges; P for kLowrank)
+  std::size_t shard = 0, slot = 0;  // kQuantizeShards: entries per shard, bytes per message
+  bool mismatch = false;            // kQuantizeShards: found by the middle step
+  compress::LowrankShape shape;     // kLowrank
+  std::shared_ptr<compress::BufferState> state;
+  // Taken from state at post, given back when the job ends (sparse calls,
+  // which have no state, own theirs).
+  std::unique_ptr<compress::Workspace> buf = std::make_unique<compress::Workspace>();
+  Job() = default;
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  ~Job() {
+    if (state) state->give_back(std::move(buf));
+  }
+};
+
+// Shard s of a vector of j.n entries (kQuantizeShards): j.shard entries
+// from s * j.shard, fewer (or none) at the end.
+template <typename T>
+std::span<T> shard_of(const Job& j, std::vector<T>& v, int s) {
+  const std::size_t begin = std::min(j.n, static_cast<std::size_t>(s) * j.shard);
+  return std::span<T>(v).subspan(begin, std::min(j.shard, j.n - begin));
+}
+
+// The stream tasks (wia_host_fn_t); the argument is the Job. A task never
+// throws into the runtime: an exception becomes the communicator's
+// recorded error and NaN output.
+void encode_task(void* job);
+void lowrank_middle_task(void* job);
+void quantize_shards_task(void* job);
+void decode_task(void* job);   // frees the job
+void release_task(void* job);  // frees the job (posting failed)
+
+}  // namespace wia::api::compressed
