@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libyaml-cpp-dev libspdlog-dev libfmt-dev doctest-dev libhwloc-dev
   iproute2 iperf3 openmpi-bin
+  libfabric-dev libfabric-bin  # the ofi provider and fi_pingpong (docs/transport-ofi.md)
 )
 
 missing=()

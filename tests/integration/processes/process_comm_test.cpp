@@ -361,6 +361,25 @@ TEST_CASE("every collective across 2, 3 and 4 processes over shm and over tcp") 
     }
 }
 
+// The ofi provider over libfabric's tcp;ofi_rxm, forced as the transport of
+// every link (config/examples/ofi.yaml does the same from YAML). Run by the
+// ctest entry process_comm_ofi (tests/providers/ofi/tests.cmake), which
+// sets WIA_TEST_OFI=1 when the provider is built.
+TEST_CASE("every collective across 2, 3 and 4 processes over ofi (tcp;ofi_rxm)") {
+  if (std::getenv("WIA_TEST_OFI") == nullptr) {
+    MESSAGE("skipped: WIA_TEST_OFI is not set (ctest runs it as process_comm_ofi)");
+    return;
+  }
+  const std::string yaml = base_yaml() +
+                           "selector:\n  transport: ofi\nofi:\n  provider: \"tcp;ofi_rxm\"\n"
+                           "  inter_node: all\n";
+  for (int n : {2, 3, 4}) {
+    INFO("ofi with " << n << " processes");
+    const auto st = run_ranks(n, yaml, all_collectives, {{"TEST_WIA_ID", unique_id_env()}});
+    check_all(st);
+  }
+}
+
 TEST_CASE("torchrun-style variables: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE") {
   // Find a free port for the root (MASTER_PORT + 1 is the bootstrap's).
   const int port = 20000 + static_cast<int>(getpid() % 20000);

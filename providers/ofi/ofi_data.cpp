@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+// The data path of the ofi provider: tagged sends and receives (direct up
+// to kDirectMax, announced above it: see ofi.hpp), their completion, test()
+// and the wait descriptor.
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "ofi.hpp"
+
+namespace wia::ofi {
+
+std::string size_text(std::uint64_t n) {
+  char buf[48];
+  if (n >= (1ull << 20) && n % (1ull << 20) == 0)
+    std::snprintf(buf, sizeof(buf), "%" PRIu64 " MiB", n >> 20);
+  else
+    std::snprintf(buf, sizeof(buf), "%" PRIu64 " B", n);
+  return buf;
+}
+
+void Endpoint::on_data_recv(Request* r, const fi_cq_tagged_entry& e) {
+  Conn* c = r->conn;
+  ctx_->log(WIA_LOG_TRACE,
+            "ofi: receive (tag 0x%" PRIx64 ", %s) completed: wire tag 0x%" PRIx64 ", %zu B%s",
+            r->tag, size_text(r->capacity).c_str(), e.tag, e.len, r->announced ? ", payload" : "");
+  auto fail_trunc = [&](std::uint64_t size) {
+    r->state = Request::State::failed;
+    r->status = WIA_ERROR_REMOTE;
+    r->error = "ofi: a message of " + size_text(size) + " from " +
+               (c != nullptr ? c->peer_text : std::string("a closed connection")) +
+               " does not fit the " + size_text(r->capacity) + " receive (tag " +
+               std::to_string(r->tag) + "); nothing was written past the buffer";
+  };
+  if (r->announced) {  // the bulk part of an announced message
+    if (r->truncated)
+      fail_trunc(r->announced_size);
+    else {
+      r->state = Request::State::done;
+      r->size = e.len;
+    }
+    r->scratch.reset();
+    finish(r);
+    return;
+  }
+  if ((e.tag & kAnnounceBit) == 0) {  // a direct message
+    if (r->bounced && e.len > r->capacity) {
+      fail_trunc(e.len);
+    } else {
+      if (r->bounced && e.len > 0) std::memcpy(r->buf, r->bounce.get(), e.len);
+      r->state = Request::State::done;
+      r->size = e.len;
+    }
+    finish(r);
+    return;
+  }
+  Announce a{};
+  std::memcpy(&a, r->bounce.get(), sizeof(a));
+  give_bounce(r);
+  if (e.len != sizeof(a) || a.magic != kAnnounceMagic || c == nullptr) {
+    if (c != nullptr) fail_conn(c, "ofi: " + c->peer_text + " sent a malformed message header");
+    r->state = Request::State::failed;
+    r->status = WIA_ERROR_REMOTE;
+    r->error = c != nullptr ? c->failure : "ofi: connection closed";
+    finish(r);
+    return;
+  }
+  r->announced = true;
+  r->announced_size = a.size;
+  char* into = r->buf;
+  if (a.size > r->capacity) {
+    if (a.size > kMaxDrain) {
+      fail_conn(c, "ofi: " + c->peer_text + " sent a message of " + size_text(a.size) + " to a " +
+                       size_text(r->capacity) + " receive; too large to drain");
+      r->state = Request::State::failed;
+      r->status = WIA_ERROR_REMOTE;
+      r->error = c->failure;
+      finish(r);
+      return;
+    }
+    r->truncated = true;
+    r->scratch.reset(new char[a.size]);
+    into = r->scratch.get();
+  }
+  void* desc = r->truncated ? nullptr : r->desc;
+  const ssize_t rc = fi_trecv(ep, into, a.size, desc, FI_ADDR_UNSPEC,
+                              data_tag(c->id(), r->tag) | kBulkBit, 0, &r->fctx);
+  if (rc != 0) {
+    fail_conn(c, "ofi: fi_trecv of the payload of a " + size_text(a.size) + " message from " +
+                     c->peer_text + ": " + ctx_->fi_error(static_cast<int>(rc)));
+    r->state = Request::State::failed;
+    r->status = WIA_ERROR_REMOTE;
+    r->error = c->failure;
+    finish(r);
+    return;
+  }
+  r->in_fabric = true;
+}
+
+// --- data -----------------------------------------------------------------------
+
+wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, std::uint64_t tag,
+                            MrHandle* mr, wia_request_t* out) {
+  *out = nullptr;
+  if (c->failed) return ctx_->fail(WIA_ERROR_REMOTE, "%s", c->failure.c_str());
+  if (!c->established)
+    return ctx_->fail(WIA_ERROR_INVALID_HANDLE, "ofi: %s on a connection still being set up",
+                      send ? "isend" : "irecv");
+  if (tag > kUserTagMask)
+    return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "ofi: tag 0x%" PRIx64 " does not fit the %u tag bits this transport has", tag,
+                      kUserTagBits);
+  if (send && size > info_->max_msg)
+    return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "ofi: a message of %s to %s exceeds the largest message of %s/%s, %s "
+                      "(fabric max_msg_size, or ofi.max_message)",
+                      size_text(size).c_str(), c->peer_text.c_str(), info_->prov.c_str(),
+                      info_->domain.c_str(), size_text(info_->max_msg).c_str());
+  if (buf == nullptr && size > 0)
+    return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT, "ofi: %s of %s at NULL", send ? "isend" : "irecv",
+                      size_text(size).c_str());
+  const std::uint64_t len = send ? size : std::min(size, info_->max_msg);
+  MrEntry* auto_mr = nullptr;
+  void* desc = mr != nullptr ? mr->entry->desc : nullptr;
+  if (desc == nullptr && mr_local && len > 0) {
+    const wia_status_t st = reg(buf, len, WIA_MEM_IFACE_HOST, 0, &auto_mr);
+    if (st != WIA_SUCCESS) return st;
+    desc = auto_mr->desc;
+  }
+  Request* r = new_request(Request::Kind::data, c);
+  r->is_send = send;
+  r->capacity = size;
+  r->size = size;
+  r->tag = tag;
+  r->auto_mr = auto_mr;
+  r->buf = static_cast<char*>(buf);
+  r->desc = desc;
+  void* into = buf;
+  std::uint64_t into_len = len;
+  if (!send) {
+    // Every receive lands in a bounce buffer first: a direct message is
+    // copied out (at most kDirectMax bytes), an announce header stays
+    // private (the caller's buffer may be shared by several receives, and
+    // a payload landing there must not be read as a header).
+    r->bounced = true;
+    r->bounce = take_bounce();
+    into = r->bounce.get();
+    into_len = kDirectMax;
+    desc = nullptr;
+  }
+  const bool announce = send && size > kDirectMax;
+  auto give_up = [&](ssize_t rc) -> wia_status_t {
+    r->user_gone = true;
+    finish(r);
+    if (rc == -FI_EAGAIN) return WIA_SUCCESS;  // no resources now: the core retries
+    return ctx_->fail(WIA_ERROR_REMOTE, "ofi: %s of %s (tag 0x%" PRIx64 ") with %s: %s",
+                      send ? "fi_tsend" : "fi_trecv", size_text(size).c_str(), tag,
+                      c->peer_text.c_str(), ctx_->fi_error(static_cast<int>(rc)).c_str());
+  };
+  Request* h = nullptr;
+  if (announce) {
+    // The header goes first: the fabric delivers in order, and a payload
+    // sent ahead of it could hold the connection (rxm's and shm's segmented
+    // paths wait for their receive) so that the header never arrives.
+    h = new_request(Request::Kind::ctl_send, nullptr);
+    h->user_gone = true;
+    h->to = c->addr;
+    h->tag = data_tag(c->peer_id, tag) | kAnnounceBit;
+    h->owner_id = c->id();
+    h->ctl_len = sizeof(Announce);
+    const Announce a{kAnnounceMagic, 0, size};
+    std::memcpy(&h->msg, &a, sizeof(a));
+    ssize_t rc = fi_tsend(ep, &h->msg, sizeof(Announce), nullptr, h->to, h->tag, &h->fctx);
+    if (rc == -FI_EAGAIN) {
+      progress();
+      rc = fi_tsend(ep, &h->msg, sizeof(Announce), nullptr, h->to, h->tag, &h->fctx);
+    }
+    if (rc != 0) {
+      finish(h);
+      return give_up(rc);
+    }
+    h->in_fabric = true;
+  }
+  // Once a header is out, its payload must follow: -FI_EAGAIN is then
+  // waited out (progress frees room) for up to a second.
+  const std::uint64_t until = ctx_->now_ns() + 1000000000ull;
+  for (int attempt = 0;; ++attempt) {
+    const ssize_t rc =
+        send ? fi_tsend(ep, buf, len, desc, c->addr,
+                        data_tag(c->peer_id, tag) | (announce ? kBulkBit : 0), &r->fctx)
+             : fi_trecv(ep, into, into_len, desc, FI_ADDR_UNSPEC, data_tag(c->id(), tag),
+                        kAnnounceBit, &r->fctx);
+    if (rc == 0) break;
+    if (rc == -FI_EAGAIN && (attempt == 0 || (announce && ctx_->now_ns() < until))) {
+      progress();  // completions free send and receive slots
+      continue;
+    }
+    if (announce) {
+      fail_conn(c, "ofi: cannot send the payload of a " + size_text(size) + " message to " +
+                       c->peer_text + " after its header: " + ctx_->fi_error(static_cast<int>(rc)));
+      r->state = Request::State::failed;
+      r->status = WIA_ERROR_REMOTE;
+      r->error = c->failure;
+      c->pending.insert(r);
+      *out = reinterpret_cast<wia_request_t>(r);
+      return WIA_SUCCESS;
+    }
+    return give_up(rc);
+  }
+  r->in_fabric = true;
+  c->pending.insert(r);
+  *out = reinterpret_cast<wia_request_t>(r);
+  return WIA_SUCCESS;
+}
+
+wia_status_t Endpoint::test(Request* r, int32_t* done, std::uint64_t* size) {
+  if (r->state == Request::State::pending) progress();
+  if (r->state == Request::State::pending && r->conn != nullptr) check_liveness(r->conn);
+  if (r->state == Request::State::pending) {
+    *done = 0;
+    return WIA_SUCCESS;
+  }
+  *done = 1;
+  if (size != nullptr) *size = r->state == Request::State::done ? r->size : 0;
+  if (r->conn != nullptr) r->conn->pending.erase(r);
+  r->user_gone = true;
+  const wia_status_t status = r->state == Request::State::done ? WIA_SUCCESS : r->status;
+  const std::string why = r->error;
+  finish(r);
+  if (status != WIA_SUCCESS) return ctx_->fail(status, "%s", why.c_str());
+  return WIA_SUCCESS;
+}
+
+wia_status_t Endpoint::wait_fds(Conn* c, pollfd* fds, std::uint32_t capacity,
+                                std::uint32_t* count) {
+  *count = 0;
+  if (wait_fd < 0 || c->failed || !c->established || !retry_.empty() || capacity == 0)
+    return WIA_IN_PROGRESS;
+  fid* f = &cq->fid;
+  if (fi_trywait(fabric, &f, 1) != 0) return WIA_IN_PROGRESS;  // completions are waiting
+  fds[0] = pollfd{wait_fd, POLLIN, 0};
+  *count = 1;
+  return WIA_SUCCESS;
+}
+
+}  // namespace wia::ofi
