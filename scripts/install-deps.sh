@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libyaml-cpp-dev libspdlog-dev libfmt-dev doctest-dev libhwloc-dev
+  liblz4-dev libzstd-dev libxxhash-dev  # checkpoints (docs/checkpoints.md)
   iproute2 iperf3 openmpi-bin
   libfabric-dev libfabric-bin  # the ofi provider and fi_pingpong (docs/transport-ofi.md)
 )

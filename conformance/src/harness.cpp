@@ -41,11 +41,12 @@ std::string status_text(wia_status_t st) {
                                        "WIA_ERROR_CONFIG",
                                        "WIA_ERROR_IO",
                                        "WIA_ERROR_INTERNAL",
-                                       "WIA_ERROR_ABORTED"};
+                                       "WIA_ERROR_ABORTED",
+                                       "WIA_ERROR_CORRUPT"};
   const char* name = "unknown status";
   if (st == WIA_IN_PROGRESS)
     name = "WIA_IN_PROGRESS";
-  else if (st <= 0 && st >= -15)
+  else if (st <= 0 && st >= -16)
     name = kNames[-st];
   return std::string(name) + " (" + std::to_string(st) + ")";
 }

@@ -15,6 +15,7 @@
 #define WIA_TOPOLOGY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <wia/status.h>
 
@@ -122,7 +123,21 @@ typedef struct wia_model_part {
   uint64_t memory_bytes; /* checked against device_memory_bytes             */
 } wia_model_part_t;
 
-/* A model as placement sees it: parts and the traffic between them. */
+/* One named tensor of a model or an optimizer (checkpoints, spec 6.9).
+ * Names are unique within a model (or optimizer) and at most
+ * WIA_CHECKPOINT_NAME_MAX (255) bytes. */
+typedef struct wia_tensor_ref {
+  const char* name;
+  void* data; /* host memory or wia_malloc'd device memory */
+  size_t count;
+  wia_datatype_t datatype;
+} wia_tensor_ref_t;
+
+/* A model. Placement (wia_place_model) reads its parts and the traffic
+ * between them; checkpoints (wia_checkpoint_add_model, wia_restore_model)
+ * read its named tensors: parameters and buffers (torch:
+ * named_parameters() and named_buffers()). Either half may be left zero
+ * when only the other is used. */
 typedef struct wia_model {
   int num_parts;
   const wia_model_part_t* parts; /* [num_parts]; NULL = unnamed, 0 bytes      */
@@ -131,6 +146,9 @@ typedef struct wia_model {
   const double* traffic_bytes;
   /* [num_parts] output: the device index (into the topology) of each part. */
   int* device_of_part;
+  /* --- checkpoints --- */
+  const wia_tensor_ref_t* tensors; /* [num_tensors] */
+  size_t num_tensors;
 } wia_model_t;
 
 typedef struct wia_placement_config {

@@ -341,6 +341,8 @@ WIA_API wia_algorithm_t wia_get_selected_algorithm(wia_communicator_t comm);
 #include <wia/distributed.h>
 /* Gradient compression (spec 6.8). */
 #include <wia/compression.h>
+/* Checkpoints (spec 6.9). */
+#include <wia/checkpoint.h>
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,7 @@ WIA_API wia_status_t wia_init_with_config(const char* yaml_path) {
 WIA_API wia_status_t wia_finalize(void) {
   return api::guard(__func__, [] {
     if (!Runtime::initialized()) return;
+    api::wait_for_pending_checkpoints();  // their staging copies run on streams
     api::destroy_all_communicators();  // they hold device memory and stream tasks on streams
     Runtime::finalize();
   });

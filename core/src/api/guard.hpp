@@ -63,6 +63,8 @@ E checked_enum(const E& e, std::int32_t count, const char* what) {
 // every live one (wia_finalize, before devices go away).
 void destroy_communicator(struct wia_communicator_s* comm);
 void destroy_all_communicators() noexcept;
+// Waits for checkpoint saves still being written (api_checkpoint.cpp).
+void wait_for_pending_checkpoints() noexcept;
 // Drops the compression residuals and errors of a communicator (api_compress.cpp).
 void forget_compression_state(const void* comm) noexcept;
 

@@ -281,7 +281,7 @@ void Bootstrap::file_value(wire::Reader& r) {
 void Bootstrap::fail_with_root_error(wire::Reader& r) {
   const auto status = static_cast<wia_status_t>(r.i32());
   std::string message = r.text(wire::kMaxTextBytes);
-  const bool known = status <= WIA_ERROR_INVALID_ARGUMENT && status >= WIA_ERROR_ABORTED;
+  const bool known = status <= WIA_ERROR_INVALID_ARGUMENT && status >= WIA_ERROR_CORRUPT;
   fail_sticky(known ? status : WIA_ERROR_REMOTE, std::move(message));
 }
 

@@ -27,6 +27,7 @@ constexpr StatusText kStatusTexts[] = {
     {WIA_ERROR_IO, "WIA_ERROR_IO", "I/O error"},
     {WIA_ERROR_INTERNAL, "WIA_ERROR_INTERNAL", "internal error"},
     {WIA_ERROR_ABORTED, "WIA_ERROR_ABORTED", "aborted"},
+    {WIA_ERROR_CORRUPT, "WIA_ERROR_CORRUPT", "stored data is damaged"},
 };
 
 const StatusText* find(wia_status_t status) {

@@ -41,7 +41,8 @@ enum {
   WIA_ERROR_CONFIG = -12,          /* invalid configuration value or file     */
   WIA_ERROR_IO = -13,              /* operating-system I/O error              */
   WIA_ERROR_INTERNAL = -14,        /* a bug in libwia or in a provider        */
-  WIA_ERROR_ABORTED = -15          /* communicator aborted by the user        */
+  WIA_ERROR_ABORTED = -15,         /* communicator aborted by the user        */
+  WIA_ERROR_CORRUPT = -16          /* stored data failed its checksum/format  */
 };
 
 /* Element types. Numbering is shared by the public API and the ABI. */

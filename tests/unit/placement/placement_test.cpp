@@ -179,7 +179,7 @@ TEST_CASE("placement: capacity limits are respected and impossible requests are 
   std::vector<double> traffic(9, 1e6);
   std::vector<int> device_of(3, -1);
   wia_model_part_t parts[3] = {{"a", 3u << 30}, {"b", 3u << 30}, {"c", 1u << 30}};
-  wia_model_t model{3, parts, traffic.data(), device_of.data()};
+  wia_model_t model{3, parts, traffic.data(), device_of.data(), nullptr, 0};
   wia_placement_config_t cfg{};
   cfg.topology = &topology;
   cfg.max_parts_per_device = 3;

@@ -48,7 +48,7 @@ int main(void) {
    * exchange 64 MB per step, one per device. */
   double traffic[4] = {0.0, 64e6, 64e6, 0.0};
   int device_of_part[2] = {-1, -1};
-  wia_model_t two_stages = {2, NULL, traffic, device_of_part};
+  wia_model_t two_stages = {2, NULL, traffic, device_of_part, NULL, 0};
   wia_model_t* model = &two_stages;
 
   // Use topology info for placement
