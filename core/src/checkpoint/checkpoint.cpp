@@ -179,8 +179,13 @@ void commit(const Settings& s, std::uint64_t seq, const std::string& ckpt_dir,
     // `newest` is kept; of the rest, the keep_last - 1 youngest.
     const std::size_t keep = static_cast<std::size_t>(s.keep_last - 1);
     for (std::size_t i = 0; i + keep < seqs.size(); ++i) {
+      // Uncommit first, so a crash halfway through the removal leaves a
+      // directory nobody loads rather than a committed one with holes.
+      const std::string old = s.dir + "/" + checkpoint_name(seqs[i]);
       std::error_code ec;
-      fs::remove_all(s.dir + "/" + checkpoint_name(seqs[i]), ec);
+      fs::remove(old + "/" + kCommitName, ec);
+      if (!ec) sync_directory(old);
+      fs::remove_all(old, ec);
       if (ec)
         log::warn("checkpoint", "could not prune {}: {}", checkpoint_name(seqs[i]), ec.message());
     }

@@ -5,6 +5,11 @@ wia_add_unit_test(process_comm SOURCES ${CMAKE_CURRENT_LIST_DIR}/process_comm_te
                   LIBS wia_core_internal TIMEOUT 900)
 wia_test_loads_providers(test_process_comm)
 
+# Checkpoints saved and loaded by the ranks of one job (docs/checkpoints.md).
+wia_add_unit_test(checkpoint_ranks SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_ranks_test.cpp
+                  LIBS wia::core TIMEOUT 300)
+wia_test_loads_providers(test_checkpoint_ranks)
+
 # Spec 6.10's snippet as C11, run as a one-process job.
 add_executable(test_spec_distributed_c ${CMAKE_CURRENT_LIST_DIR}/spec_distributed.c)
 target_link_libraries(test_spec_distributed_c PRIVATE wia::core wia_warnings)

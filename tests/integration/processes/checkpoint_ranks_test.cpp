@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// Checkpoints across 3 real processes of one job (process communicator,
+// shm): sharded saves write one shard per rank and commit once, replicated
+// saves write rank 0's only, and each rank restores exactly what it saved
+// (recomputed here from rank and step). A sharded checkpoint loaded by a
+// job of another size is refused.
+#include <doctest/doctest.h>
+#include <wia/wia.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "process_harness.hpp"
+
+namespace {
+using namespace wia::test::processes;
+namespace fs = std::filesystem;
+
+double entry(int rank, int step, std::size_t i) {
+  return static_cast<double>(rank) * 1e6 + static_cast<double>(step) * 1e3 + static_cast<double>(i);
+}
+
+std::string g_dir;  // set before the fork: every rank sees the same directory
+
+// Saves (sharded or replicated) at steps 1 and 2, async on the default
+// stream, then loads the latest and checks it.
+int save_and_load(int rank, int nranks, wia_checkpoint_shard_mode_t mode) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const int content_rank = mode == WIA_CKPT_REPLICATED ? 0 : rank;
+  std::vector<double> w(50000 + 1000 * static_cast<std::size_t>(rank));
+  if (mode == WIA_CKPT_REPLICATED) w.resize(50000);
+  wia_tensor_ref_t ref{"w", w.data(), w.size(), WIA_FLOAT64};
+  wia_model_t model{};
+  model.tensors = &ref;
+  model.num_tensors = 1;
+  wia_checkpoint_config_t cfg{};
+  cfg.checkpoint_dir = g_dir.c_str();
+  cfg.async_checkpointing = true;
+  cfg.compression = WIA_CKPT_COMPRESS_ZSTD;
+  cfg.shard_mode = mode;
+  cfg.comm = comm;
+  cfg.timeout_ms = 30000;
+  for (int step = 1; step <= 2; ++step) {
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = entry(content_rank, step, i);
+    wia_checkpoint_t* c = wia_create_checkpoint();
+    wia_checkpoint_add_model(c, &model);
+    wia_checkpoint_add_metadata(c, "step", &step);
+    if (wia_save_checkpoint_async(c, &cfg, nullptr) != WIA_SUCCESS ||
+        wia_free_checkpoint(c) != WIA_SUCCESS) {
+      std::fprintf(stderr, "rank %d: save: %s\n", rank, wia_get_last_error());
+      return kApiError;
+    }
+  }
+  std::fill(w.begin(), w.end(), 0.0);
+  wia_checkpoint_t* l = wia_load_latest_checkpoint(&cfg);
+  int step = 0;
+  if (l == nullptr || wia_get_checkpoint_metadata(l, "step", &step) != WIA_SUCCESS ||
+      wia_restore_model(&model, l) != WIA_SUCCESS) {
+    std::fprintf(stderr, "rank %d: load: %s\n", rank, wia_get_last_error());
+    return kApiError;
+  }
+  int wrong = step != 2;
+  for (std::size_t i = 0; i < w.size(); ++i) wrong += w[i] != entry(content_rank, 2, i);
+  if (mode == WIA_CKPT_SHARDED && rank == 0) {
+    // A one-process load of a 3-rank sharded checkpoint is refused.
+    wia_checkpoint_t* solo = nullptr;
+    const wia_status_t st = wia_load_checkpoint_ex(wia_checkpoint_path(l), nullptr, &solo);
+    if (st != WIA_ERROR_MISMATCH ||
+        std::string(wia_get_last_error()).find("saved by 3 ranks") == std::string::npos) {
+      std::fprintf(stderr, "rank 0: solo load: %d %s\n", st, wia_get_last_error());
+      ++wrong;
+    }
+  }
+  wia_free_checkpoint(l);
+  wia_destroy_communicator(comm);
+  if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
+  return wrong ? kWrong : kOk;
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints across 3 processes: sharded and replicated saves, collective commit") {
+  for (auto mode : {WIA_CKPT_SHARDED, WIA_CKPT_REPLICATED}) {
+    CAPTURE(mode);
+    g_dir = "/tmp/wia_ckpt_ranks_XXXXXX";
+    REQUIRE(mkdtemp(g_dir.data()) != nullptr);
+    const auto st = run_ranks(3, base_yaml(), [mode](int r, int n) { return save_and_load(r, n, mode); },
+                              {{"TEST_WIA_ID", unique_id_env()}});
+    check_all(st);
+    // Both saves committed, numbered 1 and 2, with the shards the mode writes.
+    CHECK(files_in(g_dir) == std::vector<std::string>{"LOCK", "ckpt-00000001", "ckpt-00000002",
+                                                      "latest"});
+    const auto expected =
+        mode == WIA_CKPT_SHARDED
+            ? std::vector<std::string>{"MANIFEST.yaml", "rank-00000.data", "rank-00000.yaml",
+                                       "rank-00001.data", "rank-00001.yaml", "rank-00002.data",
+                                       "rank-00002.yaml"}
+            : std::vector<std::string>{"MANIFEST.yaml", "rank-00000.data", "rank-00000.yaml"};
+    CHECK(files_in(g_dir + "/ckpt-00000002") == expected);
+    std::error_code ec;
+    fs::remove_all(g_dir, ec);
+  }
+}
