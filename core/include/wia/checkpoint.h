@@ -6,8 +6,9 @@
  *
  * A checkpoint is a set of named tensors (host memory or any wia_malloc'd
  * device memory) plus typed metadata. Saving copies every tensor to a
- * staging buffer first, so the originals may change as soon as the copies
- * have run; the files are then compressed, checksummed and written, and a
+ * staging buffer before it returns, so the originals may change as soon as
+ * it has; the files are then compressed, checksummed and written (in the
+ * background for an async save), and a
  * checkpoint becomes visible only when all of it is durable: it is
  * loadable or invisible, never half written. Loading checks every
  * checksum: a flipped byte, a truncated file or a missing shard is
@@ -107,9 +108,10 @@ WIA_API wia_status_t wia_checkpoint_add_metadata_bytes(wia_checkpoint_t* ckpt, c
 /* Saves ckpt to config->checkpoint_dir and commits it before returning. */
 WIA_API wia_status_t wia_save_checkpoint(wia_checkpoint_t* ckpt,
                                          const wia_checkpoint_config_t* config);
-/* Posts the staging copies on save_stream (NULL: the current device's
- * default stream) and returns; the tensors may change once the stream has
- * passed them. A background thread then compresses, writes and commits.
+/* Copies every tensor to host staging memory on save_stream (NULL: the
+ * current device's default stream; the copies follow its earlier work),
+ * waits for those copies only, and returns: the tensors may change at once.
+ * A background thread then compresses, writes and commits;
  * wia_checkpoint_wait gives the outcome. One save per ckpt at a time. */
 WIA_API wia_status_t wia_save_checkpoint_async(wia_checkpoint_t* ckpt,
                                                const wia_checkpoint_config_t* config,

@@ -128,13 +128,6 @@ void add_tensors(Checkpoint& c, Kind kind, const wia_tensor_ref_t* tensors, std:
   }
 }
 
-// Runs on the save stream after the staging copies.
-void open_gate(void* user_data) {
-  auto* gate = static_cast<std::shared_ptr<checkpoint::Gate>*>(user_data);
-  (*gate)->open(WIA_SUCCESS);
-  delete gate;
-}
-
 wia_status_t save(wia_checkpoint_t* ckpt, const wia_checkpoint_config_t* config,
                   wia_stream_t stream, bool async) {
   Checkpoint& c = live_checkpoint(ckpt);
@@ -163,12 +156,11 @@ wia_status_t save(wia_checkpoint_t* ckpt, const wia_checkpoint_config_t* config,
       staging.buffers.push_back(std::move(buf));
     }
   }
-  auto* gate = new std::shared_ptr<checkpoint::Gate>(staging.gate);
-  const wia_status_t st = wia_launch_host_func(stream, open_gate, gate);
-  if (st != WIA_SUCCESS) {
-    delete gate;
-    throw Error(st, std::string("posting the save on its stream: ") + wia_get_last_error());
-  }
+  // The call returns once the copies have run (as torch's async_save stages
+  // before returning): the caller may then change the tensors at once.
+  const wia_status_t st = wia_stream_synchronize(stream);
+  if (st != WIA_SUCCESS)
+    throw Error(st, std::string("staging copies on the save stream: ") + wia_get_last_error());
   c.start_save(s, seq, std::move(staging));
   if (async) return WIA_SUCCESS;
   const wia_status_t done = c.wait();

@@ -197,24 +197,6 @@ void commit(const Settings& s, std::uint64_t seq, const std::string& ckpt_dir,
 
 std::uint64_t Source::bytes() const { return count * kernels::dtype_size(dtype); }
 
-void Gate::open(wia_status_t status, std::string message) {
-  std::lock_guard lock(mu_);
-  open_ = true;
-  status_ = status;
-  message_ = std::move(message);
-  cv_.notify_all();
-}
-
-void Gate::wait(std::uint32_t timeout_ms) {
-  std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return open_; }))
-    throw Error(WIA_ERROR_TIMEOUT,
-                fmt::format("the staging copies on the save stream did not run within {} ms "
-                            "(timeout_ms): is the stream blocked?",
-                            timeout_ms));
-  if (status_ != WIA_SUCCESS) throw Error(status_, "staging copy failed: " + message_);
-}
-
 Checkpoint::~Checkpoint() { wait(); }
 
 void Checkpoint::add(Source source) {
@@ -255,7 +237,19 @@ const Checkpoint::Loaded* Checkpoint::find(Kind kind, const std::string& name) c
 std::uint64_t Checkpoint::next_seq(const Settings& s) {
   make_directories(s.dir);
   if (s.group.rank == 0) lock_directory(s.dir);
-  return s.group.agree_max(newest_seq_in(s.dir) + 1);
+  // Saves posted back to back have not created their directories yet, so
+  // this process also remembers the numbers it handed out.
+  static std::mutex mu;
+  static auto* given = new std::map<std::string, std::uint64_t>();
+  std::uint64_t proposal;
+  {
+    std::lock_guard lock(mu);
+    proposal = std::max(newest_seq_in(s.dir), (*given)[s.dir]) + 1;
+  }
+  const std::uint64_t seq = s.group.agree_max(proposal);
+  std::lock_guard lock(mu);
+  (*given)[s.dir] = std::max((*given)[s.dir], seq);
+  return seq;
 }
 
 void Checkpoint::start_save(const Settings& settings, std::uint64_t seq, Staging staging) {
@@ -278,7 +272,6 @@ void Checkpoint::start_save(const Settings& settings, std::uint64_t seq, Staging
 void Checkpoint::run_save(const Settings& s, std::uint64_t seq, Staging staging) {
   const std::string ckpt_dir = s.dir + "/" + checkpoint_name(seq);
   try {
-    staging.gate->wait(s.timeout_ms);
     std::error_code ec;
     fs::create_directory(ckpt_dir, ec);
     if (ec) throw Error(WIA_ERROR_IO, fmt::format("cannot create {}: {}", ckpt_dir, ec.message()));

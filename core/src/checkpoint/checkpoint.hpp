@@ -8,7 +8,6 @@
 
 #include <wia/wia.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -54,26 +53,9 @@ struct Source {
   std::uint64_t bytes() const;
 };
 
-// Set once the staging copies of a save have run (by a host function on
-// the save stream); the writer waits for it.
-class Gate {
- public:
-  void open(wia_status_t status, std::string message = {});
-  // WIA_ERROR_TIMEOUT after timeout_ms; throws the status it was opened with.
-  void wait(std::uint32_t timeout_ms);
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-  wia_status_t status_ = WIA_SUCCESS;
-  std::string message_;
-};
-
-// Staging buffers of one save, filled by the caller's copies.
+// Staging buffers of one save, already filled by the caller's copies.
 struct Staging {
   std::vector<std::unique_ptr<std::byte[]>> buffers;  // one per Source, bytes() each
-  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
 };
 
 class Checkpoint {
@@ -93,8 +75,7 @@ class Checkpoint {
   // checkpoint any rank sees there, agreed over the group (collective).
   // Creates the directory and, on rank 0, takes its lock.
   static std::uint64_t next_seq(const Settings& settings);
-  // Starts the background writer for sequence `seq`; the staging copies
-  // have been posted and open staging.gate when done.
+  // Starts the background writer for sequence `seq` from the filled staging.
   void start_save(const Settings& settings, std::uint64_t seq, Staging staging);
   // Waits for the pending save; its status (SUCCESS when none pending).
   // The message of a failure is kept for wait_message().

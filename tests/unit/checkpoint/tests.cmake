@@ -6,3 +6,13 @@ wia_add_unit_test(checkpoint_api SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_ap
 if(TARGET wia-provider-host)
   add_dependencies(test_checkpoint_api wia-provider-host)
 endif()
+
+# Spec 6.9's checkpoint snippet as C11 (the _Generic metadata macros included).
+add_executable(test_spec_checkpoint_c ${CMAKE_CURRENT_LIST_DIR}/spec_checkpoint.c)
+target_link_libraries(test_spec_checkpoint_c PRIVATE wia::core wia_warnings)
+if(TARGET wia-provider-host)
+  add_dependencies(test_spec_checkpoint_c wia-provider-host)
+endif()
+add_test(NAME spec_checkpoint_c COMMAND test_spec_checkpoint_c)
+set_tests_properties(spec_checkpoint_c PROPERTIES TIMEOUT 120
+  ENVIRONMENT "WIA_HOST_DEVICES=1;WIA_LOG_LEVEL=warn")
