@@ -141,13 +141,9 @@ wia_status_t save(wia_checkpoint_t* ckpt, const wia_checkpoint_config_t* config,
   if (s.writes_shard()) {
     for (const auto& src : c.sources()) {
       const std::uint64_t bytes = src.bytes();
-      auto buf = std::unique_ptr<std::byte[]>(new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes]);
-      if (!buf)
-        throw Error(WIA_ERROR_OUT_OF_MEMORY,
-                    fmt::format("staging buffer of {} bytes for {} tensor '{}'", bytes,
-                                checkpoint::kind_name(src.kind), src.name));
+      auto buf = checkpoint::StagingBuffer::take(bytes);
       if (bytes > 0) {
-        const wia_status_t st = wia_memcpy_async(buf.get(), src.data, bytes, stream);
+        const wia_status_t st = wia_memcpy_async(buf.data(), src.data, bytes, stream);
         if (st != WIA_SUCCESS)
           throw Error(st, fmt::format("staging copy of {} tensor '{}': {}",
                                       checkpoint::kind_name(src.kind), src.name,

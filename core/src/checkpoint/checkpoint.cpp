@@ -128,12 +128,22 @@ std::string write_shard(const Settings& s, std::uint64_t seq, const std::string&
   std::vector<std::byte> out;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const Source& src = sources[i];
-    const std::span<const std::byte> raw(staging.buffers[i].get(), src.bytes());
+    const std::span<const std::byte> raw(staging.buffers[i].data(), src.bytes());
     TensorRecord r{src.kind, src.name, src.dtype, src.count, data.size(), 0, 0};
     RunningChecksum sum;
     for (std::size_t at = 0; at < raw.size(); at += kPiece) {
       const auto piece = raw.subspan(at, std::min(kPiece, raw.size() - at));
       sum.add(piece);
+      if (s.compression == WIA_CKPT_COMPRESS_NONE) {
+        // Raw blocks go to the file from the staging buffer itself.
+        for (std::size_t b = 0; b < piece.size(); b += kBlockBytes) {
+          const auto block = piece.subspan(b, std::min(kBlockBytes, piece.size() - b));
+          data.write(raw_block_header(block.size()));
+          data.write(block);
+          r.stored_bytes += 8 + block.size();
+        }
+        continue;
+      }
       out.clear();
       r.stored_bytes += encode_blocks(piece, s.compression, s.level, out);
       data.write(out);
@@ -355,7 +365,8 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& path, const Sett
                                                m.seq, m.rank));
 
   const std::string data_path = dir + "/" + shard_data_name(shard);
-  const auto file = read_whole(data_path);
+  const MappedFile mapped(data_path);
+  const auto file = mapped.bytes();
   check_data_header(file, m.seq, data_path);
   if (file.size() != m.data_bytes)
     throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: {} bytes, the manifest records {}", data_path,
@@ -368,7 +379,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& path, const Sett
     Loaded l;
     l.record = t;
     l.data.resize(t.count * kernels::dtype_size(t.dtype));
-    decode_blocks(std::span(file).subspan(t.offset, t.stored_bytes), m.compression, l.data, what);
+    decode_blocks(file.subspan(t.offset, t.stored_bytes), m.compression, l.data, what);
     if (checksum(l.data) != t.checksum)
       throw Error(WIA_ERROR_CORRUPT, what + ": checksum mismatch (the data was damaged)");
     ckpt->loaded_.push_back(std::move(l));
@@ -380,6 +391,9 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& path, const Sett
 }
 
 void wait_for_pending_saves() noexcept {
+  struct Release {
+    ~Release() { release_staging_pool(); }
+  } release;
   for (;;) {
     Checkpoint* c = nullptr;
     {

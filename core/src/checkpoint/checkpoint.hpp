@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "checkpoint/format.hpp"
+#include "checkpoint/staging_pool.hpp"
 
 namespace wia::checkpoint {
 
@@ -55,7 +56,7 @@ struct Source {
 
 // Staging buffers of one save, already filled by the caller's copies.
 struct Staging {
-  std::vector<std::unique_ptr<std::byte[]>> buffers;  // one per Source, bytes() each
+  std::vector<StagingBuffer> buffers;  // one per Source, bytes() each
 };
 
 class Checkpoint {

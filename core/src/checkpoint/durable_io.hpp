@@ -43,6 +43,21 @@ void sync_directory(const std::string& dir);
 // The whole file. Throws WIA_ERROR_CORRUPT "<path>: missing" when it does
 // not exist (a checkpoint's files are the checkpoint), IO otherwise.
 std::vector<std::byte> read_whole(const std::string& path);
+// A whole file mapped read-only (the page cache itself, no copy), for
+// data files that are decoded straight out of it. Errors as read_whole.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+
+ private:
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 // Creates dir and its parents (mkdir -p).
 void make_directories(const std::string& dir);
 

@@ -356,6 +356,14 @@ std::uint64_t encode_blocks(std::span<const std::byte> raw, wia_checkpoint_compr
   return out.size() - start;
 }
 
+std::array<std::byte, 8> raw_block_header(std::size_t n) {
+  std::array<std::byte, 8> h;
+  const auto v = static_cast<std::uint32_t>(n);
+  std::memcpy(h.data(), &v, 4);
+  std::memcpy(h.data() + 4, &v, 4);
+  return h;
+}
+
 void decode_blocks(std::span<const std::byte> stored, wia_checkpoint_compression_t codec,
                    std::span<std::byte> raw, const std::string& what) {
   std::size_t in = 0;

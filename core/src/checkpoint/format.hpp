@@ -19,6 +19,7 @@
 
 #include <wia/wia.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -113,6 +114,8 @@ void check_data_header(std::span<const std::byte> file, std::uint64_t seq, const
 // level 0 = the codec's default.
 std::uint64_t encode_blocks(std::span<const std::byte> raw, wia_checkpoint_compression_t codec,
                             int level, std::vector<std::byte>& out);
+// The 8-byte header of a block of n bytes kept raw.
+std::array<std::byte, 8> raw_block_header(std::size_t n);
 // Decodes stored blocks into exactly raw.size() bytes; throws
 // WIA_ERROR_CORRUPT naming `what` when they do not decode to that.
 void decode_blocks(std::span<const std::byte> stored, wia_checkpoint_compression_t codec,

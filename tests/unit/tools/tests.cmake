@@ -144,3 +144,10 @@ add_test(NAME tool_wia_bench_compress COMMAND sh -c "\
     grep -Eq '^ +65536 .* [1-9]\\.[0-9]{2}e-0[2-4] \\|' && \
   ${_wia_bench} --compress int8 --op allgather 2>&1 | grep -q 'compress needs --op allreduce'")
 set_tests_properties(tool_wia_bench_compress PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
+# wia-ckpt-bench: a small run prints a row per codec with every ratio.
+add_test(NAME tool_wia_ckpt_bench COMMAND sh -c "\
+  $<TARGET_FILE:wia-ckpt-bench> --size 8M --reps 1 | tee /dev/stderr > ckpt-bench.out && \
+  grep -Eq '^none +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +1\\.000 ' ckpt-bench.out && \
+  grep -Eq '^lz4 ' ckpt-bench.out && grep -Eq '^zstd +.* 0\\.9[0-9]{2} ' ckpt-bench.out")
+set_tests_properties(tool_wia_ckpt_bench PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error;WIA_HOST_DEVICES=1")
