@@ -19,6 +19,7 @@
 #include "config/config.hpp"
 #include "provider/registry.hpp"
 #include "runtime/runtime.hpp"
+#include "flight_analysis.hpp"
 #include "selection.hpp"
 
 namespace {
@@ -199,6 +200,8 @@ void usage(FILE* out) {
       "  --place MODEL.yaml  place a model's parts on the devices (docs/placement.md);\n"
       "               --strategy bandwidth|latency|sequential, --allow-cross-node to not\n"
       "               minimise cross-node bytes first\n"
+      "  --analyse DIR  read every rank's flight recorder dump in DIR (flight_recorder.dir)\n"
+      "               and name the ranks that never joined the collective where the job stopped\n"
       "  --rules F    take selector rules from config file F instead of WIA_CONFIG\n"
       "  --assume-all-transports  plan as if shm, tcp, ofi and verbs were all loaded\n"
       "Environment: WIA_CONFIG=<file.yaml>, WIA_PROVIDER_PATH, WIA_LOG_LEVEL, WIA_TRANSPORT,\n"
@@ -221,6 +224,7 @@ int main(int argc, char** argv) {
   double tolerance = 0.1;
   wia_info::SelectionOptions sel;
   const char* topology_file = nullptr;
+  const char* analyse_dir = nullptr;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--config")) {
@@ -257,6 +261,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "wia-info: --tolerance wants a number >= 0, got '%s'\n", argv[i]);
         return 2;
       }
+    } else if (!std::strcmp(argv[i], "--analyse") && has_value) {
+      analyse_dir = argv[++i];
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
@@ -266,6 +272,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (analyse_dir) return wia_info::analyse_flight(analyse_dir);
   sel.topology_file = topology_file;
   if (place_file)
     return wia_info::place(place_file, topology_file, strategy, cross_node_first);

@@ -41,7 +41,12 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
                                          wia_device_t device,
                                          std::chrono::milliseconds setup_timeout,
                                          const std::string& preferred_inter_node)
-    : layout_(layout), device_(device) {
+    : layout_(layout),
+      device_(device),
+      flight_(static_cast<std::size_t>(Runtime::get().config().get_int("flight_recorder.entries"))),
+      flight_dir_(Runtime::get().config().get_string("flight_recorder.dir")) {
+  static std::atomic<int> created{0};
+  comm_index_ = ++created;
   Runtime& rt = Runtime::get();
   const Device& d = rt.device(device);
   device_ops_ = &ops_of(d);

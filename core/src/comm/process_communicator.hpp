@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "comm/communicator_base.hpp"
+#include "comm/flight_recorder.hpp"
 #include "common/page_aligned.hpp"
 #include "engine/net_exec.hpp"
 #include "engine/progress_signal.hpp"
@@ -386,6 +387,14 @@ class ProcessCommunicator final : public CommunicatorBase {
   wia_status_t error_ = WIA_SUCCESS;
   std::string error_message_;
   wia_algorithm_t last_selected_{};
+
+  // The last operations, dumped to flight_dir_ when the communicator breaks.
+  FlightRecorder flight_;
+  std::string flight_dir_;
+  int comm_index_ = 0;  // the n-th process communicator of this process
+  std::atomic<std::uint64_t> collectives_posted_{0};
+  // Records operation `seq` as posted.
+  void record_posted(std::uint64_t seq, const Call& call, int peer, bool is_send) noexcept;
 };
 
 }  // namespace wia::comm

@@ -179,6 +179,20 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
     broken_.store(true);
   }
   log::error("comm", "rank {}: {}", layout_.rank, reason);
+  if (flight_.on() && !flight_dir_.empty()) {
+    FlightRecorder::Context ctx;
+    ctx.comm_index = comm_index_;
+    ctx.rank = layout_.rank;
+    ctx.nranks = layout_.size;
+    ctx.host = layout_.host_of_rank.empty() ? "" : layout_.host_of_rank[layout_.rank];
+    ctx.status = status;
+    ctx.reason = reason;
+    ctx.posted = next_seq_.load();
+    ctx.completed = executed_.load();
+    ctx.collectives_posted = collectives_posted_.load();
+    const std::string path = flight_.dump(flight_dir_, ctx);
+    if (!path.empty()) log::error("comm", "rank {}: flight recorder written to {}", layout_.rank, path);
+  }
   // Tell every peer why, briefly: a peer that is gone must not delay us.
   ControlHeader h;
   h.type = kAbort;

@@ -70,6 +70,7 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   // Claim the next sequence number only if every earlier one has run.
   std::uint64_t seq = executed_.load(std::memory_order_acquire);
   if (!next_seq_.compare_exchange_strong(seq, seq + 1)) return false;
+  record_posted(seq, call, peer, is_send);
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   std::string error;
   wia_status_t st = WIA_SUCCESS;
@@ -102,6 +103,7 @@ bool ProcessCommunicator::try_post_repeat(int rank, const Call& call, wia_stream
       device_ops_->stream_query(device_ctx_, stream->ps) != WIA_SUCCESS ||
       !next_seq_.compare_exchange_strong(seq, seq + 1))
     return false;  // post() waits or queues
+  record_posted(seq, call, -1, false);
   // The turn is ours: no other thread touches the spare RunningOperation now.
   const auto timeout =
       std::chrono::milliseconds(call.timeout_ms ? call.timeout_ms : default_timeout_ms_);
@@ -180,6 +182,7 @@ void ProcessCommunicator::post_stream_task(Call call, wia_stream_s* stream, int 
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
   }
+  record_posted(seq, call, peer, is_send);
   const bool large = call.count * kernels::dtype_size(call.dtype) > post_progress_max_bytes_;
   auto* task = new StreamTask{this, seq, std::move(call), stream, peer, is_send, nullptr, large};
   in_flight_.fetch_add(1);
@@ -232,7 +235,20 @@ ProcessCommunicator::SequenceTurn::SequenceTurn(ProcessCommunicator& c, std::uin
 
 ProcessCommunicator::SequenceTurn::~SequenceTurn() { c_.release_turn(seq_); }
 
+void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int peer,
+                                        bool is_send) noexcept {
+  if (peer >= 0) {
+    flight_.posted(seq, -1, is_send ? "send" : "recv", call.count, call.dtype, -1, peer);
+  } else {
+    const auto coll = static_cast<std::int64_t>(
+        collectives_posted_.fetch_add(1, std::memory_order_relaxed));
+    flight_.posted(seq, coll, coll::collective_name(call.collective), call.count, call.dtype,
+                   call.root, -1);
+  }
+}
+
 void ProcessCommunicator::release_turn(std::uint64_t seq) {
+  flight_.finished(seq);
   executed_.store(std::max(executed_.load(), seq + 1), std::memory_order_release);
   order_signal_.notify();
 }
@@ -273,6 +289,7 @@ void ProcessCommunicator::run_now(Call call) {
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
   }
+  record_posted(seq, call, -1, false);
   std::string error;
   const wia_status_t st = execute(seq, call, -1, false, error);
   if (st != WIA_SUCCESS) throw Error(st, error);

@@ -132,6 +132,19 @@ constexpr KeySpec kCoreSchema[] = {
      .default_value = "",
      .description = "Measured links (wia-bw --output) that communicators' cost models and "
                     "wia_discover_topology use instead of the default figures; empty = defaults"},
+    {.key = "flight_recorder.entries",
+     .type = ValueType::kInt,
+     .default_value = "2000",
+     .description = "Process communicators: operations each rank remembers for a dump on "
+                    "failure (0 = off; docs/flight-recorder.md)",
+     .min_value = 0,
+     .max_value = 1000000},
+    {.key = "flight_recorder.dir",
+     .type = ValueType::kString,
+     .default_value = "",
+     .description = "Where each rank writes its flight recorder when a communicator fails "
+                    "(wia-flight-comm<k>-rank<r>.yaml; wia-info --analyse reads them); "
+                    "empty = no dump"},
 };
 
 }  // namespace

@@ -5,6 +5,13 @@ wia_add_unit_test(process_comm SOURCES ${CMAKE_CURRENT_LIST_DIR}/process_comm_te
                   LIBS wia_core_internal TIMEOUT 900)
 wia_test_loads_providers(test_process_comm)
 
+# The flight recorder's dumps and wia-info --analyse (docs/flight-recorder.md).
+wia_add_unit_test(flight_recorder SOURCES ${CMAKE_CURRENT_LIST_DIR}/flight_recorder_test.cpp
+                  LIBS wia::core TIMEOUT 300)
+wia_test_loads_providers(test_flight_recorder)
+add_dependencies(test_flight_recorder wia-info)
+target_compile_definitions(test_flight_recorder PRIVATE WIA_TEST_WIA_INFO="$<TARGET_FILE:wia-info>")
+
 # Checkpoints saved and loaded by the ranks of one job (docs/checkpoints.md).
 wia_add_unit_test(checkpoint_ranks SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_ranks_test.cpp
                   LIBS wia::core TIMEOUT 300)
