@@ -271,6 +271,19 @@ WIA_API int wia_comm_rank_of_device(wia_communicator_t comm, wia_device_t device
 /* The first asynchronous error of comm (WIA_SUCCESS if none): a peer that
  * never posted within the timeout, mismatched calls, a failed copy. */
 WIA_API wia_status_t wia_comm_get_async_error(wia_communicator_t comm);
+/* Spec 6.9: whether comm has failed: a member died, lost its connection or
+ * did not answer within the timeout, or another error (a mismatch, an
+ * abort) made comm unusable. Cheap (no communication), so it may be called
+ * every iteration; failures are found by the operations that meet them,
+ * within collectives.timeout_ms, and every surviving rank learns of them.
+ * false for a NULL or unknown comm (wia_get_last_error says why). */
+WIA_API bool wia_detect_device_failure(wia_communicator_t comm);
+/* The ranks of comm known to have failed (died, lost their connection, or
+ * did not answer within the timeout), ascending: at most `capacity` into
+ * `ranks` (may be NULL when capacity is 0), how many there are into *count.
+ * Device communicators (one process) report none. */
+WIA_API wia_status_t wia_comm_get_failed(wia_communicator_t comm, int* ranks, int capacity,
+                                         int* count);
 
 /* Collectives are posted on `stream` and return at once; they start when
  * the stream's earlier work is done, and later work on the stream waits

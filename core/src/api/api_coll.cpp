@@ -376,6 +376,26 @@ WIA_API wia_status_t wia_comm_get_async_error(wia_communicator_t comm) {
   return api::guard(__func__, [&] { return live(comm).async_error(); });
 }
 
+WIA_API bool wia_detect_device_failure(wia_communicator_t comm) {
+  bool failed = false;
+  api::guard(__func__, [&] { failed = live(comm).async_error() != WIA_SUCCESS; });
+  return failed;
+}
+
+WIA_API wia_status_t wia_comm_get_failed(wia_communicator_t comm, int* ranks, int capacity,
+                                         int* count) {
+  return api::guard(__func__, [&] {
+    api::require_non_null(count, "count");
+    if (capacity < 0)
+      throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("capacity is {}", capacity));
+    if (capacity > 0) api::require_non_null(ranks, "ranks");
+    const std::vector<int> failed = live(comm).failed_ranks();
+    for (std::size_t i = 0; i < failed.size() && i < static_cast<std::size_t>(capacity); ++i)
+      ranks[i] = failed[i];
+    *count = static_cast<int>(failed.size());
+  });
+}
+
 WIA_API wia_status_t wia_all_reduce(wia_communicator_t comm, const void* sendbuf, void* recvbuf,
                                     size_t count, const wia_collective_config_t* config,
                                     wia_stream_t stream) {

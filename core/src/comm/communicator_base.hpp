@@ -65,6 +65,9 @@ class CommunicatorBase {
   virtual bool drain() = 0;
   virtual int in_flight() const = 0;
   virtual wia_status_t async_error() const = 0;
+  // Ranks known to have failed: died, lost their connection, or did not
+  // answer within the timeout (process communicators; empty otherwise).
+  virtual std::vector<int> failed_ranks() const { return {}; }
   virtual wia_algorithm_t last_selected() const = 0;
 };
 

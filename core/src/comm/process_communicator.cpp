@@ -119,6 +119,18 @@ void ProcessCommunicator::close_all() noexcept {
   }
 }
 
+std::vector<int> ProcessCommunicator::failed_ranks() const {
+  std::lock_guard<std::mutex> lock(err_mu_);
+  return failed_ranks_;
+}
+
+void ProcessCommunicator::note_failed(int rank) {
+  if (rank < 0 || rank >= layout_.size || rank == layout_.rank) return;
+  std::lock_guard<std::mutex> lock(err_mu_);
+  const auto it = std::lower_bound(failed_ranks_.begin(), failed_ranks_.end(), rank);
+  if (it == failed_ranks_.end() || *it != rank) failed_ranks_.insert(it, rank);
+}
+
 wia_status_t ProcessCommunicator::async_error() const {
   std::lock_guard<std::mutex> lock(err_mu_);
   return error_;

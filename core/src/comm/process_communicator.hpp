@@ -120,6 +120,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   bool drain() override;
   int in_flight() const override { return in_flight_.load(); }
   wia_status_t async_error() const override;
+  std::vector<int> failed_ranks() const override;
   wia_algorithm_t last_selected() const override;
 
   // Runs a collective now on the calling thread (after every posted one);
@@ -386,6 +387,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::atomic<bool> broken_{false};
   wia_status_t error_ = WIA_SUCCESS;
   std::string error_message_;
+  std::vector<int> failed_ranks_;  // sorted, under err_mu_
+  // Records that `rank` failed (thread safe; repeats are ignored).
+  void note_failed(int rank);
   wia_algorithm_t last_selected_{};
 
   // The last operations, dumped to flight_dir_ when the communicator breaks.

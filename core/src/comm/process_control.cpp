@@ -4,6 +4,7 @@
 // failure path: breaking the communicator tells every peer why.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -42,6 +43,7 @@ std::string ProcessCommunicator::Control::poll() {
     } catch (const Error& e) {
       p.control_req = nullptr;
       if (p.said_bye) continue;  // it left cleanly; its data was delivered before
+      c_.note_failed(static_cast<int>(q));
       return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
     }
     if (!done) continue;
@@ -51,9 +53,18 @@ std::string ProcessCommunicator::Control::poll() {
       return fmt::format("rank {} sent a truncated control message ({} B)", q, size);
     std::memcpy(&h, p.control_buf.data(), sizeof(h));
     if (h.magic != kControlMagic) return fmt::format("rank {} sent a corrupt control message", q);
-    if (h.type == kAbort)
+    if (h.type == kAbort) {
+      // The header's `seq` carries how many failed ranks the aborting
+      // peer knew of; they follow it, then its reason.
+      std::size_t at = sizeof(h);
+      for (std::uint64_t i = 0; i < h.seq && at + 4 <= size; ++i, at += 4) {
+        std::int32_t r;
+        std::memcpy(&r, p.control_buf.data() + at, 4);
+        c_.note_failed(r);
+      }
       return fmt::format("rank {} aborted the communicator: {}", q,
-                         std::string(p.control_buf.data() + sizeof(h), size - sizeof(h)));
+                         std::string(p.control_buf.data() + at, size - at));
+    }
     if (h.type == kBye) {
       p.said_bye = true;  // no receive is posted again
       continue;
@@ -118,8 +129,10 @@ std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
   for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
     const Peer& p = c_.peers_[q];
     if (!p.link.conn) continue;
-    if (!p.has_reply)
+    if (!p.has_reply) {
       add(absent, std::to_string(q));
+      c_.note_failed(static_cast<int>(q));  // no answer within the timeout
+    }
     else if (p.reply.running == static_cast<std::int64_t>(seq))
       add(inside, std::to_string(q));
     else if (p.reply.completed <= seq)
@@ -194,10 +207,15 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
     if (!path.empty()) log::error("comm", "rank {}: flight recorder written to {}", layout_.rank, path);
   }
   // Tell every peer why, briefly: a peer that is gone must not delay us.
+  std::vector<int> failed = failed_ranks();
+  // The message fits one control buffer (1024 B): the first ranks, then the reason.
+  failed.resize(std::min<std::size_t>(failed.size(), (1024 - sizeof(ControlHeader)) / 8));
   ControlHeader h;
   h.type = kAbort;
+  h.seq = failed.size();
   std::string text(reinterpret_cast<const char*>(&h), sizeof(h));
-  text += fmt::format("rank {}: {}", layout_.rank, reason).substr(0, 1024 - sizeof(h));
+  for (int r : failed) text.append(reinterpret_cast<const char*>(&r), 4);
+  text += fmt::format("rank {}: {}", layout_.rank, reason).substr(0, 1024 - text.size());
   std::vector<std::pair<Peer*, wia_request_t>> sent;
   for (Peer& peer : peers_) {
     if (!peer.link.conn) continue;

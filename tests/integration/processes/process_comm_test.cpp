@@ -307,8 +307,13 @@ TEST_CASE("a rank that never calls becomes a timeout on every other rank, naming
         wia_collective_config_t cfg{};
         cfg.datatype = WIA_FLOAT32;
         const auto [s, msg] = all_reduce_in_place(comm, &v, 1, cfg);
+        int failed[2] = {-1, -1};
+        int n = -1;
+        const bool listed = wia_comm_get_failed(comm, failed, 2, &n) == WIA_SUCCESS && n == 1 &&
+                            failed[0] == 2 && wia_detect_device_failure(comm);
         wia_destroy_communicator(comm);
-        return error_naming(rank, s, msg, {"rank(s) 2", "rank 2"});
+        if (!listed) std::fprintf(stderr, "rank %d: %d failed, first %d\n", rank, n, failed[0]);
+        return listed ? error_naming(rank, s, msg, {"rank(s) 2", "rank 2"}) : kWrong;
       },
       {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
   check_all(st, kSawError);
@@ -327,11 +332,22 @@ TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within 
           std::vector<float> b(8u << 20, 1.0f);  // 32 MiB
           wia_collective_config_t cfg{};
           cfg.datatype = WIA_FLOAT32;
+          if (wia_detect_device_failure(comm)) return kWrong;
           for (int it = 0; it < 1000; ++it) {
             if (wia_all_reduce(comm, b.data(), b.data(), b.size(), &cfg, nullptr) != WIA_SUCCESS ||
                 wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
               std::fprintf(stderr, "rank %d saw: %s\n", rank, wia_get_last_error());
+              // Spec 6.9's check and the failed set: exactly the killed rank.
+              int failed[4] = {-1, -1, -1, -1};
+              int n = -1;
+              const bool detected = wia_detect_device_failure(comm);
+              const wia_status_t gs = wia_comm_get_failed(comm, failed, 4, &n);
               wia_destroy_communicator(comm);
+              if (!detected || gs != WIA_SUCCESS || n != 1 || failed[0] != 1) {
+                std::fprintf(stderr, "rank %d: detected %d, %d failed, first %d\n", rank,
+                             detected, n, failed[0]);
+                return kWrong;
+              }
               return kSawError;
             }
           }
