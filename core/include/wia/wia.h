@@ -271,6 +271,13 @@ WIA_API int wia_comm_rank_of_device(wia_communicator_t comm, wia_device_t device
 /* The first asynchronous error of comm (WIA_SUCCESS if none): a peer that
  * never posted within the timeout, mismatched calls, a failed copy. */
 WIA_API wia_status_t wia_comm_get_async_error(wia_communicator_t comm);
+/* ncclCommAbort: stops every operation of comm on this rank (running or
+ * queued ones fail with WIA_ERROR_ABORTED, reported by the streams they
+ * were posted on), closes its connections, so that the other ranks fail at
+ * once naming this one instead of waiting for their timeout, and releases
+ * comm, which is invalid afterwards. Any thread may call it, e.g. a
+ * watchdog while another thread waits on a stream. */
+WIA_API wia_status_t wia_comm_abort(wia_communicator_t comm);
 /* Spec 6.9: whether comm has failed: a member died, lost its connection or
  * did not answer within the timeout, or another error (a mismatch, an
  * abort) made comm unusable. Cheap (no communication), so it may be called

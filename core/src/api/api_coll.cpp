@@ -376,6 +376,13 @@ WIA_API wia_status_t wia_comm_get_async_error(wia_communicator_t comm) {
   return api::guard(__func__, [&] { return live(comm).async_error(); });
 }
 
+WIA_API wia_status_t wia_comm_abort(wia_communicator_t comm) {
+  return api::guard(__func__, [&] {
+    live(comm).request_abort();
+    api::destroy_communicator(comm);
+  });
+}
+
 WIA_API bool wia_detect_device_failure(wia_communicator_t comm) {
   bool failed = false;
   api::guard(__func__, [&] { failed = live(comm).async_error() != WIA_SUCCESS; });

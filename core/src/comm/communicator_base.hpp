@@ -68,6 +68,10 @@ class CommunicatorBase {
   // Ranks known to have failed: died, lost their connection, or did not
   // answer within the timeout (process communicators; empty otherwise).
   virtual std::vector<int> failed_ranks() const { return {}; }
+  // wia_comm_abort: operations running or queued fail with
+  // WIA_ERROR_ABORTED at their next look at the control channel (any
+  // thread may call it). Device communicators: nothing to interrupt.
+  virtual void request_abort() {}
   virtual wia_algorithm_t last_selected() const = 0;
 };
 

@@ -98,6 +98,11 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::create(
 }
 
 ProcessCommunicator::~ProcessCommunicator() {
+  // Aborted while idle: tell the peers (every operation has drained, so
+  // this thread may use the connections) rather than say goodbye.
+  if (abort_requested_.load() && !broken_.load())
+    break_communicator(WIA_ERROR_ABORTED,
+                       fmt::format("wia_comm_abort was called on rank {}", layout_.rank));
   if (!broken_.load()) {
     try {
       Control(*this).goodbye(
@@ -117,6 +122,11 @@ void ProcessCommunicator::close_all() noexcept {
     peer.control_req = nullptr;  // released by close()
     peer.send_req = nullptr;
   }
+}
+
+void ProcessCommunicator::request_abort() {
+  abort_requested_.store(true);
+  order_signal_.notify();
 }
 
 std::vector<int> ProcessCommunicator::failed_ranks() const {

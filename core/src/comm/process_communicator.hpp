@@ -121,6 +121,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   int in_flight() const override { return in_flight_.load(); }
   wia_status_t async_error() const override;
   std::vector<int> failed_ranks() const override;
+  void request_abort() override;
   wia_algorithm_t last_selected() const override;
 
   // Runs a collective now on the calling thread (after every posted one);
@@ -388,6 +389,11 @@ class ProcessCommunicator final : public CommunicatorBase {
   wia_status_t error_ = WIA_SUCCESS;
   std::string error_message_;
   std::vector<int> failed_ranks_;  // sorted, under err_mu_
+  std::atomic<bool> abort_requested_{false};
+  // `st`, or WIA_ERROR_ABORTED for a failure after wia_comm_abort.
+  wia_status_t unless_aborted(wia_status_t st) const {
+    return st != WIA_SUCCESS && abort_requested_.load() ? WIA_ERROR_ABORTED : st;
+  }
   // Records that `rank` failed (thread safe; repeats are ignored).
   void note_failed(int rank);
   wia_algorithm_t last_selected_{};

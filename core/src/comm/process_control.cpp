@@ -29,6 +29,8 @@ enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4 
 }  // namespace
 
 std::string ProcessCommunicator::Control::poll() {
+  if (c_.abort_requested_.load(std::memory_order_relaxed))
+    return fmt::format("wia_comm_abort was called on rank {}", c_.layout_.rank);
   for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
     Peer& p = c_.peers_[q];
     progress_send(p);
@@ -184,6 +186,7 @@ void ProcessCommunicator::post_control_recv(Peer& peer) {
 }
 
 void ProcessCommunicator::break_communicator(wia_status_t status, const std::string& reason) {
+  status = unless_aborted(status);
   {
     std::lock_guard<std::mutex> lock(err_mu_);
     if (broken_.load()) return;

@@ -165,7 +165,7 @@ void ProcessCommunicator::run_claimed(std::uint64_t seq, std::unique_ptr<Running
     }
   }
   // Failures are reported like those of a collective run by the stream.
-  if (st != WIA_SUCCESS) stream->set_async_error(st, error);
+  if (st != WIA_SUCCESS) stream->set_async_error(unless_aborted(st), error);
   recycle(std::move(r));
   release_turn(seq);  // notifies
 }
@@ -219,7 +219,7 @@ void ProcessCommunicator::run_stream_task(StreamTask& task) {
   } else {
     st = execute(task.seq, task.call, task.peer, task.is_send, error);
   }
-  if (st != WIA_SUCCESS) task.stream->set_async_error(st, error);
+  if (st != WIA_SUCCESS) task.stream->set_async_error(unless_aborted(st), error);
   if (task.large) large_in_flight_.fetch_sub(1);
   in_flight_.fetch_sub(1);
   order_signal_.notify();

@@ -1226,3 +1226,42 @@ TEST_CASE("ranks with different node-window settings all use messages, with corr
       });
   check_all(st);
 }
+
+TEST_CASE("wia_comm_abort from a watchdog thread: this rank's wait ends ABORTED, the peers fail at once") {
+  const auto st = run_ranks(
+      3, base_yaml(20000),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        std::vector<float> b(1u << 20, 1.0f);
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        if (rank == 2) {
+          // Never posts: without the abort the others would wait 20 s.
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          wia_destroy_communicator(comm);
+          return kSawError;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        std::thread watchdog;
+        if (rank == 0)
+          watchdog = std::thread([comm] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            if (wia_comm_abort(comm) != WIA_SUCCESS)
+              std::fprintf(stderr, "rank 0: abort: %s\n", wia_get_last_error());
+          });
+        const wia_status_t posted = wia_all_reduce(comm, b.data(), b.data(), b.size(), &cfg, nullptr);
+        const wia_status_t s = posted != WIA_SUCCESS ? posted : wia_stream_synchronize(nullptr);
+        const std::string msg = wia_get_last_error();
+        if (watchdog.joinable()) watchdog.join();
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (rank == 1) wia_destroy_communicator(comm);
+        std::fprintf(stderr, "rank %d: %.2f s: %s\n", rank, secs, msg.c_str());
+        if (secs > 5) return kWrong;  // the abort, not the 20 s timeout, ended it
+        if (rank == 0) return s == WIA_ERROR_ABORTED ? kSawError : kWrong;
+        return error_naming(rank, s, msg, {"rank 0"});
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st, kSawError);
+}
