@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -238,6 +239,22 @@ void set_meta(wia_checkpoint_t* ckpt, const char* name, const void* value, MetaV
   c.set_metadata(key, std::move(v));
 }
 
+// The typed forms: *value (or the string) as a MetaValue of `type`.
+template <typename T>
+void set_meta(wia_checkpoint_t* ckpt, const char* name, const T* value, MetaValue::Type type) {
+  MetaValue v;
+  v.type = type;
+  if (value != nullptr) {
+    if constexpr (std::is_same_v<T, char>)
+      v.bytes = value;
+    else if constexpr (std::is_floating_point_v<T>)
+      v.d = *value;
+    else
+      v.i = *value;
+  }
+  set_meta(ckpt, name, static_cast<const void*>(value), std::move(v));
+}
+
 }  // namespace
 }  // namespace wia::api
 
@@ -296,42 +313,22 @@ WIA_API wia_status_t wia_checkpoint_add_tensor(wia_checkpoint_t* ckpt, const cha
 
 WIA_API wia_status_t wia_checkpoint_add_metadata_int(wia_checkpoint_t* ckpt, const char* name,
                                                      const int* value) {
-  return guard(__func__, [&] {
-    MetaValue v;
-    v.type = MetaValue::Type::kInt;
-    if (value) v.i = *value;
-    api::set_meta(ckpt, name, value, v);
-  });
+  return guard(__func__, [&] { api::set_meta(ckpt, name, value, MetaValue::Type::kInt); });
 }
 
 WIA_API wia_status_t wia_checkpoint_add_metadata_int64(wia_checkpoint_t* ckpt, const char* name,
                                                        const int64_t* value) {
-  return guard(__func__, [&] {
-    MetaValue v;
-    v.type = MetaValue::Type::kInt;
-    if (value) v.i = *value;
-    api::set_meta(ckpt, name, value, v);
-  });
+  return guard(__func__, [&] { api::set_meta(ckpt, name, value, MetaValue::Type::kInt); });
 }
 
 WIA_API wia_status_t wia_checkpoint_add_metadata_double(wia_checkpoint_t* ckpt, const char* name,
                                                         const double* value) {
-  return guard(__func__, [&] {
-    MetaValue v;
-    v.type = MetaValue::Type::kDouble;
-    if (value) v.d = *value;
-    api::set_meta(ckpt, name, value, v);
-  });
+  return guard(__func__, [&] { api::set_meta(ckpt, name, value, MetaValue::Type::kDouble); });
 }
 
 WIA_API wia_status_t wia_checkpoint_add_metadata_string(wia_checkpoint_t* ckpt, const char* name,
                                                         const char* value) {
-  return guard(__func__, [&] {
-    MetaValue v;
-    v.type = MetaValue::Type::kString;
-    if (value) v.bytes = value;
-    api::set_meta(ckpt, name, value, v);
-  });
+  return guard(__func__, [&] { api::set_meta(ckpt, name, value, MetaValue::Type::kString); });
 }
 
 WIA_API wia_status_t wia_checkpoint_add_metadata_bytes(wia_checkpoint_t* ckpt, const char* name,

@@ -31,6 +31,24 @@ std::string parent_of(const std::string& path) {
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash);
 }
 
+// A checkpoint file opened to be read, and its size. A missing file is
+// WIA_ERROR_CORRUPT: a checkpoint's files are the checkpoint.
+int open_for_reading(const std::string& path, std::size_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: missing", path));
+    io_fail("cannot open", path, errno);
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    io_fail("cannot stat", path, err);
+  }
+  *size = static_cast<std::size_t>(st.st_size);
+  return fd;
+}
+
 }  // namespace
 
 DurableFile::DurableFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
@@ -97,18 +115,9 @@ void sync_directory(const std::string& dir) {
 }
 
 std::vector<std::byte> read_whole(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: missing", path));
-    io_fail("cannot open", path, errno);
-  }
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    io_fail("cannot stat", path, err);
-  }
-  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t size = 0;
+  const int fd = open_for_reading(path, &size);
+  std::vector<std::byte> bytes(size);
   std::size_t got = 0;
   while (got < bytes.size()) {
     const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
@@ -125,18 +134,7 @@ std::vector<std::byte> read_whole(const std::string& path) {
 }
 
 MappedFile::MappedFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: missing", path));
-    io_fail("cannot open", path, errno);
-  }
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    io_fail("cannot stat", path, err);
-  }
-  size_ = static_cast<std::size_t>(st.st_size);
+  const int fd = open_for_reading(path, &size_);
   if (size_ > 0) {
     void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (m == MAP_FAILED) {
