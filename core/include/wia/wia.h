@@ -282,7 +282,8 @@ WIA_API wia_status_t wia_comm_abort(wia_communicator_t comm);
  * did not answer within the timeout, or another error (a mismatch, an
  * abort) made comm unusable. Cheap (no communication), so it may be called
  * every iteration; failures are found by the operations that meet them,
- * within collectives.timeout_ms, and every surviving rank learns of them.
+ * within collectives.timeout_ms, and every surviving rank learns of them;
+ * a rank reported by wia_report_failure counts too.
  * false for a NULL or unknown comm (wia_get_last_error says why). */
 WIA_API bool wia_detect_device_failure(wia_communicator_t comm);
 /* The ranks of comm known to have failed (died, lost their connection, or
@@ -363,6 +364,8 @@ WIA_API wia_algorithm_t wia_get_selected_algorithm(wia_communicator_t comm);
 #include <wia/compression.h>
 /* Checkpoints (spec 6.9). */
 #include <wia/checkpoint.h>
+/* Redundant gradient computation (spec 6.9.1). */
+#include <wia/redundancy.h>
 
 #ifdef __cplusplus
 }

@@ -385,7 +385,10 @@ WIA_API wia_status_t wia_comm_abort(wia_communicator_t comm) {
 
 WIA_API bool wia_detect_device_failure(wia_communicator_t comm) {
   bool failed = false;
-  api::guard(__func__, [&] { failed = live(comm).async_error() != WIA_SUCCESS; });
+  api::guard(__func__, [&] {
+    const comm::CommunicatorBase& c = live(comm);
+    failed = c.async_error() != WIA_SUCCESS || !c.failed_ranks().empty();
+  });
   return failed;
 }
 

@@ -72,6 +72,9 @@ class CommunicatorBase {
   // WIA_ERROR_ABORTED at their next look at the control channel (any
   // thread may call it). Device communicators: nothing to interrupt.
   virtual void request_abort() {}
+  // wia_report_failure: `rank` counts as failed in this rank's view.
+  // Device communicators keep no failed set.
+  virtual void report_failed(int /*rank*/) {}
   virtual wia_algorithm_t last_selected() const = 0;
 };
 

@@ -122,6 +122,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   wia_status_t async_error() const override;
   std::vector<int> failed_ranks() const override;
   void request_abort() override;
+  void report_failed(int rank) override { note_failed(rank); }
   wia_algorithm_t last_selected() const override;
 
   // Runs a collective now on the calling thread (after every posted one);

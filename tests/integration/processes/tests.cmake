@@ -12,6 +12,11 @@ wia_test_loads_providers(test_flight_recorder)
 add_dependencies(test_flight_recorder wia-info)
 target_compile_definitions(test_flight_recorder PRIVATE WIA_TEST_WIA_INFO="$<TARGET_FILE:wia-info>")
 
+# Spec 6.9.1: pairs of ranks cross-check their gradients.
+wia_add_unit_test(redundancy SOURCES ${CMAKE_CURRENT_LIST_DIR}/redundancy_test.cpp
+                  LIBS wia::core TIMEOUT 300)
+wia_test_loads_providers(test_redundancy)
+
 # Checkpoints saved and loaded by the ranks of one job (docs/checkpoints.md).
 wia_add_unit_test(checkpoint_ranks SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_ranks_test.cpp
                   LIBS wia::core TIMEOUT 300)
