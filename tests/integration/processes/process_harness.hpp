@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <wia/wia.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 #include <functional>
 #include <string>
 #include <thread>
@@ -182,6 +185,46 @@ inline void check_all(const std::vector<int>& st, int want = kOk) {
     INFO("rank " << r);
     CHECK(st[r] == want);
   }
+}
+
+// Element i of rank's input: small integers, so float sums are exact.
+inline double input(int rank, std::uint64_t i) {
+  return static_cast<double>((i * 7 + rank * 13) % 23) - 11;
+}
+
+// An in-place all-reduce and a synchronize: their status and the last
+// error message.
+struct Outcome {
+  wia_status_t status;
+  std::string message;
+};
+inline Outcome all_reduce_in_place(wia_communicator_t comm, void* buf, std::size_t count,
+                            const wia_collective_config_t& cfg) {
+  wia_all_reduce(comm, buf, buf, count, &cfg, nullptr);
+  const wia_status_t s = wia_stream_synchronize(nullptr);
+  return {s, wia_get_last_error()};
+}
+
+// For a rank whose call had to fail: kNoError if it succeeded, kSawError
+// if the error names one of `needles`, kWrong otherwise (what it saw is
+// printed either way).
+inline int error_naming(int rank, wia_status_t status, const std::string& msg,
+                 std::initializer_list<const char*> needles) {
+  std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
+  if (status == WIA_SUCCESS) return kNoError;
+  for (const char* n : needles)
+    if (msg.find(n) != std::string::npos) return kSawError;
+  return kWrong;
+}
+
+inline std::vector<std::string> shm_entries() {
+  std::vector<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "wia", 3) == 0) names.push_back(e->d_name);
+    closedir(d);
+  }
+  return names;
 }
 
 }  // namespace wia::test::processes

@@ -4,6 +4,10 @@
 wia_add_unit_test(process_comm SOURCES ${CMAKE_CURRENT_LIST_DIR}/process_comm_test.cpp
                   LIBS wia_core_internal TIMEOUT 900)
 wia_test_loads_providers(test_process_comm)
+# The one-shot and node-window all-reduce paths and their fallbacks.
+wia_add_unit_test(allreduce_paths SOURCES ${CMAKE_CURRENT_LIST_DIR}/allreduce_paths_test.cpp
+                  LIBS wia_core_internal TIMEOUT 900)
+wia_test_loads_providers(test_allreduce_paths)
 
 # The flight recorder's dumps and wia-info --analyse (docs/flight-recorder.md).
 wia_add_unit_test(flight_recorder SOURCES ${CMAKE_CURRENT_LIST_DIR}/flight_recorder_test.cpp

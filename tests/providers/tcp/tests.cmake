@@ -7,7 +7,7 @@ if(NOT TARGET wia-provider-tcp)
   return()
 endif()
 wia_add_unit_test(provider_tcp
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/tcp_test.cpp
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/tcp_test.cpp ${CMAKE_CURRENT_LIST_DIR}/tcp_close_test.cpp
   LIBS wia_core_base
   TIMEOUT 300)
 target_include_directories(test_provider_tcp PRIVATE ${PROJECT_SOURCE_DIR}/providers/tcp)
