@@ -127,9 +127,10 @@ int main(int argc, char** argv) {
   }
   const double gb = static_cast<double>(n * sizeof(float)) / 1e9;
   fmt::print("checkpoint of {:.2f} GB of float32 in {} (best of {})\n", gb, dir, reps);
-  fmt::print("bound: write+fsync {:.3f} s ({:.2f} GB/s), read {:.3f} s ({:.2f} GB/s), memcpy "
-             "{:.3f} s ({:.2f} GB/s)\n",
-             write_s, gb / write_s, read_s, gb / read_s, memcpy_s, gb / memcpy_s);
+  fmt::print(
+      "bound: write+fsync {:.3f} s ({:.2f} GB/s), read {:.3f} s ({:.2f} GB/s), memcpy "
+      "{:.3f} s ({:.2f} GB/s)\n",
+      write_s, gb / write_s, read_s, gb / read_s, memcpy_s, gb / memcpy_s);
 
   ok(wia_init(), "wia_init");
   wia_stream_t stream = nullptr;
@@ -141,7 +142,9 @@ int main(int argc, char** argv) {
   fmt::print("{:<6} {:>9} {:>8} {:>12} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9}\n", "codec", "save s",
              "/bound", "async block", "/sync", "/memcpy", "load s", "/bound", "ratio", "enc GB/s");
   const std::pair<wia_checkpoint_compression_t, const char*> codecs[] = {
-      {WIA_CKPT_COMPRESS_NONE, "none"}, {WIA_CKPT_COMPRESS_LZ4, "lz4"}, {WIA_CKPT_COMPRESS_ZSTD, "zstd"}};
+      {WIA_CKPT_COMPRESS_NONE, "none"},
+      {WIA_CKPT_COMPRESS_LZ4, "lz4"},
+      {WIA_CKPT_COMPRESS_ZSTD, "zstd"}};
   for (const auto& [codec, name] : codecs) {
     const std::string cdir = work + "/" + name;
     wia_checkpoint_config_t cfg{};
@@ -174,16 +177,18 @@ int main(int argc, char** argv) {
       stored = wia::checkpoint::encode_blocks(std::as_bytes(std::span(weights)), codec, 0, out);
       enc_s = std::min(enc_s, seconds_since(t0));
     }
-    fmt::print("{:<6} {:>9.3f} {:>8.2f} {:>12.4f} {:>7.3f} {:>8.2f} {:>9.3f} {:>8.2f} {:>7.3f} {:>9.2f}\n",
-               name, save_s, save_s / write_s, block_s, block_s / save_s, block_s / memcpy_s,
-               load_s, load_s / read_s,
-               static_cast<double>(stored) / static_cast<double>(n * sizeof(float)), gb / enc_s);
+    fmt::print(
+        "{:<6} {:>9.3f} {:>8.2f} {:>12.4f} {:>7.3f} {:>8.2f} {:>9.3f} {:>8.2f} {:>7.3f} {:>9.2f}\n",
+        name, save_s, save_s / write_s, block_s, block_s / save_s, block_s / memcpy_s, load_s,
+        load_s / read_s, static_cast<double>(stored) / static_cast<double>(n * sizeof(float)),
+        gb / enc_s);
   }
   wia_destroy_stream(stream);
   wia_finalize();
   fs::remove_all(work);
-  fmt::print("(/bound: time over the raw write or read of the same bytes; /sync: blocking time of an "
-             "async save over a synchronous save, goal <= 0.1, and over one memcpy of the same bytes; "
-             "ratio: stored / raw bytes)\n");
+  fmt::print(
+      "(/bound: time over the raw write or read of the same bytes; /sync: blocking time of an "
+      "async save over a synchronous save, goal <= 0.1, and over one memcpy of the same bytes; "
+      "ratio: stored / raw bytes)\n");
   return 0;
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "flight_analysis.hpp"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace wia_info {
 namespace {
@@ -148,8 +147,8 @@ int analyse_flight(const std::string& dir) {
       RankDump d = read_dump(f.path());
       comms[comm][d.rank] = std::move(d);
     } catch (const YAML::Exception& e) {
-      std::fprintf(stderr, "wia-info: %s: not a flight recorder dump: %s\n",
-                   f.path().c_str(), e.what());
+      std::fprintf(stderr, "wia-info: %s: not a flight recorder dump: %s\n", f.path().c_str(),
+                   e.what());
       return 1;
     }
   }

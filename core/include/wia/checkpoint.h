@@ -133,8 +133,7 @@ WIA_API wia_checkpoint_t* wia_load_checkpoint(const char* path);
  * config->checkpoint_dir; config NULL = one process. *ckpt is NULL and the
  * status WIA_ERROR_UNAVAILABLE when no checkpoint was ever committed, and
  * WIA_ERROR_CORRUPT when a file fails its checks. */
-WIA_API wia_status_t wia_load_checkpoint_ex(const char* path,
-                                            const wia_checkpoint_config_t* config,
+WIA_API wia_status_t wia_load_checkpoint_ex(const char* path, const wia_checkpoint_config_t* config,
                                             wia_checkpoint_t** ckpt);
 
 /* Copy saved tensors back into the caller's buffers. Every tensor of the
@@ -148,8 +147,8 @@ WIA_API wia_status_t wia_restore_tensor(const wia_checkpoint_t* ckpt, const char
 
 /* Metadata of a loaded (or filled) checkpoint. Integers convert between
  * int and int64 when the value fits; a string is valid while ckpt lives. */
-WIA_API wia_status_t wia_get_checkpoint_metadata_int(const wia_checkpoint_t* ckpt,
-                                                     const char* name, int* value);
+WIA_API wia_status_t wia_get_checkpoint_metadata_int(const wia_checkpoint_t* ckpt, const char* name,
+                                                     int* value);
 WIA_API wia_status_t wia_get_checkpoint_metadata_int64(const wia_checkpoint_t* ckpt,
                                                        const char* name, int64_t* value);
 WIA_API wia_status_t wia_get_checkpoint_metadata_double(const wia_checkpoint_t* ckpt,
@@ -196,7 +195,7 @@ inline wia_status_t wia_get_checkpoint_metadata(const wia_checkpoint_t* c, const
 }
 extern "C" {
 #else
-#define wia_checkpoint_add_metadata(ckpt, name, value)        \
+#define wia_checkpoint_add_metadata(ckpt, name, value) \
   _Generic((value),                                           \
       int*: wia_checkpoint_add_metadata_int,                  \
       const int*: wia_checkpoint_add_metadata_int,            \
@@ -206,7 +205,7 @@ extern "C" {
       const double*: wia_checkpoint_add_metadata_double,      \
       char*: wia_checkpoint_add_metadata_string,              \
       const char*: wia_checkpoint_add_metadata_string)(ckpt, name, value)
-#define wia_get_checkpoint_metadata(ckpt, name, out)          \
+#define wia_get_checkpoint_metadata(ckpt, name, out) \
   _Generic((out),                                             \
       int*: wia_get_checkpoint_metadata_int,                  \
       int64_t*: wia_get_checkpoint_metadata_int64,            \

@@ -2,13 +2,12 @@
 // Checkpoints (spec 6.9): the C entry points. They validate, turn the
 // config's communicator into a checkpoint::Group and post the staging
 // copies on the save stream; checkpoint/ does the files.
+#include <fmt/format.h>
 #include <wia/wia.h>
 
 #include <cstring>
 #include <limits>
 #include <type_traits>
-
-#include <fmt/format.h>
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
@@ -54,10 +53,10 @@ std::string checked_name(const char* name, const char* what) {
   require_non_null(name, what);
   const std::size_t n = strnlen(name, WIA_CHECKPOINT_NAME_MAX + 1);
   if (n == 0 || n > WIA_CHECKPOINT_NAME_MAX)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("{} '{:.40}{}' is {} bytes (allowed: 1 to {})", what, name,
-                            n > 40 ? "..." : "", n > WIA_CHECKPOINT_NAME_MAX ? "more than 255" : "0",
-                            WIA_CHECKPOINT_NAME_MAX));
+    throw Error(
+        WIA_ERROR_INVALID_ARGUMENT,
+        fmt::format("{} '{:.40}{}' is {} bytes (allowed: 1 to {})", what, name, n > 40 ? "..." : "",
+                    n > WIA_CHECKPOINT_NAME_MAX ? "more than 255" : "0", WIA_CHECKPOINT_NAME_MAX));
   return std::string(name, n);
 }
 
@@ -139,26 +138,32 @@ wia_status_t save(wia_checkpoint_t* ckpt, const wia_checkpoint_config_t* config,
   const std::uint64_t seq = Checkpoint::next_seq(s);  // collective over config->comm
 
   checkpoint::Staging staging;
-  if (s.writes_shard()) {
-    for (const auto& src : c.sources()) {
-      const std::uint64_t bytes = src.bytes();
-      auto buf = checkpoint::StagingBuffer::take(bytes);
-      if (bytes > 0) {
-        const wia_status_t st = wia_memcpy_async(buf.data(), src.data, bytes, stream);
-        if (st != WIA_SUCCESS)
-          throw Error(st, fmt::format("staging copy of {} tensor '{}': {}",
-                                      checkpoint::kind_name(src.kind), src.name,
-                                      wia_get_last_error()));
+  try {
+    if (s.writes_shard()) {
+      for (const auto& src : c.sources()) {
+        const std::uint64_t bytes = src.bytes();
+        auto buf = checkpoint::StagingBuffer::take(bytes);
+        if (bytes > 0) {
+          const wia_status_t st = wia_memcpy_async(buf.data(), src.data, bytes, stream);
+          if (st != WIA_SUCCESS)
+            throw Error(
+                st, fmt::format("staging copy of {} tensor '{}': {}",
+                                checkpoint::kind_name(src.kind), src.name, wia_get_last_error()));
+        }
+        staging.buffers.push_back(std::move(buf));
       }
-      staging.buffers.push_back(std::move(buf));
     }
+    // The call returns once the copies have run (as torch's async_save stages
+    // before returning): the caller may then change the tensors at once.
+    const wia_status_t st = wia_stream_synchronize(stream);
+    if (st != WIA_SUCCESS)
+      throw Error(st, std::string("staging copies on the save stream: ") + wia_get_last_error());
+    c.start_save(s, seq, std::move(staging));
+  } catch (const Error& e) {
+    // The other ranks agreed on `seq` and are saving: tell them.
+    Checkpoint::report_failed_save(s, seq, e.what());
+    throw;
   }
-  // The call returns once the copies have run (as torch's async_save stages
-  // before returning): the caller may then change the tensors at once.
-  const wia_status_t st = wia_stream_synchronize(stream);
-  if (st != WIA_SUCCESS)
-    throw Error(st, std::string("staging copies on the save stream: ") + wia_get_last_error());
-  c.start_save(s, seq, std::move(staging));
   if (async) return WIA_SUCCESS;
   const wia_status_t done = c.wait();
   if (done != WIA_SUCCESS) throw Error(done, c.wait_message());
@@ -167,7 +172,8 @@ wia_status_t save(wia_checkpoint_t* ckpt, const wia_checkpoint_config_t* config,
 
 wia_checkpoint_t* load(const char* path, const wia_checkpoint_config_t* config) {
   const checkpoint::Settings s = settings_of(config, path == nullptr, nullptr);
-  return publish_checkpoint(Checkpoint::load(path == nullptr ? std::string() : std::string(path), s));
+  return publish_checkpoint(
+      Checkpoint::load(path == nullptr ? std::string() : std::string(path), s));
 }
 
 // Checks every tensor first, then copies, so a mismatch writes nothing.
@@ -187,16 +193,18 @@ void restore(Kind kind, const wia_tensor_ref_t* tensors, std::size_t n, const Ch
                   fmt::format("{} tensor '{}' is not in checkpoint {}", checkpoint::kind_name(kind),
                               name, c.path()));
     if (l->record.dtype != dtype || l->record.count != t.count)
-      throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                  fmt::format("{} tensor '{}': the buffer is {} x {}, checkpoint {} holds {} x {}",
-                              checkpoint::kind_name(kind), name, t.count, kernels::dtype_name(dtype),
-                              c.path(), l->record.count, kernels::dtype_name(l->record.dtype)));
+      throw Error(
+          WIA_ERROR_INVALID_ARGUMENT,
+          fmt::format("{} tensor '{}': the buffer is {} x {}, checkpoint {} holds {} x {}",
+                      checkpoint::kind_name(kind), name, t.count, kernels::dtype_name(dtype),
+                      c.path(), l->record.count, kernels::dtype_name(l->record.dtype)));
     if (t.count > 0) require_non_null(t.data, "tensor data");
     found[i] = l;
   }
   for (std::size_t i = 0; i < n; ++i) {
     if (found[i]->data.empty()) continue;
-    const wia_status_t st = wia_memcpy(tensors[i].data, found[i]->data.data(), found[i]->data.size());
+    const wia_status_t st =
+        wia_memcpy(tensors[i].data, found[i]->data.data(), found[i]->data.size());
     if (st != WIA_SUCCESS)
       throw Error(st, fmt::format("restoring tensor '{}': {}", found[i]->record.name,
                                   wia_get_last_error()));
@@ -216,10 +224,14 @@ const MetaValue& meta(const wia_checkpoint_t* ckpt, const char* name, void* out)
 
 const char* type_name(MetaValue::Type t) {
   switch (t) {
-    case MetaValue::Type::kInt: return "an integer";
-    case MetaValue::Type::kDouble: return "a double";
-    case MetaValue::Type::kString: return "a string";
-    default: return "bytes";
+    case MetaValue::Type::kInt:
+      return "an integer";
+    case MetaValue::Type::kDouble:
+      return "a double";
+    case MetaValue::Type::kString:
+      return "a string";
+    default:
+      return "bytes";
   }
 }
 
@@ -227,8 +239,8 @@ const MetaValue& meta_of_type(const wia_checkpoint_t* ckpt, const char* name, vo
                               MetaValue::Type type) {
   const MetaValue& v = meta(ckpt, name, out);
   if (v.type != type)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("metadata '{}' is {}, not {}", name, type_name(v.type), type_name(type)));
+    throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("metadata '{}' is {}, not {}", name,
+                                                        type_name(v.type), type_name(type)));
   return v;
 }
 
@@ -307,7 +319,7 @@ WIA_API wia_status_t wia_checkpoint_add_tensor(wia_checkpoint_t* ckpt, const cha
                                                wia_datatype_t datatype) {
   return guard(__func__, [&] {
     api::live_checkpoint(ckpt).add({Kind::kTensor, api::checked_name(name, "tensor name"), data,
-                         api::checked_dtype(datatype), count});
+                                    api::checked_dtype(datatype), count});
   });
 }
 
@@ -373,8 +385,7 @@ WIA_API const char* wia_checkpoint_path(const wia_checkpoint_t* ckpt) {
   return p;
 }
 
-WIA_API wia_status_t wia_load_checkpoint_ex(const char* path,
-                                            const wia_checkpoint_config_t* config,
+WIA_API wia_status_t wia_load_checkpoint_ex(const char* path, const wia_checkpoint_config_t* config,
                                             wia_checkpoint_t** ckpt) {
   if (ckpt != nullptr) *ckpt = nullptr;
   return guard(__func__, [&] {
@@ -413,7 +424,8 @@ WIA_API wia_status_t wia_restore_optimizer(const wia_optimizer_t* optimizer,
                                            const wia_checkpoint_t* ckpt) {
   return guard(__func__, [&] {
     api::require_non_null(optimizer, "optimizer");
-    api::restore(Kind::kOptimizer, optimizer->tensors, optimizer->num_tensors, api::live_checkpoint(ckpt));
+    api::restore(Kind::kOptimizer, optimizer->tensors, optimizer->num_tensors,
+                 api::live_checkpoint(ckpt));
   });
 }
 
@@ -427,28 +439,26 @@ WIA_API wia_status_t wia_restore_tensor(const wia_checkpoint_t* ckpt, const char
 
 WIA_API wia_status_t wia_get_checkpoint_metadata_int64(const wia_checkpoint_t* ckpt,
                                                        const char* name, int64_t* value) {
-  return guard(__func__, [&] {
-    *value = api::meta_of_type(ckpt, name, value, MetaValue::Type::kInt).i;
-  });
+  return guard(__func__,
+               [&] { *value = api::meta_of_type(ckpt, name, value, MetaValue::Type::kInt).i; });
 }
 
-WIA_API wia_status_t wia_get_checkpoint_metadata_int(const wia_checkpoint_t* ckpt,
-                                                     const char* name, int* value) {
+WIA_API wia_status_t wia_get_checkpoint_metadata_int(const wia_checkpoint_t* ckpt, const char* name,
+                                                     int* value) {
   return guard(__func__, [&] {
     const std::int64_t v = api::meta_of_type(ckpt, name, value, MetaValue::Type::kInt).i;
     if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
-      throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                  fmt::format("metadata '{}' is {}, which does not fit an int: read it as int64",
-                              name, v));
+      throw Error(
+          WIA_ERROR_INVALID_ARGUMENT,
+          fmt::format("metadata '{}' is {}, which does not fit an int: read it as int64", name, v));
     *value = static_cast<int>(v);
   });
 }
 
 WIA_API wia_status_t wia_get_checkpoint_metadata_double(const wia_checkpoint_t* ckpt,
                                                         const char* name, double* value) {
-  return guard(__func__, [&] {
-    *value = api::meta_of_type(ckpt, name, value, MetaValue::Type::kDouble).d;
-  });
+  return guard(__func__,
+               [&] { *value = api::meta_of_type(ckpt, name, value, MetaValue::Type::kDouble).d; });
 }
 
 WIA_API wia_status_t wia_get_checkpoint_metadata_string(const wia_checkpoint_t* ckpt,

@@ -3,14 +3,12 @@
 // send and a receive on the communicator (posting never blocks, so both
 // partners may send first), the comparison is on the host, a mismatch is
 // recorded in the communicator's failed set.
+#include <fmt/format.h>
 #include <wia/wia.h>
-
 #include <xxhash.h>
 
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
@@ -32,8 +30,9 @@ thread_local GradientExchange t_exchange;
 void check_partner(wia_communicator_t comm, int partner) {
   const int n = live(comm).size();
   if (partner < 0 || partner >= n)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("partner {} is not a rank of the communicator (0..{})", partner, n - 1));
+    throw Error(
+        WIA_ERROR_INVALID_ARGUMENT,
+        fmt::format("partner {} is not a rank of the communicator (0..{})", partner, n - 1));
 }
 
 // The calling rank: the rank of the stream's device (NULL: the current one).
@@ -66,8 +65,8 @@ void exchange(wia_communicator_t comm, int partner, const void* mine, void* thei
   wia_status_t st = me < partner ? send() : recv();
   if (st == WIA_SUCCESS) st = me < partner ? recv() : send();
   if (st != WIA_SUCCESS)
-    throw Error(st, fmt::format("exchanging gradients with rank {}: {}", partner,
-                                wia_get_last_error()));
+    throw Error(
+        st, fmt::format("exchanging gradients with rank {}: {}", partner, wia_get_last_error()));
 }
 
 }  // namespace
@@ -104,8 +103,8 @@ WIA_API wia_status_t wia_send_receive_gradients(int partner, const void* gradien
     api::exchange(x.comm, partner, gradients, partner_gradients, x.count, x.datatype, x.stream);
     const wia_status_t st = wia_stream_synchronize(x.stream);
     if (st != WIA_SUCCESS)
-      throw Error(st, fmt::format("exchanging gradients with rank {}: {}", partner,
-                                  wia_get_last_error()));
+      throw Error(
+          st, fmt::format("exchanging gradients with rank {}: {}", partner, wia_get_last_error()));
   });
 }
 
@@ -148,8 +147,8 @@ WIA_API wia_status_t wia_gradients_checksum_match(wia_communicator_t comm, int p
     api::exchange(comm, partner, &mine, &theirs, 1, WIA_UINT64, stream);
     const wia_status_t st = wia_stream_synchronize(stream);
     if (st != WIA_SUCCESS)
-      throw Error(st, fmt::format("exchanging checksums with rank {}: {}", partner,
-                                  wia_get_last_error()));
+      throw Error(
+          st, fmt::format("exchanging checksums with rank {}: {}", partner, wia_get_last_error()));
     *match = mine == theirs;
   });
 }

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "checkpoint/checkpoint.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "checkpoint/durable_io.hpp"
 #include "common/error.hpp"
@@ -95,9 +95,8 @@ void wait_until(const std::function<bool()>& ready, const std::string& ckpt_dir,
         why = read_text(e.path().string());
       } catch (const Error&) {
       }
-      throw Error(WIA_ERROR_REMOTE,
-                  fmt::format("{}: {} failed to save its shard: {}", ckpt_dir,
-                              e.path().stem().string(), why));
+      throw Error(WIA_ERROR_REMOTE, fmt::format("{}: {} failed to save its shard: {}", ckpt_dir,
+                                                e.path().stem().string(), why));
     }
     if (Clock::now() > deadline)
       throw Error(WIA_ERROR_TIMEOUT,
@@ -181,7 +180,8 @@ void commit(const Settings& s, std::uint64_t seq, const std::string& ckpt_dir,
   write_durable(ckpt_dir + "/" + kCommitName, to_text(rec));
 
   std::lock_guard lock(commit_mu());
-  if (seq > latest_seq(s.dir)) write_durable(s.dir + "/" + kLatestName, checkpoint_name(seq) + "\n");
+  if (seq > latest_seq(s.dir))
+    write_durable(s.dir + "/" + kLatestName, checkpoint_name(seq) + "\n");
   if (s.keep_last > 0) {
     auto seqs = committed_in(s.dir);
     const std::uint64_t newest = latest_seq(s.dir);
@@ -216,9 +216,9 @@ void Checkpoint::add(Source source) {
                             WIA_CHECKPOINT_NAME_MAX));
   for (const auto& s : sources_)
     if (s.kind == source.kind && s.name == source.name)
-      throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                  fmt::format("{} tensor '{}' is already in the checkpoint", kind_name(s.kind),
-                              s.name));
+      throw Error(
+          WIA_ERROR_INVALID_ARGUMENT,
+          fmt::format("{} tensor '{}' is already in the checkpoint", kind_name(s.kind), s.name));
   if (source.count > 0 && source.data == nullptr)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("{} tensor '{}': data is NULL", kind_name(source.kind), source.name));
@@ -274,19 +274,37 @@ void Checkpoint::start_save(const Settings& settings, std::uint64_t seq, Staging
     std::lock_guard lock(pending_mu());
     pending().insert(this);
   }
-  writer_ = std::thread([this, settings, seq, staging = std::move(staging)]() mutable {
-    run_save(settings, seq, std::move(staging));
+  // The writer works on a snapshot: the caller may add to this checkpoint
+  // (or set metadata) while it writes.
+  writer_ = std::thread([this, settings, seq, staging = std::move(staging), sources = sources_,
+                         metadata = metadata_]() mutable {
+    run_save(settings, seq, std::move(staging), sources, metadata);
   });
 }
 
-void Checkpoint::run_save(const Settings& s, std::uint64_t seq, Staging staging) {
+void Checkpoint::report_failed_save(const Settings& s, std::uint64_t seq,
+                                    const std::string& message) noexcept {
+  // Tells the other ranks at once instead of letting them time out. Best
+  // effort: on a full disk even this may not be written.
+  try {
+    const std::string ckpt_dir = s.dir + "/" + checkpoint_name(seq);
+    std::error_code ec;
+    fs::create_directory(ckpt_dir, ec);
+    write_durable(ckpt_dir + "/" + fmt::format("rank-{:05}.failed", s.group.rank), message);
+  } catch (const std::exception&) {
+  }
+}
+
+void Checkpoint::run_save(const Settings& s, std::uint64_t seq, Staging staging,
+                          const std::vector<Source>& sources,
+                          const std::map<std::string, MetaValue>& metadata) {
   const std::string ckpt_dir = s.dir + "/" + checkpoint_name(seq);
   try {
     std::error_code ec;
     fs::create_directory(ckpt_dir, ec);
     if (ec) throw Error(WIA_ERROR_IO, fmt::format("cannot create {}: {}", ckpt_dir, ec.message()));
     std::string manifest;
-    if (s.writes_shard()) manifest = write_shard(s, seq, ckpt_dir, sources_, staging, metadata_);
+    if (s.writes_shard()) manifest = write_shard(s, seq, ckpt_dir, sources, staging, metadata);
     staging.buffers.clear();  // the staged copies are on disk now
     if (s.group.rank == 0) {
       commit(s, seq, ckpt_dir, manifest);
@@ -301,15 +319,8 @@ void Checkpoint::run_save(const Settings& s, std::uint64_t seq, Staging staging)
     save_status_ = WIA_ERROR_INTERNAL;
     save_message_ = e.what();
   }
-  if (save_status_ != WIA_SUCCESS && save_status_ != WIA_ERROR_REMOTE) {
-    // Tell the other ranks at once instead of letting them time out. Best
-    // effort: on a full disk even this may not be written.
-    try {
-      write_durable(ckpt_dir + "/" + fmt::format("rank-{:05}.failed", s.group.rank),
-                    save_message_);
-    } catch (const Error&) {
-    }
-  }
+  if (save_status_ != WIA_SUCCESS && save_status_ != WIA_ERROR_REMOTE)
+    report_failed_save(s, seq, save_message_);
 }
 
 wia_status_t Checkpoint::wait() {
@@ -331,9 +342,9 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& path, const Sett
                   fmt::format("checkpoint directory {} does not exist", s.dir));
     const std::uint64_t seq = latest_seq(s.dir);
     if (seq == 0)
-      throw Error(WIA_ERROR_UNAVAILABLE,
-                  fmt::format("no checkpoint was committed in {} (no '{}' file)", s.dir,
-                              kLatestName));
+      throw Error(
+          WIA_ERROR_UNAVAILABLE,
+          fmt::format("no checkpoint was committed in {} (no '{}' file)", s.dir, kLatestName));
     dir = s.dir + "/" + checkpoint_name(seq);
   }
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -356,13 +367,12 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& path, const Sett
   const std::string manifest_path = dir + "/" + shard_manifest_name(shard);
   const std::string text = read_text(manifest_path);
   if (checksum(text) != rec.shard_checksums[static_cast<std::size_t>(shard)])
-    throw Error(WIA_ERROR_CORRUPT,
-                fmt::format("{}: is not the shard manifest {} committed", manifest_path,
-                            commit_path));
+    throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: is not the shard manifest {} committed",
+                                               manifest_path, commit_path));
   const ShardManifest m = parse_shard_manifest(text, manifest_path);
   if (m.seq != rec.seq || m.rank != shard)
-    throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: names checkpoint {} rank {}", manifest_path,
-                                               m.seq, m.rank));
+    throw Error(WIA_ERROR_CORRUPT,
+                fmt::format("{}: names checkpoint {} rank {}", manifest_path, m.seq, m.rank));
 
   const std::string data_path = dir + "/" + shard_data_name(shard);
   const MappedFile mapped(data_path);
@@ -373,7 +383,8 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& path, const Sett
                                                file.size(), m.data_bytes));
   auto ckpt = std::make_unique<Checkpoint>();
   for (const auto& t : m.tensors) {
-    const std::string what = fmt::format("{} ({} tensor '{}')", data_path, kind_name(t.kind), t.name);
+    const std::string what =
+        fmt::format("{} ({} tensor '{}')", data_path, kind_name(t.kind), t.name);
     if (t.offset < 16 || t.offset > file.size() || t.stored_bytes > file.size() - t.offset)
       throw Error(WIA_ERROR_CORRUPT, what + ": lies outside the file");
     Loaded l;

@@ -76,6 +76,10 @@ class Checkpoint {
   // checkpoint any rank sees there, agreed over the group (collective).
   // Creates the directory and, on rank 0, takes its lock.
   static std::uint64_t next_seq(const Settings& settings);
+  // A save numbered `seq` failed on this rank before its writer started:
+  // leaves the marker that makes the other ranks fail at once.
+  static void report_failed_save(const Settings& settings, std::uint64_t seq,
+                                 const std::string& message) noexcept;
   // Starts the background writer for sequence `seq` from the filled staging.
   void start_save(const Settings& settings, std::uint64_t seq, Staging staging);
   // Waits for the pending save; its status (SUCCESS when none pending).
@@ -99,7 +103,9 @@ class Checkpoint {
   const std::string& path() const { return path_; }
 
  private:
-  void run_save(const Settings& settings, std::uint64_t seq, Staging staging);
+  void run_save(const Settings& settings, std::uint64_t seq, Staging staging,
+                const std::vector<Source>& sources,
+                const std::map<std::string, MetaValue>& metadata);
 
   std::vector<Source> sources_;
   std::map<std::string, MetaValue> metadata_;

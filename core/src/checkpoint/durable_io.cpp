@@ -2,6 +2,7 @@
 #include "checkpoint/durable_io.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,8 +14,6 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "common/error.hpp"
 #include "wia_common/text.hpp"
@@ -39,7 +38,7 @@ int open_for_reading(const std::string& path, std::size_t* size) {
     if (errno == ENOENT) throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: missing", path));
     io_fail("cannot open", path, errno);
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
@@ -176,11 +175,11 @@ void lock_directory(const std::string& dir) {
     const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
     ::close(fd);
     if (err == EWOULDBLOCK)
-      throw Error(WIA_ERROR_IO,
-                  fmt::format("checkpoint directory {} is in use by another job (process {} holds "
-                              "{}); give each job its own checkpoint_dir",
-                              dir, n > 0 ? std::string(pid, strnlen(pid, sizeof(pid))) : "?",
-                              path));
+      throw Error(
+          WIA_ERROR_IO,
+          fmt::format("checkpoint directory {} is in use by another job (process {} holds "
+                      "{}); give each job its own checkpoint_dir",
+                      dir, n > 0 ? std::string(pid, strnlen(pid, sizeof(pid))) : "?", path));
     io_fail("cannot lock", path, err);
   }
   const std::string me = std::to_string(::getpid());

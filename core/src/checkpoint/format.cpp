@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "checkpoint/format.hpp"
 
+#include <fmt/format.h>
 #include <lz4.h>
 #include <xxhash.h>
 #include <yaml-cpp/yaml.h>
@@ -9,8 +10,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/error.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -70,9 +69,12 @@ void check_version(int version, const std::string& path) {
 
 const char* codec_name(wia_checkpoint_compression_t c) {
   switch (c) {
-    case WIA_CKPT_COMPRESS_LZ4: return "lz4";
-    case WIA_CKPT_COMPRESS_ZSTD: return "zstd";
-    default: return "none";
+    case WIA_CKPT_COMPRESS_LZ4:
+      return "lz4";
+    case WIA_CKPT_COMPRESS_ZSTD:
+      return "zstd";
+    default:
+      return "none";
   }
 }
 
@@ -138,9 +140,12 @@ void put_u32(std::vector<std::byte>& out, std::size_t at, std::uint32_t v) {
 
 const char* kind_name(Kind kind) noexcept {
   switch (kind) {
-    case Kind::kModel: return "model";
-    case Kind::kOptimizer: return "optimizer";
-    default: return "tensor";
+    case Kind::kModel:
+      return "model";
+    case Kind::kOptimizer:
+      return "optimizer";
+    default:
+      return "tensor";
   }
 }
 
@@ -202,7 +207,9 @@ std::string to_text(const ShardManifest& m) {
   for (const auto& [name, v] : m.metadata) {
     y << YAML::Key << YAML::DoubleQuoted << name << YAML::Value << YAML::Flow << YAML::BeginMap;
     switch (v.type) {
-      case MetaValue::Type::kInt: y << YAML::Key << "int" << YAML::Value << v.i; break;
+      case MetaValue::Type::kInt:
+        y << YAML::Key << "int" << YAML::Value << v.i;
+        break;
       case MetaValue::Type::kDouble: {
         // The value for people, its bits for the reader: no rounding either way.
         std::uint64_t bits;
@@ -313,7 +320,8 @@ std::vector<std::byte> data_header(std::uint64_t seq) {
   return h;
 }
 
-void check_data_header(std::span<const std::byte> file, std::uint64_t seq, const std::string& path) {
+void check_data_header(std::span<const std::byte> file, std::uint64_t seq,
+                       const std::string& path) {
   if (file.size() < 16 || std::memcmp(file.data(), kMagic, 7) != 0)
     corrupt(path, "not a libwia checkpoint data file (bad header)");
   std::uint64_t got;
@@ -331,7 +339,8 @@ std::uint64_t encode_blocks(std::span<const std::byte> raw, wia_checkpoint_compr
     const char* src = reinterpret_cast<const char*>(raw.data() + at);
     const std::size_t head = out.size();
     std::size_t bound = n;
-    if (codec == WIA_CKPT_COMPRESS_LZ4) bound = static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(n)));
+    if (codec == WIA_CKPT_COMPRESS_LZ4)
+      bound = static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(n)));
     if (codec == WIA_CKPT_COMPRESS_ZSTD) bound = ZSTD_compressBound(n);
     out.resize(head + 8 + bound);
     char* dst = reinterpret_cast<char*>(out.data() + head + 8);

@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "checkpoint/staging_pool.hpp"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <map>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "common/error.hpp"
 

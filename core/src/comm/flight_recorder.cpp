@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "comm/flight_recorder.hpp"
 
+#include <fmt/format.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -77,7 +76,8 @@ std::string FlightRecorder::dump(const std::string& dir, const Context& c) const
       const int root = s.root, peer = s.peer;
       const std::int64_t posted_ns = s.posted_ns;
       const std::int64_t done_ns = s.done_ns.load(std::memory_order_relaxed);
-      if (s.seq_plus_one.load(std::memory_order_acquire) != seq + 1) continue;  // rewritten meanwhile
+      if (s.seq_plus_one.load(std::memory_order_acquire) != seq + 1)
+        continue;  // rewritten meanwhile
       const char* state = done_ns != 0 ? "done" : seq < c.completed ? "done" : "pending";
       text += fmt::format(
           "  - {{seq: {}, coll: {}, op: {}, count: {}, dtype: {}, root: {}, peer: {}, state: {}, "

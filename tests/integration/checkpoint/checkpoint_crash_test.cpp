@@ -32,7 +32,9 @@ constexpr std::size_t kMoments = 1u << 18;
 float weight(int step, std::size_t i) {
   return static_cast<float>((i * 40503u + static_cast<unsigned>(step) * 7919u) % 65521u) * 0.25f;
 }
-float moment(int step, std::size_t i) { return static_cast<float>(step) - static_cast<float>(i % 13); }
+float moment(int step, std::size_t i) {
+  return static_cast<float>(step) - static_cast<float>(i % 13);
+}
 
 struct State {
   std::vector<float> w = std::vector<float>(kWeights);

@@ -6,15 +6,14 @@
 // against a reference it computes itself from the inputs every rank derives
 // from (rank, index), with integer-valued inputs so that float sums are
 // exact, and exits with a status the parent asserts.
-#include <doctest/doctest.h>
-#include <wia/wia.h>
-
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <wia/wia.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,9 +27,9 @@
 #include <initializer_list>
 #include <mutex>
 #include <new>
-#include <utility>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/window_allreduce.hpp"
@@ -58,8 +57,8 @@ class Buffer {
     if (memory == Memory::kHeap) {
       heap_.resize(n);
       p_ = heap_.data();
-    } else if (wia_malloc(reinterpret_cast<void**>(&p_), std::max<std::uint64_t>(n, 1) * sizeof(T)) !=
-               WIA_SUCCESS) {
+    } else if (wia_malloc(reinterpret_cast<void**>(&p_),
+                          std::max<std::uint64_t>(n, 1) * sizeof(T)) != WIA_SUCCESS) {
       p_ = nullptr;
     }
     device_ = memory == Memory::kDevice;
@@ -89,7 +88,8 @@ int check_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype
     std::fprintf(stderr, "rank %d: wia_malloc: %s\n", rank, wia_get_last_error());
     return -1;
   }
-  for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<T>(small_input(rank, i)), out[i] = T(-9);
+  for (std::uint64_t i = 0; i < n; ++i)
+    in[i] = static_cast<T>(small_input(rank, i)), out[i] = T(-9);
   wia_collective_config_t cfg{};
   cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
   cfg.datatype = dtype;
@@ -104,13 +104,20 @@ int check_all_reduce(wia_communicator_t comm, int rank, int nranks, wia_datatype
   for (std::uint64_t i = 0; i < n; ++i) {
     // The reference in double, by a different route: every rank's input
     // recomputed here.
-    double ref = op == WIA_REDUCE_PROD ? 1 : op == WIA_REDUCE_MIN ? 1e300 : op == WIA_REDUCE_MAX ? -1e300 : 0;
+    double ref = op == WIA_REDUCE_PROD  ? 1
+                 : op == WIA_REDUCE_MIN ? 1e300
+                 : op == WIA_REDUCE_MAX ? -1e300
+                                        : 0;
     for (int q = 0; q < nranks; ++q) {
       const double v = small_input(q, i);
-      if (op == WIA_REDUCE_PROD) ref *= v;
-      else if (op == WIA_REDUCE_MIN) ref = std::min(ref, v);
-      else if (op == WIA_REDUCE_MAX) ref = std::max(ref, v);
-      else ref += v;
+      if (op == WIA_REDUCE_PROD)
+        ref *= v;
+      else if (op == WIA_REDUCE_MIN)
+        ref = std::min(ref, v);
+      else if (op == WIA_REDUCE_MAX)
+        ref = std::max(ref, v);
+      else
+        ref += v;
     }
     if (op == WIA_REDUCE_AVG) ref = std::is_integral_v<T> ? std::trunc(ref / nranks) : ref / nranks;
     const double got = static_cast<double>(dst[i]);
@@ -207,25 +214,25 @@ TEST_CASE("one-shot over shm messages larger than its eager size: declined inlin
   // shm takes messages above eager_size by rendezvous: send_inline and
   // recv_inline decline them, and the one-shot path falls back to
   // isend/irecv per peer. 1000 floats = 4 KiB > 1 KiB.
-  const auto st = run_ranks(
-      3, base_yaml() + "  node_window_chunk_bytes: 0\nshm:\n  eager_size: 1024\n",
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        int wrong = 0;
-        for (bool in_place : {false, true}) {
-          // 2 floats still fit inline: both kinds of message in one run.
-          for (std::uint64_t count : {1000, 2}) {
-            const int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32,
-                                                  WIA_REDUCE_SUM, count, in_place);
-            if (w < 0) return kApiError;
-            wrong += w;
-          }
-        }
-        wia_destroy_communicator(comm);
-        return wrong ? kWrong : kOk;
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  const auto st =
+      run_ranks(3, base_yaml() + "  node_window_chunk_bytes: 0\nshm:\n  eager_size: 1024\n",
+                [](int rank, int nranks) {
+                  wia_communicator_t comm = join(rank, nranks);
+                  if (!comm) return kApiError;
+                  int wrong = 0;
+                  for (bool in_place : {false, true}) {
+                    // 2 floats still fit inline: both kinds of message in one run.
+                    for (std::uint64_t count : {1000, 2}) {
+                      const int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32,
+                                                            WIA_REDUCE_SUM, count, in_place);
+                      if (w < 0) return kApiError;
+                      wrong += w;
+                    }
+                  }
+                  wia_destroy_communicator(comm);
+                  return wrong ? kWrong : kOk;
+                },
+                {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
   check_all(st);
 }
 
@@ -233,42 +240,41 @@ TEST_CASE("a rank on the one-shot path and ranks on the general path fail, never
   // Rank 1's count is small (one-shot), the others' large (the general
   // engine): every rank must report an error within the timeout.
   for (int n : {2, 3})
-  for (const char* windows : {"", "  node_window_chunk_bytes: 0\n"}) {
-    INFO(n << " processes" << (*windows ? ", node-shared windows off" : ""));
-    const auto start = std::chrono::steady_clock::now();
-    const auto st = run_ranks(
-        n, base_yaml(5000) + windows,
-        [](int rank, int nranks) {
-          wia_communicator_t comm = join(rank, nranks);
-          if (!comm) return kApiError;
-          std::vector<float> b(100000, 1.0f);
-          wia_collective_config_t cfg{};
-          cfg.datatype = WIA_FLOAT32;
-          const auto [s, msg] = all_reduce_in_place(comm, b.data(), rank == 1 ? 2 : 100000, cfg);
-          wia_destroy_communicator(comm);
-          return error_naming(rank, s, msg, {""});  // any error will do
-        },
-        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
-    check_all(st, kSawError);
-    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
-  }
+    for (const char* windows : {"", "  node_window_chunk_bytes: 0\n"}) {
+      INFO(n << " processes" << (*windows ? ", node-shared windows off" : ""));
+      const auto start = std::chrono::steady_clock::now();
+      const auto st = run_ranks(n, base_yaml(5000) + windows,
+                                [](int rank, int nranks) {
+                                  wia_communicator_t comm = join(rank, nranks);
+                                  if (!comm) return kApiError;
+                                  std::vector<float> b(100000, 1.0f);
+                                  wia_collective_config_t cfg{};
+                                  cfg.datatype = WIA_FLOAT32;
+                                  const auto [s, msg] = all_reduce_in_place(
+                                      comm, b.data(), rank == 1 ? 2 : 100000, cfg);
+                                  wia_destroy_communicator(comm);
+                                  return error_naming(rank, s, msg, {""});  // any error will do
+                                },
+                                {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+      check_all(st, kSawError);
+      CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    }
 }
 
 TEST_CASE("one-shot ranks that disagree on the op fail on every rank, naming it") {
-  const auto st = run_ranks(
-      3, base_yaml(),
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        float v[2] = {1, 2};
-        wia_collective_config_t cfg{};
-        cfg.datatype = WIA_FLOAT32;
-        cfg.reduction_op = rank == 2 ? WIA_REDUCE_MAX : WIA_REDUCE_SUM;
-        const auto [s, msg] = all_reduce_in_place(comm, v, 2, cfg);
-        wia_destroy_communicator(comm);
-        return error_naming(rank, s, msg, {"op sum vs max", "op max vs sum"});
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
+  const auto st = run_ranks(3, base_yaml(),
+                            [](int rank, int nranks) {
+                              wia_communicator_t comm = join(rank, nranks);
+                              if (!comm) return kApiError;
+                              float v[2] = {1, 2};
+                              wia_collective_config_t cfg{};
+                              cfg.datatype = WIA_FLOAT32;
+                              cfg.reduction_op = rank == 2 ? WIA_REDUCE_MAX : WIA_REDUCE_SUM;
+                              const auto [s, msg] = all_reduce_in_place(comm, v, 2, cfg);
+                              wia_destroy_communicator(comm);
+                              return error_naming(rank, s, msg, {"op sum vs max", "op max vs sum"});
+                            },
+                            {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}});
   check_all(st, kSawError);
 }
 
@@ -347,7 +353,9 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
           if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
           return wrong ? kWrong : kOk;
         },
-        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}, {"WIA_HOST_IPC_OPEN", ipc_open}});
+        {{"TEST_WIA_ID", unique_id_env()},
+         {"WIA_TRANSPORT", "shm"},
+         {"WIA_HOST_IPC_OPEN", ipc_open}});
     check_all(st);
   }
 }
@@ -396,8 +404,7 @@ TEST_CASE("all-reduces read inputs in device memory in place, across frees and r
   for (int n : {2, 3, 4}) {
     INFO(n << " processes");
     const auto st = run_ranks(
-        n,
-        base_yaml() + "  node_window_chunk_bytes: 4096\n  node_window_zero_copy_min_bytes: 64\n",
+        n, base_yaml() + "  node_window_chunk_bytes: 4096\n  node_window_zero_copy_min_bytes: 64\n",
         [](int rank, int nranks) {
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;
@@ -457,7 +464,8 @@ TEST_CASE("an input read in place is the caller's again when the call returns") 
           for (std::uint64_t it = 0; it < 60; ++it) {
             const bool in_place = it % 2 == 1;
             float* out = in_place ? x.data() : y.data();
-            for (std::uint64_t i = 0; i < count; ++i) x[i] = static_cast<float>(input(rank, i + it));
+            for (std::uint64_t i = 0; i < count; ++i)
+              x[i] = static_cast<float>(input(rank, i + it));
             if (wia_all_reduce(comm, x.data(), out, count, &cfg, nullptr) != WIA_SUCCESS ||
                 wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
               std::fprintf(stderr, "rank %d: all_reduce: %s\n", rank, wia_get_last_error());
@@ -488,8 +496,8 @@ TEST_CASE("an input read in place is the caller's again when the call returns") 
 // wrong ones. With the second thread's vectors larger (chunked through the
 // windows), every small call follows a window started for another shape.
 TEST_CASE("a repeated small all-reduce posted by two threads in turn uses each thread's buffers") {
-  for (const auto& [n, other] : {std::pair{2, 3}, std::pair{3, 3}, std::pair{2, 5000},
-                                 std::pair{3, 5000}}) {
+  for (const auto& [n, other] :
+       {std::pair{2, 3}, std::pair{3, 3}, std::pair{2, 5000}, std::pair{3, 5000}}) {
     const int other_count = other;
     INFO(n << " processes, the other thread's count " << other_count);
     const auto st = run_ranks(
@@ -521,13 +529,14 @@ TEST_CASE("a repeated small all-reduce posted by two threads in turn uses each t
               }
               for (std::uint64_t i = 0; i < kCount; ++i)
                 x[i] = static_cast<float>(input(rank, i + static_cast<std::uint64_t>(it)));
-              const bool ok = wia_all_reduce(comm, x.data(), y.data(), kCount, &cfg, nullptr) ==
-                                  WIA_SUCCESS &&
-                              wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+              const bool ok =
+                  wia_all_reduce(comm, x.data(), y.data(), kCount, &cfg, nullptr) == WIA_SUCCESS &&
+                  wia_stream_synchronize(nullptr) == WIA_SUCCESS;
               int bad = 0;
               for (std::uint64_t i = 0; i < kCount; ++i) {
                 double ref = 0;
-                for (int q = 0; q < nranks; ++q) ref += input(q, i + static_cast<std::uint64_t>(it));
+                for (int q = 0; q < nranks; ++q)
+                  ref += input(q, i + static_cast<std::uint64_t>(it));
                 bad += y[i] != static_cast<float>(ref);
               }
               {
@@ -566,11 +575,11 @@ TEST_CASE("a repeated small all-reduce posted by two threads in turn uses each t
 TEST_CASE("a rank asleep on a late peer's window is woken by its publish") {
   struct Shared {
     std::atomic<std::uint64_t> sleeps_before{0};  // rank 0's count as call `call` began
-    std::atomic<int> call{-1};                     // rank 0's call in progress
-    std::atomic<int> asleep_in{-1};                // the last call rank 0 slept in
+    std::atomic<int> call{-1};                    // rank 0's call in progress
+    std::atomic<int> asleep_in{-1};               // the last call rank 0 slept in
   };
-  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(mem != MAP_FAILED);
   Shared* shared = new (mem) Shared;
   constexpr int kCalls = 10;
@@ -583,8 +592,7 @@ TEST_CASE("a rank asleep on a late peer's window is woken by its publish") {
       watcher = std::thread([&] {
         while (!done.load()) {
           const int call = shared->call.load();
-          if (call >= 0 &&
-              wia::engine::window_sleep_counts().sleeps > shared->sleeps_before.load())
+          if (call >= 0 && wia::engine::window_sleep_counts().sleeps > shared->sleeps_before.load())
             shared->asleep_in.store(call);
           std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
@@ -621,15 +629,14 @@ TEST_CASE("a rank asleep on a late peer's window is woken by its publish") {
     if (rank == 0 && (!windows || slept.sleeps == 0 || slept.woken == 0)) {
       std::fprintf(stderr,
                    "rank %d: algorithm %s, %llu sleeps on a window, %llu ended by a wake-up\n",
-                   rank, last.name ? last.name : "?",
-                   static_cast<unsigned long long>(slept.sleeps),
+                   rank, last.name ? last.name : "?", static_cast<unsigned long long>(slept.sleeps),
                    static_cast<unsigned long long>(slept.woken));
       ++wrong;
     }
     return wrong ? kWrong : kOk;
   };
-  const std::vector<std::pair<std::string, std::string>> env = {
-      {"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}};
+  const std::vector<std::pair<std::string, std::string>> env = {{"TEST_WIA_ID", unique_id_env()},
+                                                                {"WIA_TRANSPORT", "shm"}};
   SUBCASE("2 ranks confined to one CPU") {
     cpu_set_t allowed;
     REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
@@ -684,9 +691,9 @@ TEST_CASE("ranks with different node-window settings all use messages, with corr
         wia_destroy_communicator(comm);
         return wrong ? kWrong : kOk;
       },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}}, {}, 120, [](int rank) {
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}}, {}, 120,
+      [](int rank) {
         if (rank == 1) setenv("WIA_COLLECTIVES_NODE_WINDOW_CHUNK_BYTES", "8192", 1);
       });
   check_all(st);
 }
-

@@ -96,15 +96,16 @@ TEST_CASE("checkpoints across 3 processes: sharded and replicated saves, collect
     CAPTURE(mode);
     g_dir = "/tmp/wia_ckpt_ranks_XXXXXX";
     REQUIRE(mkdtemp(g_dir.data()) != nullptr);
-    const auto st = run_ranks(3, base_yaml(), [mode](int r, int n) { return save_and_load(r, n, mode); },
-                              {{"TEST_WIA_ID", unique_id_env()}});
+    const auto st =
+        run_ranks(3, base_yaml(), [mode](int r, int n) { return save_and_load(r, n, mode); },
+                  {{"TEST_WIA_ID", unique_id_env()}});
     check_all(st);
     // Both saves committed, numbered 1 and 2, with the shards the mode writes.
-    CHECK(files_in(g_dir) == std::vector<std::string>{"LOCK", "ckpt-00000001", "ckpt-00000002",
-                                                      "latest"});
+    CHECK(files_in(g_dir) ==
+          std::vector<std::string>{"LOCK", "ckpt-00000001", "ckpt-00000002", "latest"});
     const auto expected =
         mode == WIA_CKPT_SHARDED
-            ? std::vector<std::string>{"MANIFEST.yaml", "rank-00000.data", "rank-00000.yaml",
+            ? std::vector<std::string>{"MANIFEST.yaml",   "rank-00000.data", "rank-00000.yaml",
                                        "rank-00001.data", "rank-00001.yaml", "rank-00002.data",
                                        "rank-00002.yaml"}
             : std::vector<std::string>{"MANIFEST.yaml", "rank-00000.data", "rank-00000.yaml"};

@@ -69,10 +69,9 @@ TEST_CASE("flight recorder: every rank dumps, the analyser names the rank that n
     CAPTURE(broadcast_instead);
     std::string dir = "/tmp/wia_flight_XXXXXX";
     REQUIRE(mkdtemp(dir.data()) != nullptr);
-    const auto st = run_ranks(
-        3, yaml_with_dir(dir),
-        [&](int r, int n) { return skip_one(r, n, broadcast_instead); },
-        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_LOG_LEVEL", "off"}});
+    const auto st = run_ranks(3, yaml_with_dir(dir),
+                              [&](int r, int n) { return skip_one(r, n, broadcast_instead); },
+                              {{"TEST_WIA_ID", unique_id_env()}, {"WIA_LOG_LEVEL", "off"}});
     check_all(st, kSawError);
     for (int r = 0; r < 3; ++r)
       CHECK(fs::exists(dir + "/wia-flight-comm1-rank" + std::to_string(r) + ".yaml"));

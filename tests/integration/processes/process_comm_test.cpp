@@ -5,15 +5,14 @@
 // against a reference it computes itself from the inputs every rank derives
 // from (rank, index), with integer-valued inputs so that float sums are
 // exact, and exits with a status the parent asserts.
-#include <doctest/doctest.h>
-#include <wia/wia.h>
-
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <wia/wia.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,9 +26,9 @@
 #include <initializer_list>
 #include <mutex>
 #include <new>
-#include <utility>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/window_allreduce.hpp"
@@ -37,7 +36,6 @@
 
 namespace {
 using namespace wia::test::processes;
-
 
 // Every collective over the communicator, with a few sizes, checked.
 int all_collectives(int rank, int nranks) {
@@ -57,9 +55,12 @@ int all_collectives(int rank, int nranks) {
     cfg.datatype = WIA_FLOAT32;
     cfg.reduction_op = WIA_REDUCE_SUM;
     // all-reduce, every algorithm
-    const wia_algorithm_id_t algos[] = {WIA_ALGORITHM_AUTO, WIA_ALGORITHM_RING,
-                                        WIA_ALGORITHM_TREE, WIA_ALGORITHM_RABENSEIFNER,
-                                        WIA_ALGORITHM_RECURSIVE_DOUBLING, WIA_ALGORITHM_BINOMIAL};
+    const wia_algorithm_id_t algos[] = {WIA_ALGORITHM_AUTO,
+                                        WIA_ALGORITHM_RING,
+                                        WIA_ALGORITHM_TREE,
+                                        WIA_ALGORITHM_RABENSEIFNER,
+                                        WIA_ALGORITHM_RECURSIVE_DOUBLING,
+                                        WIA_ALGORITHM_BINOMIAL};
     for (auto algo : algos) {
       for (bool in_place : {false, true}) {
         for (std::uint64_t i = 0; i < n; ++i) in[i] = static_cast<float>(input(rank, i));
@@ -87,7 +88,8 @@ int all_collectives(int rank, int nranks) {
     cfg.algorithm = WIA_ALGORITHM_AUTO;
     // broadcast from the last rank
     const int root = nranks - 1;
-    for (std::uint64_t i = 0; i < n; ++i) out[i] = rank == root ? static_cast<float>(input(root, i)) : -1;
+    for (std::uint64_t i = 0; i < n; ++i)
+      out[i] = rank == root ? static_cast<float>(input(root, i)) : -1;
     cfg.operation = WIA_COLLECTIVE_BROADCAST;
     if (wia_broadcast(comm, out.data(), n, root, WIA_FLOAT32, nullptr) != WIA_SUCCESS ||
         wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
@@ -104,7 +106,8 @@ int all_collectives(int rank, int nranks) {
       return kApiError;
     }
     for (int q = 0; q < nranks; ++q)
-      for (std::uint64_t i = 0; i < n; ++i) wrong += out[q * n + i] != static_cast<float>(input(q, i));
+      for (std::uint64_t i = 0; i < n; ++i)
+        wrong += out[q * n + i] != static_cast<float>(input(q, i));
     // reduce-scatter (MAX)
     for (std::uint64_t i = 0; i < all; ++i) in[i] = static_cast<float>(input(rank, i));
     cfg.operation = WIA_COLLECTIVE_REDUCE_SCATTER;
@@ -153,7 +156,6 @@ int all_collectives(int rank, int nranks) {
   if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
   return wrong ? kWrong : kOk;
 }
-
 
 }  // namespace
 
@@ -207,9 +209,7 @@ TEST_CASE("torchrun-style variables: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE"
         wia_destroy_communicator(comm);
         return ok ? kOk : kWrong;
       },
-      {{"MASTER_ADDR", "127.0.0.1"},
-       {"MASTER_PORT", std::to_string(port)},
-       {"WORLD_SIZE", "3"}});
+      {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"WORLD_SIZE", "3"}});
   check_all(st);
 }
 
@@ -241,10 +241,10 @@ TEST_CASE("mismatched calls across processes fail on every rank, naming the diff
           if (s == WIA_SUCCESS) return kNoError;
           std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
           const std::string c = std::to_string(v.count), c1 = std::to_string(v.count + 1);
-          const bool named = msg.find("count " + c + " vs " + c1) != std::string::npos ||
-                             msg.find("count " + c1 + " vs " + c) != std::string::npos ||
-                             (v.size_may_come_first &&
-                              msg.find("the ranks' calls differ") != std::string::npos);
+          const bool named =
+              msg.find("count " + c + " vs " + c1) != std::string::npos ||
+              msg.find("count " + c1 + " vs " + c) != std::string::npos ||
+              (v.size_may_come_first && msg.find("the ranks' calls differ") != std::string::npos);
           // Later calls fail at once: the communicator is unusable.
           const bool after =
               wia_all_reduce(comm, b.data(), b.data(), 1, &cfg, nullptr) != WIA_SUCCESS;
@@ -257,30 +257,31 @@ TEST_CASE("mismatched calls across processes fail on every rank, naming the diff
 }
 
 TEST_CASE("a rank that never calls becomes a timeout on every other rank, naming it") {
-  const auto st = run_ranks(
-      3, base_yaml(1500),
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        if (rank == 2) {
-          // Stays alive (its connections open) without calling.
-          std::this_thread::sleep_for(std::chrono::seconds(4));
-          wia_destroy_communicator(comm);
-          return kSawError;
-        }
-        float v = 1;
-        wia_collective_config_t cfg{};
-        cfg.datatype = WIA_FLOAT32;
-        const auto [s, msg] = all_reduce_in_place(comm, &v, 1, cfg);
-        int failed[2] = {-1, -1};
-        int n = -1;
-        const bool listed = wia_comm_get_failed(comm, failed, 2, &n) == WIA_SUCCESS && n == 1 &&
-                            failed[0] == 2 && wia_detect_device_failure(comm);
-        wia_destroy_communicator(comm);
-        if (!listed) std::fprintf(stderr, "rank %d: %d failed, first %d\n", rank, n, failed[0]);
-        return listed ? error_naming(rank, s, msg, {"rank(s) 2", "rank 2"}) : kWrong;
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  const auto st =
+      run_ranks(3, base_yaml(1500),
+                [](int rank, int nranks) {
+                  wia_communicator_t comm = join(rank, nranks);
+                  if (!comm) return kApiError;
+                  if (rank == 2) {
+                    // Stays alive (its connections open) without calling.
+                    std::this_thread::sleep_for(std::chrono::seconds(4));
+                    wia_destroy_communicator(comm);
+                    return kSawError;
+                  }
+                  float v = 1;
+                  wia_collective_config_t cfg{};
+                  cfg.datatype = WIA_FLOAT32;
+                  const auto [s, msg] = all_reduce_in_place(comm, &v, 1, cfg);
+                  int failed[2] = {-1, -1};
+                  int n = -1;
+                  const bool listed = wia_comm_get_failed(comm, failed, 2, &n) == WIA_SUCCESS &&
+                                      n == 1 && failed[0] == 2 && wia_detect_device_failure(comm);
+                  wia_destroy_communicator(comm);
+                  if (!listed)
+                    std::fprintf(stderr, "rank %d: %d failed, first %d\n", rank, n, failed[0]);
+                  return listed ? error_naming(rank, s, msg, {"rank(s) 2", "rank 2"}) : kWrong;
+                },
+                {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
   check_all(st, kSawError);
 }
 
@@ -309,8 +310,8 @@ TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within 
               const wia_status_t gs = wia_comm_get_failed(comm, failed, 4, &n);
               wia_destroy_communicator(comm);
               if (!detected || gs != WIA_SUCCESS || n != 1 || failed[0] != 1) {
-                std::fprintf(stderr, "rank %d: detected %d, %d failed, first %d\n", rank,
-                             detected, n, failed[0]);
+                std::fprintf(stderr, "rank %d: detected %d, %d failed, first %d\n", rank, detected,
+                             n, failed[0]);
                 return kWrong;
               }
               return kSawError;
@@ -359,8 +360,9 @@ TEST_CASE("wia_comm_split and the two-level hierarchy over faked hosts") {
           wia_topology_analysis_t analysis;
           ok &= wia_analyze_topology(&topo, &analysis) == WIA_SUCCESS &&
                 std::string(analysis.topology_type) == "multi_node";
-          if (!ok) std::fprintf(stderr, "rank %d: topology %d devices, [0][1]=%s [0][2]=%s\n", rank,
-                                topo.num_devices, topo.link_type[0][1], topo.link_type[0][2]);
+          if (!ok)
+            std::fprintf(stderr, "rank %d: topology %d devices, [0][1]=%s [0][2]=%s\n", rank,
+                         topo.num_devices, topo.link_type[0][1], topo.link_type[0][2]);
           wia_free_topology(&topo);
         }
         // Split by parity, reversed order by key.
@@ -374,8 +376,7 @@ TEST_CASE("wia_comm_split and the two-level hierarchy over faked hosts") {
               wia_stream_synchronize(nullptr) == WIA_SUCCESS;
         ok &= sum == (rank % 2 == 0 ? 0 + 2 : 1 + 3);
         wia_communicator_t none = reinterpret_cast<wia_communicator_t>(1);
-        ok &= wia_comm_split(comm, rank == 0 ? 5 : WIA_COMM_SPLIT_NOCOLOR, 0, &none) ==
-              WIA_SUCCESS;
+        ok &= wia_comm_split(comm, rank == 0 ? 5 : WIA_COMM_SPLIT_NOCOLOR, 0, &none) == WIA_SUCCESS;
         ok &= rank == 0 ? (none != nullptr && wia_comm_size(none) == 1) : none == nullptr;
         if (none) wia_destroy_communicator(none);
         // Spec 6.6.1: reduce inside the node, all-reduce across leaders,
@@ -424,11 +425,15 @@ TEST_CASE("point to point between processes: ordered matching, and a size mismat
           const int peer = 1 - rank;
           for (int m = 0; m < 3; ++m) {
             if (rank == 0) {
-              ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
-              ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
+              ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) ==
+                    WIA_SUCCESS;
+              ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) ==
+                    WIA_SUCCESS;
             } else {
-              ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
-              ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) == WIA_SUCCESS;
+              ok &= wia_comm_recv(comm, in[m].data(), sizes[m], WIA_INT32, peer, nullptr) ==
+                    WIA_SUCCESS;
+              ok &= wia_comm_send(comm, out[m].data(), sizes[m], WIA_INT32, peer, nullptr) ==
+                    WIA_SUCCESS;
             }
           }
           ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
@@ -450,7 +455,7 @@ TEST_CASE("point to point between processes: ordered matching, and a size mismat
           if (rank == 1) {
             std::fprintf(stderr, "rank 1 saw: %s\n", msg.c_str());
             return s == WIA_ERROR_MISMATCH && msg.find("sent 12 B") != std::string::npos ? kSawError
-                                                                                     : kWrong;
+                                                                                         : kWrong;
           }
           return kSawError;  // the sender may or may not see the failure
         },
@@ -462,39 +467,39 @@ TEST_CASE("point to point between processes: ordered matching, and a size mismat
 // Point to point involves some ranks only: a collective after it must still
 // match on every rank (the descriptor counts collectives, not operations).
 TEST_CASE("point to point between some ranks, then collectives on all of them") {
-  const auto st = run_ranks(
-      3, base_yaml(10000),
-      [](int rank, int nranks) {
-        wia_communicator_t comm = join(rank, nranks);
-        if (!comm) return kApiError;
-        int ok = 1;
-        std::int32_t msg[2] = {rank == 0 ? 41 : -1, rank == 0 ? 42 : -1};
-        if (rank == 0) {
-          ok &= wia_comm_send(comm, &msg[0], 1, WIA_INT32, 1, nullptr) == WIA_SUCCESS;
-          ok &= wia_comm_send(comm, &msg[1], 1, WIA_INT32, 1, nullptr) == WIA_SUCCESS;
-        } else if (rank == 1) {
-          ok &= wia_comm_recv(comm, &msg[0], 1, WIA_INT32, 0, nullptr) == WIA_SUCCESS;
-          ok &= wia_comm_recv(comm, &msg[1], 1, WIA_INT32, 0, nullptr) == WIA_SUCCESS;
-        }
-        // A small all-reduce (run by the posting thread) and a large one
-        // (through the stream), each summing rank + 1.
-        for (const std::size_t n : {std::size_t{3}, std::size_t{200000}}) {
-          std::vector<double> v(n, rank + 1.0);
-          wia_collective_config_t cfg{};
-          cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
-          cfg.datatype = WIA_FLOAT64;
-          cfg.reduction_op = WIA_REDUCE_SUM;
-          ok &= wia_all_reduce(comm, v.data(), v.data(), n, &cfg, nullptr) == WIA_SUCCESS;
-          ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
-          const double want = nranks * (nranks + 1) / 2.0;
-          for (double x : v) ok &= x == want;
-        }
-        if (rank == 1) ok &= msg[0] == 41 && msg[1] == 42;
-        if (!ok) std::fprintf(stderr, "rank %d: %s\n", rank, wia_get_last_error());
-        wia_destroy_communicator(comm);
-        return ok ? kOk : kWrong;
-      },
-      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  const auto st =
+      run_ranks(3, base_yaml(10000),
+                [](int rank, int nranks) {
+                  wia_communicator_t comm = join(rank, nranks);
+                  if (!comm) return kApiError;
+                  int ok = 1;
+                  std::int32_t msg[2] = {rank == 0 ? 41 : -1, rank == 0 ? 42 : -1};
+                  if (rank == 0) {
+                    ok &= wia_comm_send(comm, &msg[0], 1, WIA_INT32, 1, nullptr) == WIA_SUCCESS;
+                    ok &= wia_comm_send(comm, &msg[1], 1, WIA_INT32, 1, nullptr) == WIA_SUCCESS;
+                  } else if (rank == 1) {
+                    ok &= wia_comm_recv(comm, &msg[0], 1, WIA_INT32, 0, nullptr) == WIA_SUCCESS;
+                    ok &= wia_comm_recv(comm, &msg[1], 1, WIA_INT32, 0, nullptr) == WIA_SUCCESS;
+                  }
+                  // A small all-reduce (run by the posting thread) and a large one
+                  // (through the stream), each summing rank + 1.
+                  for (const std::size_t n : {std::size_t{3}, std::size_t{200000}}) {
+                    std::vector<double> v(n, rank + 1.0);
+                    wia_collective_config_t cfg{};
+                    cfg.operation = WIA_COLLECTIVE_ALLREDUCE;
+                    cfg.datatype = WIA_FLOAT64;
+                    cfg.reduction_op = WIA_REDUCE_SUM;
+                    ok &= wia_all_reduce(comm, v.data(), v.data(), n, &cfg, nullptr) == WIA_SUCCESS;
+                    ok &= wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+                    const double want = nranks * (nranks + 1) / 2.0;
+                    for (double x : v) ok &= x == want;
+                  }
+                  if (rank == 1) ok &= msg[0] == 41 && msg[1] == 42;
+                  if (!ok) std::fprintf(stderr, "rank %d: %s\n", rank, wia_get_last_error());
+                  wia_destroy_communicator(comm);
+                  return ok ? kOk : kWrong;
+                },
+                {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
   check_all(st, kOk);
 }
 
@@ -542,7 +547,9 @@ TEST_CASE("collectives started by the posting thread keep stream order when peer
   check_all(st, kOk);
 }
 
-TEST_CASE("wia_comm_abort from a watchdog thread: this rank's wait ends ABORTED, the peers fail at once") {
+TEST_CASE(
+    "wia_comm_abort from a watchdog thread: this rank's wait ends ABORTED, the peers fail at "
+    "once") {
   const auto st = run_ranks(
       3, base_yaml(20000),
       [](int rank, int nranks) {
@@ -565,7 +572,8 @@ TEST_CASE("wia_comm_abort from a watchdog thread: this rank's wait ends ABORTED,
             if (wia_comm_abort(comm) != WIA_SUCCESS)
               std::fprintf(stderr, "rank 0: abort: %s\n", wia_get_last_error());
           });
-        const wia_status_t posted = wia_all_reduce(comm, b.data(), b.data(), b.size(), &cfg, nullptr);
+        const wia_status_t posted =
+            wia_all_reduce(comm, b.data(), b.data(), b.size(), &cfg, nullptr);
         const wia_status_t s = posted != WIA_SUCCESS ? posted : wia_stream_synchronize(nullptr);
         const std::string msg = wia_get_last_error();
         if (watchdog.joinable()) watchdog.join();

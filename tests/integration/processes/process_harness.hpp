@@ -5,20 +5,19 @@
 // asserts. The parent never starts the library, so forking stays safe.
 #pragma once
 
-#include <doctest/doctest.h>
-#include <wia/wia.h>
-
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <wia/wia.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,10 +27,10 @@ namespace wia::test::processes {
 
 // Exit statuses of a rank.
 constexpr int kOk = 0;
-constexpr int kWrong = 10;       // a result differed from the reference
-constexpr int kApiError = 11;    // an unexpected error
-constexpr int kSawError = 12;    // an expected error was reported
-constexpr int kNoError = 13;     // an expected error was not reported
+constexpr int kWrong = 10;     // a result differed from the reference
+constexpr int kApiError = 11;  // an unexpected error
+constexpr int kSawError = 12;  // an expected error was reported
+constexpr int kNoError = 13;   // an expected error was not reported
 
 using RankBody = std::function<int(int rank, int nranks)>;
 
@@ -48,10 +47,10 @@ inline std::string write_config(const std::string& text) {
 // with `yaml`; returns their exit statuses (-signal when killed). `during`
 // runs in the parent while they run (it may kill one).
 inline std::vector<int> run_ranks(int nranks, const std::string& yaml, const RankBody& body,
-                           const std::vector<std::pair<std::string, std::string>>& env = {},
-                           const std::function<void(std::vector<pid_t>&)>& during = {},
-                           int limit_s = 120,
-                           const std::function<void(int rank)>& before_init = {}) {
+                                  const std::vector<std::pair<std::string, std::string>>& env = {},
+                                  const std::function<void(std::vector<pid_t>&)>& during = {},
+                                  int limit_s = 120,
+                                  const std::function<void(int rank)>& before_init = {}) {
   const std::string cfg = write_config(yaml);
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
@@ -85,7 +84,8 @@ inline std::vector<int> run_ranks(int nranks, const std::string& yaml, const Ran
     if (left == 0) break;
     if (std::chrono::steady_clock::now() > deadline) {
       for (int r = 0; r < nranks; ++r)
-        if (status[r] == -999) kill(pids[r], SIGKILL), waitpid(pids[r], nullptr, 0), status[r] = -1000;
+        if (status[r] == -999)
+          kill(pids[r], SIGKILL), waitpid(pids[r], nullptr, 0), status[r] = -1000;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -199,7 +199,7 @@ struct Outcome {
   std::string message;
 };
 inline Outcome all_reduce_in_place(wia_communicator_t comm, void* buf, std::size_t count,
-                            const wia_collective_config_t& cfg) {
+                                   const wia_collective_config_t& cfg) {
   wia_all_reduce(comm, buf, buf, count, &cfg, nullptr);
   const wia_status_t s = wia_stream_synchronize(nullptr);
   return {s, wia_get_last_error()};
@@ -209,7 +209,7 @@ inline Outcome all_reduce_in_place(wia_communicator_t comm, void* buf, std::size
 // if the error names one of `needles`, kWrong otherwise (what it saw is
 // printed either way).
 inline int error_naming(int rank, wia_status_t status, const std::string& msg,
-                 std::initializer_list<const char*> needles) {
+                        std::initializer_list<const char*> needles) {
   std::fprintf(stderr, "rank %d saw: %s\n", rank, msg.c_str());
   if (status == WIA_SUCCESS) return kNoError;
   for (const char* n : needles)

@@ -76,8 +76,7 @@ int cross_check(int rank, int nranks) {
     }
     if (!same_checksum && checksum_step < 0) checksum_step = step;
     // A tolerance above the flipped bit's size accepts it.
-    if (!wia_gradients_match(gradients.data(), partner_gradients.data(), kCount, WIA_FLOAT32,
-                             1e-5))
+    if (!wia_gradients_match(gradients.data(), partner_gradients.data(), kCount, WIA_FLOAT32, 1e-5))
       return kWrong;
   }
   int failed[4] = {-1, -1, -1, -1};

@@ -465,4 +465,3 @@ TEST_CASE("tcp reg_mr: host memory is accepted, device memory refused with a rea
   REQUIRE(t.ops->reg_mr(t.ctx, 0, &d, &mr) == WIA_SUCCESS);
   CHECK(t.ops->dereg_mr(t.ctx, mr) == WIA_SUCCESS);
 }
-

@@ -46,11 +46,10 @@ int main(void) {
   CHECK(wia_create_stream(&save_stream) == WIA_SUCCESS);
 
   // Checkpoint configuration
-  wia_checkpoint_config_t ckpt_cfg = {
-      .checkpoint_dir = dir,
-      .checkpoint_interval = 100,  // iterations
-      .async_checkpointing = true,
-      .compression = WIA_CKPT_COMPRESS_LZ4};
+  wia_checkpoint_config_t ckpt_cfg = {.checkpoint_dir = dir,
+                                      .checkpoint_interval = 100,  // iterations
+                                      .async_checkpointing = true,
+                                      .compression = WIA_CKPT_COMPRESS_LZ4};
 
   const int num_iterations = 450;
   const int fail_at = 333;
