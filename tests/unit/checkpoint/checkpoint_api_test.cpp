@@ -11,12 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <wia/wia.h>
+#include <xxhash.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -295,6 +297,49 @@ TEST_CASE("checkpoint: a damaged file is WIA_ERROR_CORRUPT naming it, never load
   std::ofstream(dir.path + "/latest") << "ckpt-00000001\n";
   CHECK(load_latest(t, cfg) == 3);
   CHECK(t.wrong(3) == 0);
+}
+
+// Rewrites a manifest's text and its checksum line, as a newer libwia
+// would have written it.
+void rewrite_manifest(const std::string& path, const std::string& from, const std::string& to) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto trailer = text.rfind("# xxh3 ");
+  REQUIRE(trailer != std::string::npos);
+  std::string body = text.substr(0, trailer);
+  const auto at = body.find(from);
+  REQUIRE(at != std::string::npos);
+  body.replace(at, from.size(), to);
+  char sum[17];
+  std::snprintf(sum, sizeof sum, "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits(body.data(), body.size())));
+  std::ofstream(path, std::ios::trunc) << body << "# xxh3 " << sum << "\n";
+}
+
+TEST_CASE("checkpoint: a newer format is NOT_SUPPORTED, a consistent but wrong record CORRUPT") {
+  Library lib;
+  Scratch dir;
+  wia_checkpoint_config_t cfg{};
+  cfg.checkpoint_dir = dir.path.c_str();
+  Tensors t;
+  const std::string ck = save_step(t, 4, cfg);
+  const std::string manifest = ck + "/MANIFEST.yaml";
+  fs::copy_file(manifest, manifest + ".keep");
+  rewrite_manifest(manifest, "format_version: 1", "format_version: 2");
+  wia_checkpoint_t* out = nullptr;
+  CHECK(wia_load_checkpoint_ex(nullptr, &cfg, &out) == WIA_ERROR_NOT_SUPPORTED);
+  CHECK(last_error().find("format_version 2 is newer than this libwia reads (1)") !=
+        std::string::npos);
+  // A valid trailer over a record that names another checkpoint number.
+  fs::copy_file(manifest + ".keep", manifest, fs::copy_options::overwrite_existing);
+  rewrite_manifest(manifest, "seq: 1", "seq: 9");
+  CHECK(wia_load_checkpoint_ex(nullptr, &cfg, &out) == WIA_ERROR_CORRUPT);
+  CHECK(last_error().find("records checkpoint 9") != std::string::npos);
+  // A shard manifest re-checksummed after an edit no longer matches the commit record.
+  fs::copy_file(manifest + ".keep", manifest, fs::copy_options::overwrite_existing);
+  rewrite_manifest(ck + "/rank-00000.yaml", "count: 17", "count: 16");
+  CHECK(wia_load_checkpoint_ex(nullptr, &cfg, &out) == WIA_ERROR_CORRUPT);
+  CHECK(last_error().find("is not the shard manifest") != std::string::npos);
 }
 
 TEST_CASE("checkpoint: latest moves forward, keep_last prunes the oldest") {
