@@ -93,6 +93,19 @@ WIA_API wia_status_t wia_checkpoint_add_tensor(wia_checkpoint_t* ckpt, const cha
                                                const void* data, size_t count,
                                                wia_datatype_t datatype);
 
+/* The error-feedback residual the compression API keeps for `buffer` on
+ * comm (wia_compression_get_residual; synchronise the stream first),
+ * copied now and saved under `name`, so a resumed job compresses as the
+ * interrupted one would have. wia_restore_compression_residual puts it back
+ * for `buffer` (which may be another address in the new process). */
+WIA_API wia_status_t wia_checkpoint_add_compression_residual(wia_checkpoint_t* ckpt,
+                                                             wia_communicator_t comm,
+                                                             const char* name, const void* buffer,
+                                                             size_t count);
+WIA_API wia_status_t wia_restore_compression_residual(const wia_checkpoint_t* ckpt,
+                                                      wia_communicator_t comm, const char* name,
+                                                      const void* buffer, size_t count);
+
 /* Typed metadata, copied now. A name already set is replaced. */
 WIA_API wia_status_t wia_checkpoint_add_metadata_int(wia_checkpoint_t* ckpt, const char* name,
                                                      const int* value);

@@ -323,6 +323,34 @@ WIA_API wia_status_t wia_checkpoint_add_tensor(wia_checkpoint_t* ckpt, const cha
   });
 }
 
+WIA_API wia_status_t wia_checkpoint_add_compression_residual(wia_checkpoint_t* ckpt,
+                                                             wia_communicator_t comm,
+                                                             const char* name, const void* buffer,
+                                                             size_t count) {
+  return guard(__func__, [&] {
+    checkpoint::Checkpoint& c = api::live_checkpoint(ckpt);
+    std::string key = api::checked_name(name, "residual name");
+    std::vector<float> values(count);
+    const wia_status_t st = wia_compression_get_residual(comm, buffer, values.data(), count);
+    if (st != WIA_SUCCESS)
+      throw Error(st, fmt::format("residual '{}': {}", key, wia_get_last_error()));
+    c.add_copy(Kind::kResidual, std::move(key), std::move(values));
+  });
+}
+
+WIA_API wia_status_t wia_restore_compression_residual(const wia_checkpoint_t* ckpt,
+                                                      wia_communicator_t comm, const char* name,
+                                                      const void* buffer, size_t count) {
+  return guard(__func__, [&] {
+    std::vector<float> values(count);
+    const wia_tensor_ref_t t{name, values.data(), count, WIA_FLOAT32};
+    api::restore(Kind::kResidual, &t, 1, api::live_checkpoint(ckpt));
+    const wia_status_t st = wia_compression_set_residual(comm, buffer, values.data(), count);
+    if (st != WIA_SUCCESS)
+      throw Error(st, fmt::format("residual '{}': {}", name, wia_get_last_error()));
+  });
+}
+
 WIA_API wia_status_t wia_checkpoint_add_metadata_int(wia_checkpoint_t* ckpt, const char* name,
                                                      const int* value) {
   return guard(__func__, [&] { api::set_meta(ckpt, name, value, MetaValue::Type::kInt); });

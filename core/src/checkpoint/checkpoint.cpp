@@ -225,6 +225,12 @@ void Checkpoint::add(Source source) {
   sources_.push_back(std::move(source));
 }
 
+void Checkpoint::add_copy(Kind kind, std::string name, std::vector<float> values) {
+  auto kept = std::make_unique<std::vector<float>>(std::move(values));
+  add({kind, std::move(name), kept->data(), WIA_FLOAT32, kept->size()});
+  copies_.push_back(std::move(kept));
+}
+
 void Checkpoint::set_metadata(const std::string& name, MetaValue value) {
   if (name.empty() || name.size() > WIA_CHECKPOINT_NAME_MAX)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,

@@ -68,6 +68,10 @@ class Checkpoint {
 
   // --- filling ---
   void add(Source source);
+  // Adds a tensor whose bytes are copied now and kept by the checkpoint
+  // (library state such as a compression residual, which has no caller
+  // buffer to read at save time).
+  void add_copy(Kind kind, std::string name, std::vector<float> values);
   void set_metadata(const std::string& name, MetaValue value);
   const std::vector<Source>& sources() const { return sources_; }
 
@@ -108,6 +112,7 @@ class Checkpoint {
                 const std::map<std::string, MetaValue>& metadata);
 
   std::vector<Source> sources_;
+  std::vector<std::unique_ptr<std::vector<float>>> copies_;  // what add_copy keeps
   std::map<std::string, MetaValue> metadata_;
   std::vector<Loaded> loaded_;
   bool is_loaded_ = false;

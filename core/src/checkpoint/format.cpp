@@ -96,7 +96,7 @@ wia_checkpoint_shard_mode_t mode_of(const std::string& name, const std::string& 
 }
 
 Kind kind_of(const std::string& name, const std::string& path) {
-  for (Kind k : {Kind::kModel, Kind::kOptimizer, Kind::kTensor})
+  for (Kind k : {Kind::kModel, Kind::kOptimizer, Kind::kTensor, Kind::kResidual})
     if (name == kind_name(k)) return k;
   corrupt(path, fmt::format("unknown tensor kind '{}'", name));
 }
@@ -144,6 +144,8 @@ const char* kind_name(Kind kind) noexcept {
       return "model";
     case Kind::kOptimizer:
       return "optimizer";
+    case Kind::kResidual:
+      return "residual";
     default:
       return "tensor";
   }

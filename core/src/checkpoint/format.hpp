@@ -32,7 +32,8 @@ namespace wia::checkpoint {
 inline constexpr int kFormatVersion = 1;
 inline constexpr std::size_t kBlockBytes = std::size_t{1} << 20;
 
-enum class Kind : std::uint8_t { kModel, kOptimizer, kTensor };
+// kResidual: an error-feedback residual of the compression API (fp32).
+enum class Kind : std::uint8_t { kModel, kOptimizer, kTensor, kResidual };
 const char* kind_name(Kind kind) noexcept;
 
 struct MetaValue {

@@ -13,6 +13,7 @@
 #include <wia/wia.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -340,6 +341,63 @@ TEST_CASE("checkpoint: a newer format is NOT_SUPPORTED, a consistent but wrong r
   rewrite_manifest(ck + "/rank-00000.yaml", "count: 17", "count: 16");
   CHECK(wia_load_checkpoint_ex(nullptr, &cfg, &out) == WIA_ERROR_CORRUPT);
   CHECK(last_error().find("is not the shard manifest") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: error-feedback residuals of compressed all-reduces survive a restart") {
+  Library lib;
+  Scratch dir;
+  constexpr std::size_t n = 5000;
+  const wia_device_t devs[2] = {0, 1};
+  wia_communicator_t comm = nullptr;
+  REQUIRE(wia_create_communicator(devs, 2, &comm) == WIA_SUCCESS);
+  wia_stream_t streams[2];
+  std::vector<float> in[2], out[2];
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(wia_create_stream_on(r, &streams[r]) == WIA_SUCCESS);
+    in[r].resize(n);
+    out[r].resize(n);
+    for (std::size_t i = 0; i < n; ++i) in[r][i] = value(r, i, 5) * 1e-3f;
+  }
+  wia_compression_config_t cc{};
+  cc.method = WIA_COMPRESS_TOPK;
+  cc.parameters.topk.k_ratio = 0.05;
+  cc.parameters.topk.use_magnitude = true;
+  cc.error_feedback = true;
+  for (int r = 0; r < 2; ++r)
+    REQUIRE(wia_all_reduce_compressed(comm, in[r].data(), out[r].data(), n, &cc, streams[r]) ==
+            WIA_SUCCESS);
+  for (auto s : streams) REQUIRE(wia_stream_synchronize(s) == WIA_SUCCESS);
+  std::vector<float> kept(n);
+  REQUIRE(wia_compression_get_residual(comm, in[0].data(), kept.data(), n) == WIA_SUCCESS);
+  std::size_t nonzero = 0;
+  for (float v : kept) nonzero += v != 0.0f;
+  REQUIRE(nonzero > n / 2);  // top-k 5 % left most of the gradient behind
+
+  wia_checkpoint_config_t cfg{};
+  cfg.checkpoint_dir = dir.path.c_str();
+  wia_checkpoint_t* c = wia_create_checkpoint();
+  REQUIRE(wia_checkpoint_add_compression_residual(c, comm, "grad0", in[0].data(), n) ==
+          WIA_SUCCESS);
+  INFO(last_error());
+  REQUIRE(wia_save_checkpoint(c, &cfg) == WIA_SUCCESS);
+  wia_free_checkpoint(c);
+
+  // "Restart": the library forgets; the new buffer lives elsewhere.
+  REQUIRE(wia_compression_reset(comm) == WIA_SUCCESS);
+  std::vector<float> moved(n), back(n, 1.0f);
+  REQUIRE(wia_compression_get_residual(comm, moved.data(), back.data(), n) == WIA_SUCCESS);
+  CHECK(std::count(back.begin(), back.end(), 0.0f) == static_cast<long>(n));
+  wia_checkpoint_t* l = wia_load_latest_checkpoint(&cfg);
+  REQUIRE(l != nullptr);
+  CHECK(wia_restore_compression_residual(l, comm, "grad0", moved.data(), n - 1) ==
+        WIA_ERROR_INVALID_ARGUMENT);  // the wrong count names both
+  CHECK(last_error().find("holds 5000 x float32") != std::string::npos);
+  REQUIRE(wia_restore_compression_residual(l, comm, "grad0", moved.data(), n) == WIA_SUCCESS);
+  REQUIRE(wia_compression_get_residual(comm, moved.data(), back.data(), n) == WIA_SUCCESS);
+  CHECK(back == kept);
+  wia_free_checkpoint(l);
+  for (auto s : streams) wia_destroy_stream(s);
+  wia_destroy_communicator(comm);
 }
 
 TEST_CASE("checkpoint: latest moves forward, keep_last prunes the oldest") {
