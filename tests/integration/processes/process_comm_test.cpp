@@ -290,6 +290,7 @@ TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within 
     INFO(transport);
     const auto before = shm_entries();
     const auto start = std::chrono::steady_clock::now();
+    auto killed_at = start;
     const auto st = run_ranks(
         3, base_yaml(15000),
         [](int rank, int nranks) {
@@ -320,13 +321,20 @@ TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within 
           return kNoError;
         },
         {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}},
-        [](std::vector<pid_t>& pids) {
+        [&killed_at](std::vector<pid_t>& pids) {
           std::this_thread::sleep_for(std::chrono::milliseconds(1500));
           kill(pids[1], SIGKILL);
+          killed_at = std::chrono::steady_clock::now();
         },
         60);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // How long the survivors took to notice and exit (a figure, not a
+    // check: this machine is shared; docs/fault-tolerance.md records it).
+    MESSAGE(std::string(transport)
+            << ": the survivors had failed and exited "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count()
+            << " s after the SIGKILL");
     CHECK(st[1] == -SIGKILL);
     CHECK(st[0] == kSawError);
     CHECK(st[2] == kSawError);
