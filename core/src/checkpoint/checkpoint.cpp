@@ -315,8 +315,18 @@ void Checkpoint::run_save(const Settings& s, std::uint64_t seq, Staging staging,
     if (s.group.rank == 0) {
       commit(s, seq, ckpt_dir, manifest);
     } else {
-      wait_until([&] { return fs::exists(ckpt_dir + "/" + kCommitName, ec); }, ckpt_dir,
-                 s.timeout_ms, "rank 0's commit");
+      // Done when `latest` names it (or a later one), not when its
+      // MANIFEST appears: rank 0 writes `latest` after, and a rank that
+      // loads right after its save must find this checkpoint.
+      wait_until(
+          [&] {
+            try {
+              return latest_seq(s.dir) >= seq;
+            } catch (const Error&) {
+              return false;  // being replaced right now
+            }
+          },
+          ckpt_dir, s.timeout_ms, "rank 0's commit");
     }
   } catch (const Error& e) {
     save_status_ = e.status();

@@ -8,10 +8,14 @@
 #include <wia/wia.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process_harness.hpp"
@@ -110,6 +114,107 @@ TEST_CASE("checkpoints across 3 processes: sharded and replicated saves, collect
                                        "rank-00002.yaml"}
             : std::vector<std::string>{"MANIFEST.yaml", "rank-00000.data", "rank-00000.yaml"};
     CHECK(files_in(g_dir + "/ckpt-00000002") == expected);
+    std::error_code ec;
+    fs::remove_all(g_dir, ec);
+  }
+}
+
+namespace {
+
+constexpr std::size_t kShard = 1u << 20;  // 8 MiB of double per rank: a save takes a while
+
+// Saves a sharded checkpoint every step until a save fails (a rank died).
+int save_until_failure(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  std::vector<double> w(kShard);
+  wia_tensor_ref_t ref{"w", w.data(), w.size(), WIA_FLOAT64};
+  wia_model_t model{};
+  model.tensors = &ref;
+  model.num_tensors = 1;
+  wia_checkpoint_config_t cfg{};
+  cfg.checkpoint_dir = g_dir.c_str();
+  cfg.async_checkpointing = true;
+  cfg.comm = comm;
+  cfg.timeout_ms = 3000;
+  for (int step = 1; step < 100000; ++step) {
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = entry(rank, step, i);
+    wia_checkpoint_t* c = wia_create_checkpoint();
+    wia_checkpoint_add_model(c, &model);
+    wia_checkpoint_add_metadata(c, "step", &step);
+    const wia_status_t posted = wia_save_checkpoint_async(c, &cfg, nullptr);
+    const wia_status_t done = wia_free_checkpoint(c);
+    if (posted != WIA_SUCCESS || done != WIA_SUCCESS) {
+      std::fprintf(stderr, "rank %d: step %d: %s\n", rank, step, wia_get_last_error());
+      wia_comm_abort(comm);
+      return kSawError;
+    }
+  }
+  return kNoError;
+}
+
+// Every rank loads its shard of latest: all name the same step and hold
+// exactly that step's values.
+int verify_latest(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  wia_checkpoint_config_t cfg{};
+  cfg.checkpoint_dir = g_dir.c_str();
+  cfg.comm = comm;
+  wia_checkpoint_t* l = wia_load_latest_checkpoint(&cfg);
+  if (l == nullptr) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, wia_get_last_error());
+    return kWrong;
+  }
+  int step = -1;
+  std::vector<double> w(kShard, 0.0);
+  if (wia_get_checkpoint_metadata(l, "step", &step) != WIA_SUCCESS ||
+      wia_restore_tensor(l, "w", w.data(), w.size(), WIA_FLOAT64) != WIA_ERROR_INVALID_ARGUMENT)
+    return kWrong;  // it is a model tensor, not a plain one
+  wia_tensor_ref_t ref{"w", w.data(), w.size(), WIA_FLOAT64};
+  wia_model_t model{};
+  model.tensors = &ref;
+  model.num_tensors = 1;
+  if (wia_restore_model(&model, l) != WIA_SUCCESS) return kWrong;
+  wia_free_checkpoint(l);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) wrong += w[i] != entry(rank, step, i);
+  // The step must be the same on every rank: all-reduce max and min agree.
+  std::int64_t mx = step, mn = -static_cast<std::int64_t>(step);
+  wia_collective_config_t c{};
+  c.reduction_op = WIA_REDUCE_MAX;
+  c.datatype = WIA_INT64;
+  if (wia_all_reduce(comm, &mx, &mx, 1, &c, nullptr) != WIA_SUCCESS ||
+      wia_all_reduce(comm, &mn, &mn, 1, &c, nullptr) != WIA_SUCCESS ||
+      wia_stream_synchronize(nullptr) != WIA_SUCCESS)
+    return kApiError;
+  wia_destroy_communicator(comm);
+  std::fprintf(stderr, "rank %d: latest is step %d, %zu wrong\n", rank, step, wrong);
+  return wrong == 0 && step >= 1 && mx == -mn ? kOk : kWrong;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "checkpoints across 3 processes: a rank SIGKILLed during saves never leaves latest broken") {
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 3; ++trial) {
+    CAPTURE(trial);
+    g_dir = "/tmp/wia_ckpt_kill_XXXXXX";
+    REQUIRE(mkdtemp(g_dir.data()) != nullptr);
+    const int delay_ms = std::uniform_int_distribution<int>(400, 1200)(rng);
+    const auto st = run_ranks(
+        3, base_yaml(3000), save_until_failure, {{"TEST_WIA_ID", unique_id_env()}},
+        [delay_ms](std::vector<pid_t>& pids) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          kill(pids[2], SIGKILL);
+        },
+        60);
+    CHECK(st[0] == kSawError);
+    CHECK(st[1] == kSawError);
+    CHECK(st[2] == -SIGKILL);
+    const auto v = run_ranks(3, base_yaml(), verify_latest, {{"TEST_WIA_ID", unique_id_env()}});
+    check_all(v);
     std::error_code ec;
     fs::remove_all(g_dir, ec);
   }
