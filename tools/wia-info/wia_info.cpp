@@ -19,6 +19,7 @@
 #include "config/config.hpp"
 #include "provider/registry.hpp"
 #include "runtime/runtime.hpp"
+#include "checkpoint_report.hpp"
 #include "flight_analysis.hpp"
 #include "selection.hpp"
 
@@ -200,6 +201,8 @@ void usage(FILE* out) {
       "  --place MODEL.yaml  place a model's parts on the devices (docs/placement.md);\n"
       "               --strategy bandwidth|latency|sequential, --allow-cross-node to not\n"
       "               minimise cross-node bytes first\n"
+      "  --checkpoints DIR  every checkpoint in DIR, latest, and each committed one verified\n"
+      "               (every shard loaded, every checksum checked); exit 1 if one is damaged\n"
       "  --analyse DIR  read every rank's flight recorder dump in DIR (flight_recorder.dir)\n"
       "               and name the ranks that never joined the collective where the job stopped\n"
       "  --rules F    take selector rules from config file F instead of WIA_CONFIG\n"
@@ -225,6 +228,7 @@ int main(int argc, char** argv) {
   wia_info::SelectionOptions sel;
   const char* topology_file = nullptr;
   const char* analyse_dir = nullptr;
+  const char* checkpoints_dir = nullptr;
   for (int i = 1; i < argc; ++i) {
     const bool has_value = i + 1 < argc;
     if (!std::strcmp(argv[i], "--config")) {
@@ -261,6 +265,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "wia-info: --tolerance wants a number >= 0, got '%s'\n", argv[i]);
         return 2;
       }
+    } else if (!std::strcmp(argv[i], "--checkpoints") && has_value) {
+      checkpoints_dir = argv[++i];
     } else if (!std::strcmp(argv[i], "--analyse") && has_value) {
       analyse_dir = argv[++i];
     } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
@@ -273,6 +279,7 @@ int main(int argc, char** argv) {
     }
   }
   if (analyse_dir) return wia_info::analyse_flight(analyse_dir);
+  if (checkpoints_dir) return wia_info::checkpoint_report(checkpoints_dir);
   sel.topology_file = topology_file;
   if (place_file)
     return wia_info::place(place_file, topology_file, strategy, cross_node_first);

@@ -103,6 +103,8 @@ class Checkpoint {
   // The loaded tensor, or nullptr.
   const Loaded* find(Kind kind, const std::string& name) const;
   bool loaded() const { return is_loaded_; }
+  const std::vector<Loaded>& loaded_tensors() const { return loaded_; }
+  const std::map<std::string, MetaValue>& all_metadata() const { return metadata_; }
   const MetaValue* metadata(const std::string& name) const;
   const std::string& path() const { return path_; }
 

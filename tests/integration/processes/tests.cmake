@@ -25,6 +25,8 @@ wia_test_loads_providers(test_redundancy)
 wia_add_unit_test(checkpoint_ranks SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_ranks_test.cpp
                   LIBS wia::core TIMEOUT 300)
 wia_test_loads_providers(test_checkpoint_ranks)
+add_dependencies(test_checkpoint_ranks wia-info)
+target_compile_definitions(test_checkpoint_ranks PRIVATE WIA_TEST_WIA_INFO="$<TARGET_FILE:wia-info>")
 
 # Spec 6.10's snippet as C11, run as a one-process job.
 add_executable(test_spec_distributed_c ${CMAKE_CURRENT_LIST_DIR}/spec_distributed.c)
