@@ -185,6 +185,15 @@ typedef struct wia_memcpy_peer_batched {
 WIA_API wia_status_t wia_memcpy_peer_batched(const wia_memcpy_peer_batched_t* batch, size_t count,
                                              wia_stream_t stream);
 
+/* Spec 6.4.1: buffer[i] *= factor for `count` float32 elements, posted on
+ * `stream` after its earlier work (e.g. to average an all-reduced sum).
+ * _ex takes any datatype: half types round once per element, integers
+ * truncate. Memory the host can address (host memory, or device memory of
+ * host-accessible devices); other devices: WIA_ERROR_NOT_SUPPORTED. */
+WIA_API wia_status_t wia_scale(void* buffer, double factor, size_t count, wia_stream_t stream);
+WIA_API wia_status_t wia_scale_ex(void* buffer, double factor, size_t count,
+                                  wia_datatype_t datatype, wia_stream_t stream);
+
 /* ---------------------------------------------------------------------- */
 /* Communicators and collectives (spec 6.4 - 6.6)                          */
 /* ---------------------------------------------------------------------- */

@@ -3,9 +3,8 @@
 // copies (direct and host-staged), through libwia.so and the real host
 // provider.
 #include <doctest/doctest.h>
-#include <wia/wia.h>
-
 #include <unistd.h>
+#include <wia/wia.h>
 
 #include <atomic>
 #include <chrono>
@@ -131,6 +130,46 @@ TEST_CASE("memcpy/memset: ranges are checked against the allocation") {
   CHECK(wia_free(buf) == WIA_SUCCESS);
 }
 
+TEST_CASE("wia_scale: every datatype, in stream order, ranges checked") {
+  Session s("host:\n  devices: 1\n");
+  float* f = nullptr;
+  REQUIRE(wia_malloc(reinterpret_cast<void**>(&f), 1000 * sizeof(float)) == WIA_SUCCESS);
+  for (int i = 0; i < 1000; ++i) f[i] = static_cast<float>(i);
+  wia_stream_t st = nullptr;
+  REQUIRE(wia_create_stream(&st) == WIA_SUCCESS);
+  // Ordered after the memset on the same stream: scales zeros, then 3s.
+  REQUIRE(wia_memset_async(f, 0, 1000 * sizeof(float), st) == WIA_SUCCESS);
+  REQUIRE(wia_scale(f, 0.5, 1000, st) == WIA_SUCCESS);
+  REQUIRE(wia_stream_synchronize(st) == WIA_SUCCESS);
+  CHECK(f[999] == 0.0f);
+  for (int i = 0; i < 1000; ++i) f[i] = static_cast<float>(i);
+  REQUIRE(wia_scale(f, 0.125, 1000, st) == WIA_SUCCESS);
+  REQUIRE(wia_stream_synchronize(st) == WIA_SUCCESS);
+  for (int i = 0; i < 1000; ++i) CHECK(f[i] == static_cast<float>(i) * 0.125f);
+  // Other datatypes on plain host memory: doubles exact, int32 truncates,
+  // float16 rounds once: 3 * 0.1 becomes 0x34CD = 1.2001953125 / 4, the
+  // binary16 value nearest 0.3 (mantissa 0.2 * 1024 = 204.8 rounds to 205).
+  std::vector<double> d = {1.0, -2.5, 1e300};
+  REQUIRE(wia_scale_ex(d.data(), 0.1, d.size(), WIA_FLOAT64, st) == WIA_SUCCESS);
+  std::vector<int32_t> n = {7, -7, 100};
+  REQUIRE(wia_scale_ex(n.data(), 0.5, n.size(), WIA_INT32, st) == WIA_SUCCESS);
+  std::uint16_t h = 0x4200;  // 3.0 in binary16
+  REQUIRE(wia_scale_ex(&h, 0.1, 1, WIA_FLOAT16, st) == WIA_SUCCESS);
+  REQUIRE(wia_stream_synchronize(st) == WIA_SUCCESS);
+  CHECK(d[0] == 1.0 * 0.1);
+  CHECK(d[2] == 1e300 * 0.1);
+  CHECK(n == std::vector<int32_t>{3, -3, 50});
+  CHECK(h == 0x34CD);
+  // Past the end of the allocation, a NULL buffer, a bad datatype: errors.
+  CHECK(wia_scale(f + 10, 2.0, 1000, st) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("run past the end"));
+  CHECK(wia_scale(nullptr, 2.0, 1, st) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_scale_ex(f, 2.0, 1, static_cast<wia_datatype_t>(42), st) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_scale(nullptr, 2.0, 0, st) == WIA_SUCCESS);  // nothing to do
+  REQUIRE(wia_destroy_stream(st) == WIA_SUCCESS);
+  CHECK(wia_free(f) == WIA_SUCCESS);
+}
+
 namespace {
 struct Gate {
   std::atomic<int> stage{0};
@@ -195,7 +234,8 @@ TEST_CASE("streams and events: ordering, cross-stream waits, timing, bad handles
 
 namespace {
 void fill_pattern(std::vector<std::uint32_t>& v, std::uint32_t seed) {
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = seed * 2654435761u + static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = seed * 2654435761u + static_cast<std::uint32_t>(i);
 }
 // Copies 3 MiB + 5 bytes device 0 -> device 1 with each form of the API and
 // checks every byte; the size spans more than one staging chunk when the

@@ -79,6 +79,15 @@ int main(void) {
   for (int d = 0; d < num_devices; ++d)
     for (size_t i = 0; i < num_params; ++i)
       EXPECT(summed_gradients[d][i] == (float)(28 + 8 * (i % 7)));
+  // Now each device has the sum, compute average
+  for (int d = 0; d < num_devices; ++d) {
+    CHECK_OK(wia_set_device(d));
+    CHECK_OK(wia_scale(summed_gradients[d], 1.0 / num_devices, num_params, stream));
+  }
+  synchronize_all();
+  for (int d = 0; d < num_devices; ++d)
+    for (size_t i = 0; i < num_params; ++i)
+      EXPECT(summed_gradients[d][i] == (float)(28 + 8 * (i % 7)) / 8.0f);
 
   /* --- 6.4.2: broadcast model weights from rank 0 --- */
   float* model_weights[NUM_DEVICES];

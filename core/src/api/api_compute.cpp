@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// Element-wise work the spec's snippets call on a stream: wia_scale (6.4.1
+// averages gradients with it). It runs as a host function on the stream,
+// in order with the collectives before it, on memory the host can address
+// (plain host memory, or device memory of a provider whose devices are
+// host-accessible); device kernels for other providers come with them.
+#include <fmt/format.h>
+#include <wia/wia.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "api/guard.hpp"
+#include "kernels/cpu_reduce.hpp"
+#include "kernels/element_access.hpp"
+#include "runtime/objects.hpp"
+#include "runtime/runtime.hpp"
+
+namespace wia::api {
+namespace {
+
+struct ScaleTask {
+  void* buffer;
+  double factor;
+  std::size_t count;
+  wia_datatype_t dtype;
+};
+
+void run_scale(void* arg) {
+  std::unique_ptr<ScaleTask> t(static_cast<ScaleTask*>(arg));
+  switch (t->dtype) {
+    case WIA_FLOAT32: {
+      auto* p = static_cast<float*>(t->buffer);
+      const auto f = static_cast<float>(t->factor);
+      for (std::size_t i = 0; i < t->count; ++i) p[i] *= f;
+      return;
+    }
+    case WIA_FLOAT64: {
+      auto* p = static_cast<double*>(t->buffer);
+      for (std::size_t i = 0; i < t->count; ++i) p[i] *= t->factor;
+      return;
+    }
+    default:  // half types (rounded once per element) and integers (truncated)
+      for (std::size_t i = 0; i < t->count; ++i)
+        kernels::store_element(t->buffer, i, t->dtype,
+                               kernels::load_element(t->buffer, i, t->dtype) * t->factor);
+  }
+}
+
+void scale(void* buffer, double factor, std::size_t count, const wia_datatype_t& datatype,
+           wia_stream_t stream) {
+  const wia_datatype_t d = checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
+  if (count == 0) return;
+  require_non_null(buffer, "buffer");
+  Runtime::get();
+  if (const auto a = objects().allocations.find(buffer)) {
+    if (a->base + a->size <
+        reinterpret_cast<std::uintptr_t>(buffer) + count * kernels::dtype_size(d))
+      throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                  fmt::format("{} elements of {} at {} run past the end of its {}-byte allocation",
+                              count, kernels::dtype_name(d), buffer, a->size));
+    const Device& dev = Runtime::get().device(a->device);
+    if (!(dev.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE))
+      throw Error(WIA_ERROR_NOT_SUPPORTED,
+                  fmt::format("device {} ({}): its memory is not host-addressable and the "
+                              "provider has no scale kernel",
+                              a->device, dev.provider->name()));
+  }
+  auto* task = new ScaleTask{buffer, factor, count, d};
+  const wia_status_t st = wia_launch_host_func(stream, run_scale, task);
+  if (st != WIA_SUCCESS) {
+    delete task;
+    throw Error(st, wia_get_last_error());
+  }
+}
+
+}  // namespace
+}  // namespace wia::api
+
+using namespace wia;
+
+WIA_API wia_status_t wia_scale(void* buffer, double factor, size_t count, wia_stream_t stream) {
+  return api::guard(__func__, [&] { api::scale(buffer, factor, count, WIA_FLOAT32, stream); });
+}
+
+WIA_API wia_status_t wia_scale_ex(void* buffer, double factor, size_t count,
+                                  wia_datatype_t datatype, wia_stream_t stream) {
+  return api::guard(__func__, [&] { api::scale(buffer, factor, count, datatype, stream); });
+}
