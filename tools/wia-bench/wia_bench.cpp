@@ -190,13 +190,18 @@ Options parse(int argc, char** argv) {
       o.compressed = true;
     }
     else if (a == "--op")
+      // The spec's own spellings (all_reduce, ...) are accepted too.
       o.op = pick<wia_collective_op_t>("op", next(),
                                        {{"allreduce", WIA_COLLECTIVE_ALLREDUCE},
+                                        {"all_reduce", WIA_COLLECTIVE_ALLREDUCE},
                                         {"broadcast", WIA_COLLECTIVE_BROADCAST},
                                         {"reduce", WIA_COLLECTIVE_REDUCE},
                                         {"allgather", WIA_COLLECTIVE_ALLGATHER},
+                                        {"all_gather", WIA_COLLECTIVE_ALLGATHER},
                                         {"reducescatter", WIA_COLLECTIVE_REDUCE_SCATTER},
-                                        {"alltoall", WIA_COLLECTIVE_ALLTOALL}});
+                                        {"reduce_scatter", WIA_COLLECTIVE_REDUCE_SCATTER},
+                                        {"alltoall", WIA_COLLECTIVE_ALLTOALL},
+                                        {"all_to_all", WIA_COLLECTIVE_ALLTOALL}});
     else if (a == "--dtype")
       o.dtype = pick<wia_datatype_t>(
           "dtype", next(),

@@ -41,6 +41,8 @@ foreach(op allreduce broadcast reduce allgather reducescatter alltoall)
   add_test(NAME tool_wia_bench_${op} COMMAND sh -c "\
     ${_wia_bench} --op ${op} --ranks 3 -b 8 -e 64K -f 8 -n 2 -w 1 | tee /dev/stderr | grep -q '# ok: 0 wrong'")
 endforeach()
+# The spec's spellings of the ops name the same collectives.
+add_test(NAME tool_wia_bench_spec_op_names COMMAND sh -c "  for op in all_reduce all_gather reduce_scatter all_to_all; do     ${_wia_bench} --op $op --ranks 2 -b 64 -e 64 -n 1 -w 0 | grep -q '# ok: 0 wrong' || exit 1;   done")
 
 set_tests_properties(tool_wia_info_providers tool_wia_info_config tool_wia_info_topology
                      PROPERTIES TIMEOUT 60 ENVIRONMENT "WIA_LOG_LEVEL=error")
