@@ -375,6 +375,8 @@ WIA_API wia_algorithm_t wia_get_selected_algorithm(wia_communicator_t comm);
 #include <wia/checkpoint.h>
 /* Redundant gradient computation (spec 6.9.1). */
 #include <wia/redundancy.h>
+/* Communication profiling (spec 6.11). */
+#include <wia/profiling.h>
 
 #ifdef __cplusplus
 }

@@ -252,9 +252,16 @@ WIA_API wia_status_t wia_launch_host_func(wia_stream_t stream, wia_host_fn_t fn,
       throw Error(WIA_ERROR_NOT_SUPPORTED,
                   fmt::format("provider {} cannot run host functions on a stream",
                               d.provider->name()));
-    device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
-      return o.launch_host_func(ctx, s->ps, fn, user_data);
-    });
+    // While a communicator profiles, host functions are compute: timed.
+    const bool timed = api::profile_host_fn(s->device, &fn, &user_data);
+    try {
+      device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
+        return o.launch_host_func(ctx, s->ps, fn, user_data);
+      });
+    } catch (...) {
+      if (timed) api::discard_profiled_host_fn(user_data);
+      throw;
+    }
   });
 }
 

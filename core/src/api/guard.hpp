@@ -4,7 +4,7 @@
 // escapes the C boundary and every failure explains itself.
 #pragma once
 
-#include <wia/status.h>
+#include <wia/wia.h>
 
 #include <cstdint>
 #include <cstring>
@@ -63,6 +63,11 @@ E checked_enum(const E& e, std::int32_t count, const char* what) {
 // every live one (wia_finalize, before devices go away).
 void destroy_communicator(struct wia_communicator_s* comm);
 void destroy_all_communicators() noexcept;
+// Profiling (api_profiling.cpp): while a communicator profiles, wraps a host
+// function so its run is timed as compute (true when it did); the wrapper's
+// state when posting it failed.
+bool profile_host_fn(wia_device_t device, void (**fn)(void*), void** user_data);
+void discard_profiled_host_fn(void* user_data) noexcept;
 // Waits for checkpoint saves still being written (api_checkpoint.cpp).
 void wait_for_pending_checkpoints() noexcept;
 // Drops the compression residuals and errors of a communicator (api_compress.cpp).

@@ -75,6 +75,8 @@ class CommunicatorBase {
   // wia_report_failure: `rank` counts as failed in this rank's view.
   // Device communicators keep no failed set.
   virtual void report_failed(int /*rank*/) {}
+  // wia_enable_comm_profiling: nullptr where the communicator cannot profile.
+  virtual class CommProfiler* profiler() { return nullptr; }
   virtual wia_algorithm_t last_selected() const = 0;
 };
 

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "comm/communicator_base.hpp"
+#include "comm/comm_profiler.hpp"
 #include "comm/flight_recorder.hpp"
 #include "common/page_aligned.hpp"
 #include "engine/net_exec.hpp"
@@ -404,6 +405,15 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::string flight_dir_;
   int comm_index_ = 0;  // the n-th process communicator of this process
   std::atomic<std::uint64_t> collectives_posted_{0};
+  CommProfiler profiler_;  // wia_enable_comm_profiling
+
+ public:
+  CommProfiler* profiler() override { return &profiler_; }
+  // The slowest link's GB/s in the cost model (the bound of profiling's
+  // bandwidth utilization).
+  double slowest_link_gbps();
+
+ private:
   // Records operation `seq` as posted.
   void record_posted(std::uint64_t seq, const Call& call, int peer, bool is_send) noexcept;
 };

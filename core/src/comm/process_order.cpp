@@ -237,6 +237,18 @@ ProcessCommunicator::SequenceTurn::~SequenceTurn() { c_.release_turn(seq_); }
 
 void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int peer,
                                         bool is_send) noexcept {
+  if (profiler_.on()) {
+    const double p = layout_.size;
+    double factor = 1.0;  // broadcast, reduce, send, receive
+    if (peer < 0 && call.collective == coll::Collective::kAllReduce) factor = 2 * (p - 1) / p;
+    if (peer < 0 && (call.collective == coll::Collective::kAllGather ||
+                     call.collective == coll::Collective::kReduceScatter ||
+                     call.collective == coll::Collective::kAllToAll))
+      factor = (p - 1) / p;
+    profiler_.posted(seq,
+                     peer >= 0 ? (is_send ? "send" : "recv") : coll::collective_name(call.collective),
+                     call.count * kernels::dtype_size(call.dtype), factor);
+  }
   if (peer >= 0) {
     flight_.posted(seq, -1, is_send ? "send" : "recv", call.count, call.dtype, -1, peer);
   } else {
@@ -249,6 +261,7 @@ void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int
 
 void ProcessCommunicator::release_turn(std::uint64_t seq) {
   flight_.finished(seq);
+  if (profiler_.on()) profiler_.finished(seq, last_selected().name);
   executed_.store(std::max(executed_.load(), seq + 1), std::memory_order_release);
   order_signal_.notify();
 }

@@ -21,6 +21,11 @@ wia_add_unit_test(redundancy SOURCES ${CMAKE_CURRENT_LIST_DIR}/redundancy_test.c
                   LIBS wia::core TIMEOUT 300)
 wia_test_loads_providers(test_redundancy)
 
+# Spec 6.11 profiling of a process communicator (docs/profiling.md).
+wia_add_unit_test(profiling SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiling_test.cpp
+                  LIBS wia::core TIMEOUT 300)
+wia_test_loads_providers(test_profiling)
+
 # Checkpoints saved and loaded by the ranks of one job (docs/checkpoints.md).
 wia_add_unit_test(checkpoint_ranks SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_ranks_test.cpp
                   LIBS wia::core TIMEOUT 300)

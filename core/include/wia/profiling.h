@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * wia/profiling.h - communication profiling (spec 6.11). Included by
+ * <wia/wia.h>; docs/profiling.md says what every number means.
+ *
+ * Process communicators (one rank per process) profile themselves: each
+ * rank reports its own collectives. Device communicators: not yet
+ * (WIA_ERROR_NOT_SUPPORTED).
+ */
+#ifndef WIA_PROFILING_H
+#define WIA_PROFILING_H
+
+typedef struct wia_comm_profiling {
+  bool enable_bandwidth_tracking; /* bytes and GB/s per collective, utilization */
+  bool enable_latency_tracking;   /* min / p50 / p99 / max times per collective */
+  bool enable_overlap_analysis;   /* compute time and the share of comm hidden under it */
+} wia_comm_profiling_t;
+
+typedef struct wia_collective_profile {
+  const char* name; /* "allreduce", "broadcast", ..., "send", "recv" (static storage) */
+  int invocation_count;
+  double total_time;    /* s */
+  double avg_time;      /* s: total_time / invocation_count */
+  double avg_bandwidth; /* GB/s: bytes of one rank's input / time, averaged over calls */
+  /* Extensions (latency tracking): seconds. */
+  double min_time, p50_time, p99_time, max_time;
+  uint64_t bytes;        /* one rank's input bytes, summed over calls */
+  const char* algorithm; /* what the tuner chose for the last call (static storage) */
+} wia_collective_profile_t;
+
+typedef struct wia_comm_profile_report {
+  double total_comm_time;    /* s: collectives of this rank, from start to end, summed */
+  double total_compute_time; /* s: host functions run on streams of comm's device */
+  double overlap_efficiency; /* share of total_comm_time during which compute ran, 0..1 */
+  /* Mean over calls of achieved bus bandwidth / the slowest link's bandwidth
+   * in the cost model (nccl-tests' busbw factors), 0..1 (may exceed 1 when
+   * the model underrates a link). 0 without bandwidth tracking. */
+  double avg_bandwidth_utilization;
+  int num_collectives;
+  wia_collective_profile_t* collectives;
+  int num_suggestions; /* not computed yet: always 0 (docs/profiling.md) */
+  const char** suggestions;
+  /* Extension: seconds since profiling was enabled or reset. */
+  double window_time;
+} wia_comm_profile_report_t;
+
+/* Starts (or restarts with new settings, keeping what was recorded). */
+WIA_API wia_status_t wia_enable_comm_profiling(wia_communicator_t comm,
+                                               const wia_comm_profiling_t* profiling);
+WIA_API wia_status_t wia_disable_comm_profiling(wia_communicator_t comm);
+/* Forgets what was recorded; the window starts again now. */
+WIA_API wia_status_t wia_reset_comm_profile(wia_communicator_t comm);
+/* A snapshot; NULL on error (wia_get_last_error says why). Free it with
+ * wia_free_comm_profile. Collectives still running are not in it. */
+WIA_API wia_comm_profile_report_t* wia_get_comm_profile(wia_communicator_t comm);
+WIA_API void wia_free_comm_profile(wia_comm_profile_report_t* report);
+
+#endif /* WIA_PROFILING_H */

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// Communication profiling (spec 6.11) on 2 real processes: counts are
+// exact, averages are totals over counts, times agree with the caller's own
+// clock, compute is the host functions of known duration, overlap is near
+// 0 for a serialized workload and near 1 when the collectives run under a
+// long host function on another stream, and disabling stops the counting.
+#include <doctest/doctest.h>
+#include <wia/wia.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process_harness.hpp"
+
+namespace {
+using namespace wia::test::processes;
+using Clock = std::chrono::steady_clock;
+
+void sleep_20ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+void sleep_400ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); }
+
+#define EXPECT_R(cond)                                                               \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank, __FILE__, __LINE__, #cond); \
+      return kWrong;                                                                 \
+    }                                                                                \
+  } while (0)
+
+int profile(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  // A device communicator is not profiled yet: a clear error.
+  wia_device_t dev = 0;
+  wia_communicator_t local = nullptr;
+  const wia_comm_profiling_t all = {true, true, true};
+  if (wia_create_communicator(&dev, 1, &local) == WIA_SUCCESS) {
+    EXPECT_R(wia_enable_comm_profiling(local, &all) == WIA_ERROR_NOT_SUPPORTED);
+    EXPECT_R(std::string(wia_get_last_error()).find("process communicators") != std::string::npos);
+    wia_destroy_communicator(local);
+  }
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  std::vector<float> buf(1 << 18, 1.0f);  // 1 MiB
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+
+  // Serialized: 20 all-reduces, then 5 host functions of 20 ms.
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, nullptr) ==
+             WIA_SUCCESS);
+    EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  }
+  EXPECT_R(wia_broadcast(comm, buf.data(), 1000, 0, WIA_FLOAT32, nullptr) == WIA_SUCCESS);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_R(wia_launch_host_func(nullptr, sleep_20ms, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr);
+  EXPECT_R(r->num_collectives == 2);  // allreduce, broadcast
+  const wia_collective_profile_t* ar = nullptr;
+  for (int i = 0; i < r->num_collectives; ++i)
+    if (std::string(r->collectives[i].name) == "allreduce") ar = &r->collectives[i];
+  EXPECT_R(ar != nullptr);
+  EXPECT_R(ar->invocation_count == 20);
+  EXPECT_R(std::fabs(ar->avg_time * 20 - ar->total_time) < 1e-9);
+  EXPECT_R(ar->total_time > 0 && ar->total_time < wall);
+  EXPECT_R(ar->min_time <= ar->p50_time && ar->p50_time <= ar->p99_time &&
+           ar->p99_time <= ar->max_time && ar->min_time > 0);
+  EXPECT_R(ar->bytes == 20ull * buf.size() * sizeof(float));
+  EXPECT_R(ar->avg_bandwidth > 0 && std::isfinite(ar->avg_bandwidth));
+  EXPECT_R(std::strlen(ar->algorithm) > 0);
+  EXPECT_R(r->total_comm_time >= ar->total_time && r->total_comm_time < wall);
+  EXPECT_R(r->total_compute_time >= 0.099 && r->total_compute_time < wall);
+  EXPECT_R(r->overlap_efficiency >= 0.0 && r->overlap_efficiency < 0.2);
+  EXPECT_R(r->avg_bandwidth_utilization > 0 && std::isfinite(r->avg_bandwidth_utilization));
+  EXPECT_R(r->num_suggestions == 0);
+  std::fprintf(stderr,
+               "rank %d: serialized: comm %.4f s, compute %.4f s, overlap %.3f, allreduce avg "
+               "%.3f ms %.2f GB/s (%s), utilization %.3f\n",
+               rank, r->total_comm_time, r->total_compute_time, r->overlap_efficiency,
+               ar->avg_time * 1e3, ar->avg_bandwidth, ar->algorithm, r->avg_bandwidth_utilization);
+  wia_free_comm_profile(r);
+
+  // Overlapped: the collectives run while a 400 ms host function runs on
+  // another stream of this device.
+  EXPECT_R(wia_reset_comm_profile(comm) == WIA_SUCCESS);
+  wia_stream_t compute = nullptr;
+  EXPECT_R(wia_create_stream(&compute) == WIA_SUCCESS);
+  EXPECT_R(wia_launch_host_func(compute, sleep_400ms, nullptr) == WIA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // it has started
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, nullptr) ==
+             WIA_SUCCESS);
+    EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  }
+  EXPECT_R(wia_stream_synchronize(compute) == WIA_SUCCESS);
+  r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->num_collectives == 1 && r->collectives[0].invocation_count == 5);
+  std::fprintf(stderr, "rank %d: overlapped: comm %.4f s, compute %.4f s, overlap %.3f\n", rank,
+               r->total_comm_time, r->total_compute_time, r->overlap_efficiency);
+  EXPECT_R(r->overlap_efficiency > 0.8 && r->overlap_efficiency <= 1.0 + 1e-9);
+  EXPECT_R(r->total_compute_time >= 0.35);
+  wia_free_comm_profile(r);
+  wia_destroy_stream(compute);
+
+  // Disabled: nothing more is counted.
+  EXPECT_R(wia_disable_comm_profiling(comm) == WIA_SUCCESS);
+  EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), 16, &cfg, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->collectives[0].invocation_count == 5);
+  wia_free_comm_profile(r);
+  wia_free_comm_profile(nullptr);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
+}  // namespace
+
+TEST_CASE("profiling: counts, times, compute, overlap near 0 and near 1, disable") {
+  const auto st = run_ranks(2, base_yaml(), profile, {{"TEST_WIA_ID", unique_id_env()}});
+  check_all(st);
+}
