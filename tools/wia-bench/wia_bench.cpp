@@ -70,6 +70,7 @@ struct Options {
   int procs = 0;              // --procs N: spawn N processes
   bool procs_from_env = false;  // one rank of a launched job
   bool compressed = false;      // --compress
+  bool profile_overhead = false;  // --profile-overhead
   std::string compress_name;
   wia_compression_config_t compress{};
 };
@@ -85,6 +86,7 @@ struct Options {
       "                 direct|pairwise|one_shot|hierarchical] [--ranks N] [-n ITERS]\n"
       "                 [-w WARMUP] [-c 0|1] [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
       "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16]\n"
+      "                 [--profile-overhead]\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
       "--sizes lists the sizes to run instead of the -b/-e/-f sweep.\n"
       "--ranks N: N host devices in this process (default 4); --procs N: N processes,\n"
@@ -92,7 +94,9 @@ struct Options {
       "torchrun or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR.\n"
       "--compress: wia_all_reduce_compressed (allreduce, float32/float16/bfloat16, sum/avg)\n"
       "with error feedback for topk, onebit and lowrank; R is k_ratio (topk, randomk) or\n"
-      "the rank (lowrank); compared with the plain all-reduce timed in the same run.\n");
+      "the rank (lowrank); compared with the plain all-reduce timed in the same run.\n"
+      "--profile-overhead: each size with and without wia_enable_comm_profiling\n"
+      "(process communicators: --procs N), alternating, and the difference.\n");
   std::exit(2);
 }
 
@@ -184,6 +188,7 @@ Options parse(int argc, char** argv) {
       o.min_bytes = *std::min_element(o.sizes.begin(), o.sizes.end());
     }
     else if (a == "--procs-from-env") o.procs_from_env = true;
+    else if (a == "--profile-overhead") o.profile_overhead = true;
     else if (a == "--compress") {
       o.compress_name = next();
       o.compress = compress_arg(o.compress_name);
@@ -665,6 +670,47 @@ int run_compressed_sweep(const Options& o, Bench& bench, const std::vector<std::
   return 0;
 }
 
+// --profile-overhead: each size timed with profiling off and on, three
+// alternations, the fastest of each; the overhead is on / off - 1.
+int run_profile_overhead(const Options& o, Bench& bench, const std::vector<std::uint64_t>& sizes,
+                         bool print) {
+  if (!bench.distributed()) {
+    std::fprintf(stderr, "wia-bench: --profile-overhead profiles process communicators: use "
+                         "--procs N\n");
+    return 2;
+  }
+  const std::size_t es = wia::kernels::dtype_size(o.dtype);
+  if (print) {
+    std::printf("# wia-bench: %s with and without wia_enable_comm_profiling, ranks %d, "
+                "alternating 3 times, fastest of each\n",
+                op_name(o.op), bench.nranks());
+    std::printf("#%11s %12s %12s %12s %9s\n", "size(B)", "off(us)", "on(us)", "busbw-off", "overhead");
+    std::fflush(stdout);
+  }
+  const wia_comm_profiling_t all = {true, true, true};
+  for (const std::uint64_t bytes : sizes) {
+    const std::uint64_t count = bytes / es;
+    if (count == 0) continue;
+    const int iters = o.iters > 0 ? o.iters
+                                  : static_cast<int>(std::clamp<std::uint64_t>(
+                                        (256ull << 20) / (count * es), 5, 2000));
+    double off = 1e30, on = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      off = std::min(off, bench.time_us(count, false, iters));
+      CHECK_WIA(wia_enable_comm_profiling(bench.comm(), &all));
+      on = std::min(on, bench.time_us(count, false, iters));
+      CHECK_WIA(wia_disable_comm_profiling(bench.comm()));
+      CHECK_WIA(wia_reset_comm_profile(bench.comm()));
+    }
+    if (print) {
+      std::printf("%12llu %12.2f %12.2f %12.3f %8.2f%%\n", static_cast<unsigned long long>(bytes),
+                  off, on, static_cast<double>(bytes) / off / 1e3, (on / off - 1) * 100);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 // The sweep and the table, printed by rank 0 (the only rank in-process).
 // --sizes, or the -b/-e/-f sweep.
 std::vector<std::uint64_t> sweep_sizes(const Options& o) {
@@ -679,6 +725,7 @@ std::vector<std::uint64_t> sweep_sizes(const Options& o) {
 int run_sweep(const Options& o, Bench& bench, bool print) {
   const std::vector<std::uint64_t> sizes = sweep_sizes(o);
   if (o.compressed) return run_compressed_sweep(o, bench, sizes, print);
+  if (o.profile_overhead) return run_profile_overhead(o, bench, sizes, print);
   const std::size_t es = wia::kernels::dtype_size(o.dtype);
   const int p = bench.nranks();
   if (print) {

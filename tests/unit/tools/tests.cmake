@@ -153,3 +153,11 @@ add_test(NAME tool_wia_ckpt_bench COMMAND sh -c "\
   grep -Eq '^none +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +1\\.000 ' ckpt-bench.out && \
   grep -Eq '^lz4 ' ckpt-bench.out && grep -Eq '^zstd +.* 0\\.9[0-9]{2} ' ckpt-bench.out")
 set_tests_properties(tool_wia_ckpt_bench PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error;WIA_HOST_DEVICES=1")
+
+# wia-bench --profile-overhead: both columns and the difference per size
+# over 2 processes; in-process it is refused with the reason.
+add_test(NAME tool_wia_bench_profile_overhead COMMAND sh -c "\
+  ${_wia_bench} --procs 2 --profile-overhead --sizes 64,64K -n 20 | tee /dev/stderr | \
+    grep -Eq '^ +65536 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+%$' && \
+  ${_wia_bench} --profile-overhead --sizes 64 2>&1 | grep -q 'use --procs N'")
+set_tests_properties(tool_wia_bench_profile_overhead PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
