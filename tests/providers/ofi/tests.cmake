@@ -18,11 +18,12 @@ target_compile_definitions(test_provider_ofi PRIVATE
 add_dependencies(test_provider_ofi wia-provider-ofi)
 
 # The test passes only when wia-conformance exits 0 AND reports the level.
-# shm reaches L4; its L5 (three processes through the core) stalls in an
-# all-gather in libfabric 1.17's shm provider and is a known failure
-# (docs/transport-ofi.md), so that test asserts L4 until it is fixed.
+# shm reaches L4; its L5 (three processes through the core) usually stalls
+# in an all-gather in libfabric 1.17's shm provider, a known failure
+# (docs/transport-ofi.md), but passes on some runs: that test asserts L4
+# or L5 until it is fixed.
 if(TARGET wia-conformance)
-  foreach(variant "tcp|tcp\\;ofi_rxm|L5" "shm|shm|L4")
+  foreach(variant "tcp|tcp\\;ofi_rxm|L5" "shm|shm|L[45]")
     string(REPLACE "|" ";" parts "${variant}")
     list(GET parts 0 name)
     list(GET parts 1 fabric)
