@@ -308,6 +308,7 @@ void destroy_communicator(wia_communicator_t c) {
   comm::CommunicatorBase& comm = live(c);
   communicators().remove(c);
   forget_compression_state(c);
+  forget_profiling(comm);
   if (!comm.drain()) {
     // Stream tasks still queued on streams would run on freed memory: keep the
     // communicator alive (a bounded leak) and say why.

@@ -86,6 +86,15 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
+// Host functions are timed while at least one profiler wants them.
+void count_compute(CommProfiler& p, bool want) {
+  if (p.counts_compute.exchange(want) != want) compute_log().profiling.fetch_add(want ? 1 : -1);
+}
+
+void forget_profiling(comm::CommunicatorBase& c) noexcept {
+  if (CommProfiler* p = c.profiler()) count_compute(*p, false);
+}
+
 // The trampoline wia_launch_host_func uses while a communicator profiles
 // (api_stream.cpp); returns false (fn untouched) otherwise.
 bool profile_host_fn(wia_device_t device, void (**fn)(void*), void** user_data) {
@@ -106,10 +115,7 @@ WIA_API wia_status_t wia_enable_comm_profiling(wia_communicator_t comm,
   return api::guard(__func__, [&] {
     api::require_non_null(profiling, "profiling");
     comm::CommProfiler& p = api::profiler_of(comm);
-    if (!p.on() && profiling->enable_overlap_analysis) api::compute_log().profiling.fetch_add(1);
-    if (p.on() && !profiling->enable_overlap_analysis &&
-        p.snapshot().settings.enable_overlap_analysis)
-      api::compute_log().profiling.fetch_sub(1);
+    api::count_compute(p, profiling->enable_overlap_analysis);
     p.enable(*profiling);
   });
 }
@@ -117,8 +123,7 @@ WIA_API wia_status_t wia_enable_comm_profiling(wia_communicator_t comm,
 WIA_API wia_status_t wia_disable_comm_profiling(wia_communicator_t comm) {
   return api::guard(__func__, [&] {
     comm::CommProfiler& p = api::profiler_of(comm);
-    if (p.on() && p.snapshot().settings.enable_overlap_analysis)
-      api::compute_log().profiling.fetch_sub(1);
+    api::count_compute(p, false);
     p.disable();
   });
 }

@@ -53,9 +53,9 @@ template <typename E>
 E checked_enum(const E& e, std::int32_t count, const char* what) {
   const std::int32_t v = raw_enum(e);
   if (v < 0 || v >= count)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                std::string(what) + " " + std::to_string(v) + " is out of range [0, " +
-                    std::to_string(count) + ")");
+    throw Error(WIA_ERROR_INVALID_ARGUMENT, std::string(what) + " " + std::to_string(v) +
+                                                " is out of range [0, " + std::to_string(count) +
+                                                ")");
   return static_cast<E>(v);
 }
 
@@ -68,6 +68,13 @@ void destroy_all_communicators() noexcept;
 // state when posting it failed.
 bool profile_host_fn(wia_device_t device, void (**fn)(void*), void** user_data);
 void discard_profiled_host_fn(void* user_data) noexcept;
+// A communicator going away stops counting in that switch.
+}  // namespace wia::api
+namespace wia::comm {
+class CommunicatorBase;
+}
+namespace wia::api {
+void forget_profiling(comm::CommunicatorBase& c) noexcept;
 // Waits for checkpoint saves still being written (api_checkpoint.cpp).
 void wait_for_pending_checkpoints() noexcept;
 // Drops the compression residuals and errors of a communicator (api_compress.cpp).

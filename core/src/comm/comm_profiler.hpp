@@ -39,6 +39,9 @@ class CommProfiler {
   };
 
   bool on() const { return on_.load(std::memory_order_relaxed); }
+  // Whether this profiler counts in the API's "time host functions" switch
+  // (overlap analysis on); set by the API only.
+  std::atomic<bool> counts_compute{false};
   void enable(const wia_comm_profiling_t& settings);
   void disable() { on_.store(false); }
   void reset();
