@@ -193,9 +193,9 @@ wia_comm_profile_report_t* build_report(wia_communicator_t comm) {
   const double bound = s.settings.enable_bandwidth_tracking ? pc.slowest_link_gbps() : 0.0;
   double util = 0;
   std::size_t util_n = 0;
-  for (const auto& [name, o] : s.ops) {
+  for (const auto& o : s.ops) {
     wia_collective_profile_t c{};
-    c.name = block->strings.emplace_back(name).c_str();
+    c.name = block->strings.emplace_back(o.name).c_str();
     c.algorithm = block->strings.emplace_back(o.algorithm).c_str();
     c.invocation_count = static_cast<int>(o.seconds.size());
     c.total_time = sum(o.seconds);

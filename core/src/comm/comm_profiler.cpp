@@ -18,7 +18,7 @@ void CommProfiler::enable(const wia_comm_profiling_t& settings) {
 
 void CommProfiler::reset() {
   std::lock_guard lock(mu_);
-  pending_.clear();
+  for (Slot& slot : ring_) slot.seq_plus_one.store(0);
   ops_.clear();
   intervals_.clear();
   window_start_ = Clock::now();
@@ -28,25 +28,35 @@ void CommProfiler::reset() {
 void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
                           double busbw_factor) {
   if (!on()) return;
-  const auto now = Clock::now();
-  std::lock_guard lock(mu_);
-  pending_[seq] = Pending{op, bytes, busbw_factor, now};
+  // The posting thread owns this slot until finished() takes it: no lock.
+  Slot& slot = ring_[seq % kRing];
+  slot.p = Pending{op, bytes, busbw_factor, Clock::now()};
+  slot.seq_plus_one.store(seq + 1, std::memory_order_release);
 }
 
 void CommProfiler::finished(std::uint64_t seq, const char* algorithm) {
   if (!on()) return;
   const auto now = Clock::now();
+  Slot& slot = ring_[seq % kRing];
+  if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return;  // posted before
+  const Pending p = slot.p;
+  // Overwritten meanwhile by an operation 4096 later: drop this one.
+  if (slot.seq_plus_one.exchange(0, std::memory_order_acq_rel) != seq + 1) return;
   std::lock_guard lock(mu_);
-  const auto it = pending_.find(seq);
-  if (it == pending_.end()) return;  // posted before profiling began
-  const Pending p = it->second;
-  pending_.erase(it);
   // Operations run one after another: one queued behind another starts
   // when that one ends, not when it was posted.
   const auto start = std::max(p.posted, last_end_);
   last_end_ = now;
   const double s = std::chrono::duration<double>(now - start).count();
-  OpStats& o = ops_[p.op];
+  OpStats* found = nullptr;
+  for (OpStats& o : ops_)  // a handful of kinds: a scan beats a map
+    if (o.name == p.op) found = &o;
+  if (found == nullptr) {
+    ops_.emplace_back();
+    ops_.back().name = p.op;
+    found = &ops_.back();
+  }
+  OpStats& o = *found;
   o.seconds.push_back(s);
   const double algbw = s > 0 ? static_cast<double>(p.bytes) / s / 1e9 : 0.0;
   o.algbw_gbps.push_back(algbw);
