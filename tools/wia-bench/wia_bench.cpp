@@ -87,6 +87,7 @@ struct Options {
       "                 [-w WARMUP] [-c 0|1] [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
       "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16]\n"
       "                 [--profile-overhead]\n"
+      "--op also takes the spec's spellings: all_reduce, all_gather, reduce_scatter, all_to_all.\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
       "--sizes lists the sizes to run instead of the -b/-e/-f sweep.\n"
       "--ranks N: N host devices in this process (default 4); --procs N: N processes,\n"
