@@ -25,6 +25,14 @@ namespace {
 using namespace wia::test::processes;
 namespace fs = std::filesystem;
 
+// A model of one tensor.
+wia_model_t model_of(wia_tensor_ref_t& ref) {
+  wia_model_t m{};
+  m.tensors = &ref;
+  m.num_tensors = 1;
+  return m;
+}
+
 double entry(int rank, int step, std::size_t i) {
   return static_cast<double>(rank) * 1e6 + static_cast<double>(step) * 1e3 + static_cast<double>(i);
 }
@@ -40,9 +48,7 @@ int save_and_load(int rank, int nranks, wia_checkpoint_shard_mode_t mode) {
   std::vector<double> w(50000 + 1000 * static_cast<std::size_t>(rank));
   if (mode == WIA_CKPT_REPLICATED) w.resize(50000);
   wia_tensor_ref_t ref{"w", w.data(), w.size(), WIA_FLOAT64};
-  wia_model_t model{};
-  model.tensors = &ref;
-  model.num_tensors = 1;
+  const wia_model_t model = model_of(ref);
   wia_checkpoint_config_t cfg{};
   cfg.checkpoint_dir = g_dir.c_str();
   cfg.async_checkpointing = true;
@@ -85,16 +91,6 @@ int save_and_load(int rank, int nranks, wia_checkpoint_shard_mode_t mode) {
   wia_destroy_communicator(comm);
   if (wrong) std::fprintf(stderr, "rank %d: %d wrong\n", rank, wrong);
   return wrong ? kWrong : kOk;
-}
-
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  pclose(p);
-  return out;
 }
 
 std::vector<std::string> files_in(const std::string& dir) {
@@ -165,9 +161,7 @@ int save_until_failure(int rank, int nranks) {
   if (!comm) return kApiError;
   std::vector<double> w(kShard);
   wia_tensor_ref_t ref{"w", w.data(), w.size(), WIA_FLOAT64};
-  wia_model_t model{};
-  model.tensors = &ref;
-  model.num_tensors = 1;
+  const wia_model_t model = model_of(ref);
   wia_checkpoint_config_t cfg{};
   cfg.checkpoint_dir = g_dir.c_str();
   cfg.async_checkpointing = true;
@@ -208,9 +202,7 @@ int verify_latest(int rank, int nranks) {
       wia_restore_tensor(l, "w", w.data(), w.size(), WIA_FLOAT64) != WIA_ERROR_INVALID_ARGUMENT)
     return kWrong;  // it is a model tensor, not a plain one
   wia_tensor_ref_t ref{"w", w.data(), w.size(), WIA_FLOAT64};
-  wia_model_t model{};
-  model.tensors = &ref;
-  model.num_tensors = 1;
+  const wia_model_t model = model_of(ref);
   if (wia_restore_model(&model, l) != WIA_SUCCESS) return kWrong;
   wia_free_checkpoint(l);
   std::size_t wrong = 0;

@@ -20,16 +20,6 @@ namespace {
 using namespace wia::test::processes;
 namespace fs = std::filesystem;
 
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
 // Collectives #0 and #1 on every rank; #2 is an all-reduce of 4096 floats
 // that rank 2 skips (then it sleeps past the others' timeout and either
 // waits for a message nobody sends, or calls a broadcast instead).

@@ -187,6 +187,17 @@ inline void check_all(const std::vector<int>& st, int want = kOk) {
   }
 }
 
+// What a shell command printed on stdout (a tool the test runs).
+inline std::string run_command(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
 // Element i of rank's input: small integers, so float sums are exact.
 inline double input(int rank, std::uint64_t i) {
   return static_cast<double>((i * 7 + rank * 13) % 23) - 11;
