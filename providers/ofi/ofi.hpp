@@ -284,6 +284,7 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   wia_status_t open();  // ofi_setup.cpp
+  wia_status_t open_objects(fi_info* info, const std::string& where);
 
   // ofi_conn.cpp; the caller holds mu.
   wia_status_t listen(void* handle, Listener** out);

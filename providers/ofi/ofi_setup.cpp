@@ -3,7 +3,11 @@
 // with a verdict for every result), and the fabric objects of one wia
 // endpoint: fabric, domain, AV (FI_AV_TABLE), CQ (FI_WAIT_FD when the
 // fabric has one) and the RDM endpoint itself.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -41,6 +45,43 @@ std::string pci_text(const fi_info* info) {
   std::snprintf(buf, sizeof(buf), "%04x:%02x:%02x.%x", p.domain_id, p.bus_id, p.device_id,
                 p.function_id);
   return buf;
+}
+
+// libfabric's shm names each endpoint's region after the process id alone
+// ("<pid>:<domain>:<endpoint>" in /dev/shm) and unlinks it only on a clean
+// close. A rank that is killed leaves its 16 MiB region behind, and the next
+// process to be given that pid cannot open an endpoint at all (EBUSY). We
+// name regions after the pid namespace, pid and process start time instead,
+// which no later process repeats, and reap those whose owner is gone.
+std::string shm_region_stem(std::uint64_t pid_ns, std::uint32_t pid, std::uint64_t start) {
+  return "wia-" + std::to_string(pid_ns) + "-" + std::to_string(pid) + "-" +
+         std::to_string(start);
+}
+
+std::uint64_t pid_namespace() {
+  struct stat st{};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
+// Unlinks the regions of our own pid namespace whose owner has exited (no
+// such pid, or a pid reused by a process started later). Regions of other
+// namespaces are left alone: their pids mean nothing here.
+void reap_stale_shm_regions(const Ctx& ctx, std::uint64_t pid_ns) {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const std::string ns_prefix = "wia-" + std::to_string(pid_ns) + "-";
+  while (const dirent* d = ::readdir(dir)) {
+    const std::string name = d->d_name;
+    if (name.rfind(ns_prefix, 0) != 0) continue;
+    unsigned long pid = 0;
+    unsigned long long start = 0;
+    if (std::sscanf(name.c_str() + ns_prefix.size(), "%lu-%llu:", &pid, &start) != 2) continue;
+    if (process_start_time(static_cast<std::uint32_t>(pid)) == start) continue;  // alive
+    if (::shm_unlink(name.c_str()) == 0)
+      ctx.log(WIA_LOG_INFO, "ofi: removed /dev/shm/%s, left by pid %lu that exited uncleanly",
+              name.c_str(), pid);
+  }
+  ::closedir(dir);
 }
 
 }  // namespace
@@ -201,8 +242,24 @@ wia_status_t Ctx::endpoint(int32_t index, Endpoint** out) {
 }
 
 wia_status_t Endpoint::open() {
-  fi_info* info = info_->info;
   const std::string where = info_->prov + "/" + info_->domain;
+  fi_info* info = ctx_->lib.fi_dupinfo(info_->info);
+  if (info == nullptr) return ctx_->fail(WIA_ERROR_OUT_OF_MEMORY, "ofi: fi_dupinfo failed");
+  if (info_->shm) {
+    const std::uint64_t ns = pid_namespace();
+    const auto pid = static_cast<std::uint32_t>(::getpid());
+    reap_stale_shm_regions(*ctx_, ns);
+    const std::string addr = "fi_shm://" + shm_region_stem(ns, pid, process_start_time(pid));
+    std::free(info->src_addr);
+    info->src_addr = ::strdup(addr.c_str());
+    info->src_addrlen = addr.size() + 1;
+  }
+  const wia_status_t st = open_objects(info, where);
+  ctx_->lib.fi_freeinfo(info);
+  return st;
+}
+
+wia_status_t Endpoint::open_objects(fi_info* info, const std::string& where) {
   int rc = ctx_->lib.fi_fabric(info->fabric_attr, &fabric, nullptr);
   if (rc != 0)
     return ctx_->fail(WIA_ERROR_UNAVAILABLE, "ofi: fi_fabric(%s): %s", where.c_str(),

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <initializer_list>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -53,15 +55,31 @@ struct Pipe {
   }
 };
 
-// Names in /dev/shm that this provider could have created (it creates
-// none: segments are memfds). Any "wia" entry would be ours.
-std::vector<std::string> wia_entries_in_dev_shm() {
+// Names in /dev/shm that this provider could have created for the
+// processes `pids` (it creates none: segments are memfds). Only names that
+// carry one of those pids as a whole number count: other providers' tests
+// (ofi's shm regions are "wia-<ns>-<pid>-<start>") run beside this one.
+std::vector<std::string> wia_entries_in_dev_shm(std::initializer_list<pid_t> pids) {
   std::vector<std::string> names;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::strncmp(e->d_name, "wia", 3) == 0) names.push_back(e->d_name);
-    closedir(d);
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("wia", 0) != 0) continue;
+    for (pid_t pid : pids) {
+      const std::string p = std::to_string(pid);
+      for (std::size_t at = name.find(p); at != std::string::npos; at = name.find(p, at + 1)) {
+        const bool starts = at == 0 || !std::isdigit(static_cast<unsigned char>(name[at - 1]));
+        const std::size_t end = at + p.size();
+        const bool ends = end == name.size() || !std::isdigit(static_cast<unsigned char>(name[end]));
+        if (starts && ends) {
+          names.push_back(name);
+          break;
+        }
+      }
+    }
   }
+  closedir(d);
   return names;
 }
 
@@ -594,7 +612,7 @@ TEST_CASE("shm: a peer killed by SIGKILL mid-transfer fails every pending reques
             WIA_ERROR_REMOTE);
       t.ops()->close(t.ctx(), conn);
       t.ops()->close_listener(t.ctx(), l);
-      CHECK(wia_entries_in_dev_shm().empty());
+      CHECK(wia_entries_in_dev_shm({getpid(), child}).empty());
     }
   }
 }
