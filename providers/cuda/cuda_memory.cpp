@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+// Memory of the `cuda` provider: mem_alloc/mem_free of device and pinned
+// host memory, the synchronous memset/memcpy, and IPC handles (a small
+// validated header around the driver's 64-byte cuIpcMemHandle).
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstring>
+
+#include "cuda_provider.hpp"
+
+namespace wia::cuda {
+
+namespace {
+
+wia_CUdeviceptr dptr_of(const void* p) {
+  return static_cast<wia_CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p));
+}
+void* ptr_of(wia_CUdeviceptr d) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(d)); }
+
+const char* kind_name(std::uint32_t kind) {
+  return kind == WIA_MEM_HOST_PINNED ? "pinned host" : "device";
+}
+
+// The work of the synchronous entries runs on the legacy default stream;
+// waiting for it makes them complete on return whatever the driver's own
+// rules for that copy direction are (device-to-device cuMemcpy and most
+// cuMemsetD8 calls return before the device is done). Our streams are
+// non-blocking, so this waits for nothing the caller enqueued.
+constexpr wia_CUstream kLegacyStream = nullptr;
+
+// --------------------------------------------------------------------------
+// IPC handle layout (WIA_IPC_HANDLE_SIZE bytes, all little-endian as the
+// node is): validated by ipc_open_handle, so a handle from another provider
+// or a torn copy fails with a message instead of inside the driver.
+constexpr std::uint32_t kIpcMagic = 0x43414957u;  // "WIAC"
+constexpr std::uint16_t kIpcVersion = 1;
+
+struct IpcHandleLayout {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t header_size;      // sizeof(IpcHandleLayout)
+  std::uint32_t exporter_pid;     // the driver refuses handles of the own process
+  std::int32_t exporter_device;   // provider-local ordinal in the exporting process
+  std::uint64_t size;             // bytes of the allocation, as mem_alloc was asked
+  wia_CUipcMemHandle cuda_handle;  // cuIpcGetMemHandle's bytes
+};
+static_assert(sizeof(IpcHandleLayout) <= WIA_IPC_HANDLE_SIZE, "IPC header outgrew the ABI handle");
+
+}  // namespace
+
+// --------------------------------------------------------------------------
+// Allocation
+
+wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uint32_t kind,
+                       void** ptr) noexcept {
+  return guarded(ctx, "mem_alloc", [&](Provider& p) -> wia_status_t {
+    if (ptr == nullptr) return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc: ptr is NULL");
+    *ptr = nullptr;
+    if (kind != WIA_MEM_DEVICE && kind != WIA_MEM_HOST_PINNED)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on CUDA device %d: unknown kind %u",
+                    dev, kind);
+    if (const wia_status_t st = p.use_device(dev, "mem_alloc"); st != WIA_SUCCESS) return st;
+    // Size 0 still gets its own address (the ABI wants a unique pointer
+    // mem_free accepts); the driver refuses 0-byte allocations.
+    const std::size_t bytes = size == 0 ? 1 : static_cast<std::size_t>(size);
+    void* out = nullptr;
+    if (kind == WIA_MEM_DEVICE) {
+      wia_CUdeviceptr d = 0;
+      const wia_CUresult r = p.driver.cuMemAlloc(&d, bytes);
+      if (r != WIA_CUDA_SUCCESS) return p.fail_cu(r, dev, "cuMemAlloc(%" PRIu64 " bytes)", size);
+      out = ptr_of(d);
+    } else {
+      // PORTABLE: pinned for every context, so a buffer allocated through
+      // device 0 serves copies on device 1 at full speed too.
+      const wia_CUresult r = p.driver.cuMemHostAlloc(&out, bytes, WIA_CU_MEMHOSTALLOC_PORTABLE);
+      if (r != WIA_CUDA_SUCCESS)
+        return p.fail_cu(r, dev, "cuMemHostAlloc(%" PRIu64 " bytes, PORTABLE)", size);
+    }
+    try {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      p.allocations[reinterpret_cast<std::uintptr_t>(out)] = Allocation{dev, kind, size};
+    } catch (...) {
+      if (kind == WIA_MEM_DEVICE)
+        p.driver.cuMemFree(dptr_of(out));
+      else
+        p.driver.cuMemFreeHost(out);
+      throw;
+    }
+    *ptr = out;
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
+  return guarded(ctx, "mem_free", [&](Provider& p) -> wia_status_t {
+    if (const wia_status_t st = p.check_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
+    Allocation a;
+    {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      const auto key = reinterpret_cast<std::uintptr_t>(ptr);
+      const auto it = p.allocations.find(key);
+      if (it == p.allocations.end()) {
+        if (p.imports.count(key) != 0)
+          return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                        "mem_free on CUDA device %d: %p was mapped by ipc_open_handle; release it "
+                        "with ipc_close_handle",
+                        dev, ptr);
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "mem_free on CUDA device %d: %p is not a live allocation (already freed, "
+                      "or not from mem_alloc)",
+                      dev, ptr);
+      }
+      if (it->second.device != dev)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "mem_free on CUDA device %d: %p belongs to CUDA device %d", dev, ptr,
+                      it->second.device);
+      a = it->second;
+      p.allocations.erase(it);
+    }
+    if (const wia_status_t st = p.use_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
+    const wia_CUresult r =
+        a.kind == WIA_MEM_DEVICE ? p.driver.cuMemFree(dptr_of(ptr)) : p.driver.cuMemFreeHost(ptr);
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev, "%s(%p, %s memory of %" PRIu64 " bytes)",
+                       a.kind == WIA_MEM_DEVICE ? "cuMemFree" : "cuMemFreeHost", ptr,
+                       kind_name(a.kind), a.size);
+    return WIA_SUCCESS;
+  });
+}
+
+void release_all_memory(Provider& p) noexcept {
+  std::lock_guard<std::mutex> lk(p.memory_mu);
+  if (!p.allocations.empty())
+    p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", p.allocations.size());
+  for (const auto& [addr, a] : p.allocations) {
+    wia_CUcontext c = p.devices[static_cast<std::size_t>(a.device)]->ctx.load();
+    if (c == nullptr || p.driver.cuCtxSetCurrent(c) != WIA_CUDA_SUCCESS) continue;
+    if (a.kind == WIA_MEM_DEVICE)
+      p.driver.cuMemFree(static_cast<wia_CUdeviceptr>(addr));
+    else
+      p.driver.cuMemFreeHost(reinterpret_cast<void*>(addr));
+  }
+  p.allocations.clear();
+  for (const auto& [addr, device] : p.imports) {
+    wia_CUcontext c = p.devices[static_cast<std::size_t>(device)]->ctx.load();
+    if (c != nullptr && p.driver.cuCtxSetCurrent(c) == WIA_CUDA_SUCCESS)
+      p.driver.cuIpcCloseMemHandle(static_cast<wia_CUdeviceptr>(addr));
+  }
+  p.imports.clear();
+}
+
+// --------------------------------------------------------------------------
+// Synchronous memset / memcpy
+
+wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t value,
+                         std::uint64_t size) noexcept {
+  return guarded(ctx, "memset", [&](Provider& p) -> wia_status_t {
+    if (size == 0) return p.check_device(dev, "memset");
+    if (ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "memset on CUDA device %d: ptr is NULL", dev);
+    if (const wia_status_t st = p.use_device(dev, "memset"); st != WIA_SUCCESS) return st;
+    const auto byte = static_cast<unsigned char>(value);
+    wia_CUresult r = p.driver.cuMemsetD8(dptr_of(ptr), byte, static_cast<std::size_t>(size));
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev, "cuMemsetD8(%p, 0x%02x, %" PRIu64 " bytes)", ptr, byte, size);
+    r = p.driver.cuStreamSynchronize(kLegacyStream);
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev, "memset(%p, %" PRIu64 " bytes): cuStreamSynchronize", ptr, size);
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
+                         std::uint64_t size) noexcept {
+  return guarded(ctx, "memcpy", [&](Provider& p) -> wia_status_t {
+    if (size == 0) return p.check_device(dev, "memcpy");
+    if (dst == nullptr || src == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "memcpy on CUDA device %d: %s is NULL", dev,
+                    dst == nullptr ? "dst" : "src");
+    if (const wia_status_t st = p.use_device(dev, "memcpy"); st != WIA_SUCCESS) return st;
+    // Unified addressing: the driver tells host from device pointers.
+    wia_CUresult r = p.driver.cuMemcpy(dptr_of(dst), dptr_of(src), static_cast<std::size_t>(size));
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev, "cuMemcpy(%p <- %p, %" PRIu64 " bytes)", dst, src, size);
+    r = p.driver.cuStreamSynchronize(kLegacyStream);
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev, "memcpy(%p <- %p, %" PRIu64 " bytes): cuStreamSynchronize", dst,
+                       src, size);
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
+// IPC
+
+wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
+                            wia_ipc_handle_t* handle) noexcept {
+  return guarded(ctx, "ipc_get_handle", [&](Provider& p) -> wia_status_t {
+    if (handle == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on CUDA device %d: handle is NULL",
+                    dev);
+    if (const wia_status_t st = p.check_device(dev, "ipc_get_handle"); st != WIA_SUCCESS)
+      return st;
+    Allocation a;
+    {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      const auto it = p.allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
+      if (it == p.allocations.end() || it->second.device != dev ||
+          it->second.kind != WIA_MEM_DEVICE)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "ipc_get_handle on CUDA device %d: %p is not the start of a live device "
+                      "allocation of this device (only mem_alloc(WIA_MEM_DEVICE) memory exports)",
+                      dev, ptr);
+      a = it->second;
+    }
+    if (const wia_status_t st = p.use_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
+    IpcHandleLayout h{};
+    const wia_CUresult r = p.driver.cuIpcGetMemHandle(&h.cuda_handle, dptr_of(ptr));
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev, "cuIpcGetMemHandle(%p, %" PRIu64 " bytes)", ptr, a.size);
+    h.magic = kIpcMagic;
+    h.version = kIpcVersion;
+    h.header_size = sizeof(IpcHandleLayout);
+    h.exporter_pid = static_cast<std::uint32_t>(::getpid());
+    h.exporter_device = dev;
+    h.size = a.size;
+    std::memset(handle, 0, sizeof(*handle));
+    std::memcpy(handle->bytes, &h, sizeof(h));
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,
+                             void** ptr) noexcept {
+  return guarded(ctx, "ipc_open_handle", [&](Provider& p) -> wia_status_t {
+    if (handle == nullptr || ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on CUDA device %d: %s is NULL",
+                    dev, handle == nullptr ? "handle" : "ptr");
+    *ptr = nullptr;
+    if (const wia_status_t st = p.check_device(dev, "ipc_open_handle"); st != WIA_SUCCESS)
+      return st;
+    IpcHandleLayout h;
+    std::memcpy(&h, handle->bytes, sizeof(h));
+    if (h.magic != kIpcMagic || h.header_size != sizeof(IpcHandleLayout))
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ipc_open_handle on CUDA device %d: not a cuda provider IPC handle (magic "
+                    "0x%08x)",
+                    dev, h.magic);
+    if (h.version != kIpcVersion)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ipc_open_handle on CUDA device %d: IPC handle version %u, this provider "
+                    "reads version %u",
+                    dev, h.version, kIpcVersion);
+    if (h.exporter_pid == static_cast<std::uint32_t>(::getpid()))
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ipc_open_handle on CUDA device %d: the handle was exported by this process "
+                    "(CUDA opens IPC handles only in other processes; use the pointer itself)",
+                    dev);
+    if (const wia_status_t st = p.use_device(dev, "ipc_open_handle"); st != WIA_SUCCESS)
+      return st;
+    wia_CUdeviceptr d = 0;
+    // LAZY_ENABLE_PEER_ACCESS: the exporter's GPU may differ from ours.
+    const wia_CUresult r =
+        p.driver.cuIpcOpenMemHandle(&d, h.cuda_handle, WIA_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev,
+                       "cuIpcOpenMemHandle(%" PRIu64 " bytes exported by pid %u from its device "
+                       "%d)",
+                       h.size, h.exporter_pid, h.exporter_device);
+    try {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      p.imports[static_cast<std::uintptr_t>(d)] = dev;
+    } catch (...) {
+      p.driver.cuIpcCloseMemHandle(d);
+      throw;
+    }
+    *ptr = ptr_of(d);
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
+  return guarded(ctx, "ipc_close_handle", [&](Provider& p) -> wia_status_t {
+    if (const wia_status_t st = p.check_device(dev, "ipc_close_handle"); st != WIA_SUCCESS)
+      return st;
+    {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      const auto it = p.imports.find(reinterpret_cast<std::uintptr_t>(ptr));
+      if (it == p.imports.end() || it->second != dev)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "ipc_close_handle on CUDA device %d: %p was not opened by ipc_open_handle "
+                      "on this device",
+                      dev, ptr);
+      p.imports.erase(it);
+    }
+    if (const wia_status_t st = p.use_device(dev, "ipc_close_handle"); st != WIA_SUCCESS)
+      return st;
+    const wia_CUresult r = p.driver.cuIpcCloseMemHandle(dptr_of(ptr));
+    if (r != WIA_CUDA_SUCCESS) return p.fail_cu(r, dev, "cuIpcCloseMemHandle(%p)", ptr);
+    return WIA_SUCCESS;
+  });
+}
+
+}  // namespace wia::cuda

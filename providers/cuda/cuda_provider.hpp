@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+// Internal types of the `cuda` provider: NVIDIA GPUs through the CUDA
+// Driver API, opened with dlopen at init (cuda_driver.cpp) so the provider
+// links nothing of CUDA. Nothing here crosses the ABI; the entry points in
+// cuda_provider.cpp, cuda_memory.cpp, cuda_stream.cpp and cuda_kernels.cpp
+// translate.
+#pragma once
+
+#include <wia/provider.h>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cuda_driver_api.h"
+
+namespace wia::cuda {
+
+// --------------------------------------------------------------------------
+// The driver: every entry of WIA_CUDA_DRIVER_ENTRIES, resolved once at init.
+
+struct Driver {
+  void* library = nullptr;  // dlopen handle; kept open for the process (see driver_close)
+  std::string path;         // what was opened (cuda.library)
+  int version = 0;          // cuDriverGetVersion, e.g. 12080
+#define WIA_CUDA_DECLARE_MEMBER(name, params) wia_PFN_##name name = nullptr;
+  WIA_CUDA_DRIVER_ENTRIES(WIA_CUDA_DECLARE_MEMBER)
+#undef WIA_CUDA_DECLARE_MEMBER
+};
+
+// The ONE mapping from a CUresult to a wia status.
+wia_status_t status_of(wia_CUresult result) noexcept;
+// "CUDA_ERROR_OUT_OF_MEMORY", or "CUresult 123" when the driver cannot name it.
+std::string error_name(const Driver& driver, wia_CUresult result);
+
+// --------------------------------------------------------------------------
+// Devices
+
+// Sources one reduce launch reads (kernels/device_kernel_params.h) and the
+// number of reduce kernels per dtype (sum, prod, min, max; AVG is sum).
+constexpr int kReduceKernelOps = 4;
+
+struct Device {
+  std::int32_t index = 0;
+  wia_CUdevice cu = 0;
+  std::string name;        // "NVIDIA H200"
+  std::string pci_bus_id;  // "0000:17:00.0"
+  std::uint64_t total_memory = 0;
+  std::int32_t numa_node = -1;
+  int sm_count = 1;
+  int cc_major = 0;
+  int cc_minor = 0;
+
+  // The primary context, retained at first use (context()) and released in
+  // fini. Atomic so the hot path reads it without the mutex.
+  std::atomic<wia_CUcontext> ctx{nullptr};
+  std::mutex mu;  // serialises retaining the context and loading the module
+
+  // The provider's kernels (cuda_kernels.cpp), loaded into the primary
+  // context on the first launch; functions looked up on first use.
+  wia_CUmodule module = nullptr;
+  std::atomic<wia_CUfunction> reduce_fns[WIA_DATATYPE_COUNT][kReduceKernelOps] = {};
+  std::atomic<wia_CUfunction> scale_fns[WIA_DATATYPE_COUNT] = {};
+};
+
+// --------------------------------------------------------------------------
+// Handles. A wia_provider_stream_t / wia_provider_event_t is a pointer to
+// one of these; the provider keeps the live ones in a set so a destroyed or
+// foreign handle is INVALID_HANDLE, not a driver crash.
+
+struct Stream {
+  std::int32_t device = 0;
+  wia_CUstream cu = nullptr;
+};
+
+struct Event {
+  std::int32_t device = 0;
+  wia_CUevent cu = nullptr;
+  // The ABI says a never-recorded event is complete; answering that here
+  // keeps it true whatever the driver says of an unrecorded event.
+  std::atomic<bool> recorded{false};
+};
+
+// What mem_alloc handed out: mem_free tells device from pinned memory by it,
+// and ipc_get_handle carries the size to the importer.
+struct Allocation {
+  std::int32_t device = 0;
+  std::uint32_t kind = WIA_MEM_DEVICE;
+  std::uint64_t size = 0;  // bytes asked for (0 allocates 1)
+};
+
+// --------------------------------------------------------------------------
+// The provider context returned by init().
+
+class Provider {
+ public:
+  static constexpr std::uint64_t kMagic = 0x574941435544413Full;  // "WIACUDA?"
+  std::uint64_t magic = kMagic;
+
+  const wia_host_services_v1_t* host = nullptr;
+  Driver driver;
+  std::vector<std::unique_ptr<Device>> devices;
+
+  std::mutex memory_mu;
+  std::unordered_map<std::uintptr_t, Allocation> allocations;  // by start address
+  std::unordered_map<std::uintptr_t, std::int32_t> imports;    // ipc_open_handle -> device
+
+  std::shared_mutex handles_mu;
+  std::unordered_set<const Stream*> streams;
+  std::unordered_set<const Event*> events;
+
+  // Sets the host error message for the calling thread and returns st.
+  wia_status_t fail(wia_status_t st, const char* fmt, ...) const noexcept
+      __attribute__((format(printf, 3, 4)));
+  // A failed driver call: message "<what> on device D (name): CUDA_ERROR_X",
+  // status from status_of(). `what` names the call and its key arguments.
+  wia_status_t fail_cu(wia_CUresult result, std::int32_t dev, const char* fmt, ...) const noexcept
+      __attribute__((format(printf, 4, 5)));
+  void log(wia_log_level_t level, const char* fmt, ...) const noexcept
+      __attribute__((format(printf, 3, 4)));
+
+  bool valid_device(std::int32_t dev) const noexcept {
+    return dev >= 0 && static_cast<std::size_t>(dev) < devices.size();
+  }
+  // INVALID_DEVICE with a message naming `call` when dev is out of range.
+  wia_status_t check_device(std::int32_t dev, const char* call) const noexcept;
+  // Retains dev's primary context if not yet retained and makes it current
+  // on the calling thread. Every entry that talks to a device calls it.
+  wia_status_t use_device(std::int32_t dev, const char* call) noexcept;
+  // The retained context of dev (retaining it), for peer copies.
+  wia_status_t context_of(std::int32_t dev, const char* call, wia_CUcontext* ctx) noexcept;
+
+  // NULL (and a message naming `call`) when the handle is not live.
+  Stream* find_stream(wia_provider_stream_t h, const char* call) noexcept;
+  Event* find_event(wia_provider_event_t h, const char* call) noexcept;
+};
+
+// Runs one entry point: validates ctx, and turns any exception into a
+// status with a message, so nothing unwinds across the C boundary.
+template <class F>
+wia_status_t guarded(void* ctx, const char* call, F&& body) noexcept {
+  auto* p = static_cast<Provider*>(ctx);
+  if (p == nullptr || p->magic != Provider::kMagic) return WIA_ERROR_INVALID_ARGUMENT;
+  try {
+    return body(*p);
+  } catch (const std::bad_alloc&) {
+    return p->fail(WIA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", call);
+  } catch (const std::exception& e) {
+    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception: %s", call, e.what());
+  } catch (...) {
+    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception", call);
+  }
+}
+
+// --------------------------------------------------------------------------
+// Driver loading (cuda_driver.cpp)
+
+// dlopen + cuGetProcAddress of every entry + cuInit. UNAVAILABLE (with a
+// message) when the library, an entry or a device is absent.
+wia_status_t driver_open(Provider& p, const std::string& library);
+// Discovers the devices (cuDeviceGetCount, names, attributes); no contexts.
+wia_status_t discover_devices(Provider& p);
+
+// --------------------------------------------------------------------------
+// Entry points, for the ops table in cuda_provider.cpp.
+
+// cuda_memory.cpp
+wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uint32_t kind,
+                       void** ptr) noexcept;
+wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept;
+wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t value,
+                         std::uint64_t size) noexcept;
+wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
+                         std::uint64_t size) noexcept;
+wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
+                            wia_ipc_handle_t* handle) noexcept;
+wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,
+                             void** ptr) noexcept;
+wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept;
+// fini: frees what the core never freed (the contexts are released after).
+void release_all_memory(Provider& p) noexcept;
+
+// cuda_stream.cpp
+wia_status_t stream_create(void* ctx, std::int32_t dev, wia_provider_stream_t* stream) noexcept;
+wia_status_t stream_destroy(void* ctx, wia_provider_stream_t stream) noexcept;
+wia_status_t stream_synchronize(void* ctx, wia_provider_stream_t stream) noexcept;
+wia_status_t stream_query(void* ctx, wia_provider_stream_t stream) noexcept;
+wia_status_t memset_async(void* ctx, wia_provider_stream_t stream, void* ptr, std::int32_t value,
+                          std::uint64_t size) noexcept;
+wia_status_t memcpy_async(void* ctx, wia_provider_stream_t stream, void* dst, const void* src,
+                          std::uint64_t size) noexcept;
+wia_status_t event_create(void* ctx, std::int32_t dev, wia_provider_event_t* event) noexcept;
+wia_status_t event_destroy(void* ctx, wia_provider_event_t event) noexcept;
+wia_status_t event_record(void* ctx, wia_provider_event_t event,
+                          wia_provider_stream_t stream) noexcept;
+wia_status_t event_query(void* ctx, wia_provider_event_t event) noexcept;
+wia_status_t event_synchronize(void* ctx, wia_provider_event_t event) noexcept;
+wia_status_t stream_wait_event(void* ctx, wia_provider_stream_t stream,
+                               wia_provider_event_t event) noexcept;
+wia_status_t event_elapsed_ms(void* ctx, wia_provider_event_t start, wia_provider_event_t end,
+                              float* ms) noexcept;
+wia_status_t launch_host_func(void* ctx, wia_provider_stream_t stream, wia_host_fn_t fn,
+                              void* user_data) noexcept;
+wia_status_t memcpy_peer_async(void* ctx, wia_provider_stream_t stream, void* dst,
+                               std::int32_t dst_dev, const void* src, std::int32_t src_dev,
+                               std::uint64_t size) noexcept;
+// fini: destroys the streams and events the core never destroyed.
+void release_all_handles(Provider& p) noexcept;
+
+// cuda_kernels.cpp
+wia_status_t reduce_async(void* ctx, wia_provider_stream_t stream,
+                          const wia_reduce_args_v1_t* args) noexcept;
+// buf[i] *= factor on `stream` (wia_scale_<dtype>). Not in ABI v1: ready
+// for the extension that will carry it, and unexported until then.
+wia_status_t scale_async(Provider& p, Stream& stream, wia_datatype_t dtype, void* buf,
+                         std::uint64_t count, double factor) noexcept;
+// fini: unloads the kernel module of every device (its context current).
+void unload_kernels(Provider& p, Device& d) noexcept;
+
+}  // namespace wia::cuda
