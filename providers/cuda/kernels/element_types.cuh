@@ -47,13 +47,17 @@ struct Element<BFloat16> {
 template <class Tag>
 constexpr int kPerVector = 16 / static_cast<int>(sizeof(typename Element<Tag>::S));
 
-// Loads vector v (16 bytes) of `base` as compute values. `base` is 16-byte
-// aligned (the callers check before taking the vector path).
+// Vector v (16 bytes) of `base`, as raw bits. `base` is 16-byte aligned
+// (the callers check before taking the vector path).
+__device__ __forceinline__ uint4 load_bits(const void* base, uint64_t v) {
+  return static_cast<const uint4*>(base)[v];
+}
+
+// The elements of one 16-byte vector as compute values.
 template <class Tag>
-__device__ __forceinline__ void load_vector(const void* base, uint64_t v,
-                                            typename Element<Tag>::A (&out)[kPerVector<Tag>]) {
+__device__ __forceinline__ void unpack(const uint4& bits,
+                                       typename Element<Tag>::A (&out)[kPerVector<Tag>]) {
   using S = typename Element<Tag>::S;
-  const uint4 bits = static_cast<const uint4*>(base)[v];
   S s[kPerVector<Tag>];
   memcpy(s, &bits, sizeof(bits));
 #pragma unroll

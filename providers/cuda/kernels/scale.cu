@@ -48,7 +48,7 @@ __device__ __forceinline__ void scale(const wia_cuda_scale_params_t& p) {
   const uint64_t vectors = aligned16(p.buf) ? count / kN : 0;
   for (uint64_t v = first; v < vectors; v += stride) {
     A x[kN];
-    load_vector<Tag>(p.buf, v, x);
+    unpack<Tag>(load_bits(p.buf, v), x);
 #pragma unroll
     for (int i = 0; i < kN; ++i) x[i] = scale_one<Tag>(x[i], factor);
     store_vector<Tag>(p.buf, v, x);
