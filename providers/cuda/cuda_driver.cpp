@@ -109,8 +109,7 @@ wia_status_t Provider::check_device(std::int32_t dev, const char* call) const no
 // --------------------------------------------------------------------------
 // Contexts
 
-wia_status_t Provider::context_of(std::int32_t dev, const char* call,
-                                  wia_CUcontext* ctx) noexcept {
+wia_status_t Provider::context_of(std::int32_t dev, const char* call, wia_CUcontext* ctx) noexcept {
   if (const wia_status_t st = check_device(dev, call); st != WIA_SUCCESS) return st;
   Device& d = *devices[static_cast<std::size_t>(dev)];
   wia_CUcontext c = d.ctx.load(std::memory_order_acquire);
@@ -122,8 +121,7 @@ wia_status_t Provider::context_of(std::int32_t dev, const char* call,
     c = d.ctx.load(std::memory_order_relaxed);
     if (c == nullptr) {
       const wia_CUresult r = driver.cuDevicePrimaryCtxRetain(&c, d.cu);
-      if (r != WIA_CUDA_SUCCESS)
-        return fail_cu(r, dev, "%s: cuDevicePrimaryCtxRetain", call);
+      if (r != WIA_CUDA_SUCCESS) return fail_cu(r, dev, "%s: cuDevicePrimaryCtxRetain", call);
       d.ctx.store(c, std::memory_order_release);
       log(WIA_LOG_DEBUG, "device %d (%s): primary context retained", dev, d.name.c_str());
     }
@@ -198,19 +196,19 @@ wia_status_t driver_open(Provider& p, const std::string& library) {
   const char* missing = nullptr;
   wia_CUresult missing_result = WIA_CUDA_SUCCESS;
   int missing_status = 0;
-#define WIA_CUDA_RESOLVE(name, params)                                                        \
-  {                                                                                           \
-    void* fn = nullptr;                                                                       \
-    int symbol_status = 0;                                                                    \
-    const wia_CUresult r = get_proc(#name, &fn, WIA_CUDA_API_VERSION,                        \
-                                    WIA_CU_GET_PROC_ADDRESS_DEFAULT, &symbol_status);         \
-    if (r == WIA_CUDA_SUCCESS && fn != nullptr)                                               \
-      drv.name = reinterpret_cast<wia_PFN_##name>(fn);                                        \
+#define WIA_CUDA_RESOLVE(name, params)                                                         \
+  {                                                                                            \
+    void* fn = nullptr;                                                                        \
+    int symbol_status = 0;                                                                     \
+    const wia_CUresult r = get_proc(#name, &fn, WIA_CUDA_API_VERSION,                          \
+                                    WIA_CU_GET_PROC_ADDRESS_DEFAULT, &symbol_status);          \
+    if (r == WIA_CUDA_SUCCESS && fn != nullptr)                                                \
+      drv.name = reinterpret_cast<wia_PFN_##name>(fn);                                         \
     else if (missing == nullptr && std::strcmp(#name, "cuMemGetHandleForAddressRange") != 0) { \
-      missing = #name;                                                                        \
-      missing_result = r;                                                                     \
-      missing_status = symbol_status;                                                         \
-    }                                                                                         \
+      missing = #name;                                                                         \
+      missing_result = r;                                                                      \
+      missing_status = symbol_status;                                                          \
+    }                                                                                          \
   }
   WIA_CUDA_DRIVER_ENTRIES(WIA_CUDA_RESOLVE)
 #undef WIA_CUDA_RESOLVE
@@ -233,7 +231,8 @@ wia_status_t discover_devices(Provider& p) {
   const Driver& drv = p.driver;
   int count = 0;
   wia_CUresult r = drv.cuDeviceGetCount(&count);
-  if (r == WIA_CUDA_ERROR_NO_DEVICE) count = 0;  // a valid answer, not a failure
+  if (r == WIA_CUDA_ERROR_NO_DEVICE)
+    count = 0;  // a valid answer, not a failure
   else if (r != WIA_CUDA_SUCCESS)
     return p.fail_cu(r, -1, "cuDeviceGetCount");
   for (int i = 0; i < count; ++i) {
@@ -260,11 +259,11 @@ wia_status_t discover_devices(Provider& p) {
             WIA_CUDA_SUCCESS &&
         value > 0)
       d->sm_count = value;
-    if (drv.cuDeviceGetAttribute(&value, WIA_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                 d->cu) == WIA_CUDA_SUCCESS)
+    if (drv.cuDeviceGetAttribute(&value, WIA_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->cu) ==
+        WIA_CUDA_SUCCESS)
       d->cc_major = value;
-    if (drv.cuDeviceGetAttribute(&value, WIA_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                                 d->cu) == WIA_CUDA_SUCCESS)
+    if (drv.cuDeviceGetAttribute(&value, WIA_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->cu) ==
+        WIA_CUDA_SUCCESS)
       d->cc_minor = value;
     // HOST_NUMA_ID exists from driver 12.2 on; older ones refuse the
     // attribute, and -1 (no NUMA affinity) is what the ABI says then.

@@ -26,9 +26,9 @@ namespace {
 // The names the kernels are compiled under (extern "C" in kernels/*.cu)
 // and the driver test double recognises: wia_reduce_<dtype>_<op>,
 // wia_scale_<dtype>. Indexed by wia_datatype_t and by op (AVG is sum).
-constexpr const char* kDtypeNames[WIA_DATATYPE_COUNT] = {
-    "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32",
-    "float64"};
+constexpr const char* kDtypeNames[WIA_DATATYPE_COUNT] = {"int8",    "uint8",  "int32",   "uint32",
+                                                         "int64",   "uint64", "float16", "bfloat16",
+                                                         "float32", "float64"};
 constexpr const char* kOpNames[kReduceKernelOps] = {"sum", "prod", "min", "max"};
 
 // Launch shape. 256 threads per block and up to 8 blocks per SM fill an
@@ -140,13 +140,14 @@ wia_status_t reduce_async(void* ctx, wia_provider_stream_t h,
       block.dst = args->dst;
       std::uint32_t k = 0;
       if (!first) block.srcs[k++] = args->dst;
-      while (k < WIA_CUDA_REDUCE_MAX_SRCS && next < args->nsrcs) block.srcs[k++] = args->srcs[next++];
+      while (k < WIA_CUDA_REDUCE_MAX_SRCS && next < args->nsrcs)
+        block.srcs[k++] = args->srcs[next++];
       block.nsrcs = k;
       block.count = args->count;
       block.divisor = next == args->nsrcs ? divisor : 0;
       void* params[] = {&block};
-      const wia_CUresult r =
-          p.driver.cuLaunchKernel(fn, grid, 1, 1, kThreadsPerBlock, 1, 1, 0, s->cu, params, nullptr);
+      const wia_CUresult r = p.driver.cuLaunchKernel(fn, grid, 1, 1, kThreadsPerBlock, 1, 1, 0,
+                                                     s->cu, params, nullptr);
       if (r != WIA_CUDA_SUCCESS)
         return p.fail_cu(r, s->device,
                          "cuLaunchKernel(%s, %u sources, %" PRIu64 " elements, grid %u x %u)",

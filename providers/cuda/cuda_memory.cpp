@@ -39,10 +39,10 @@ constexpr std::uint16_t kIpcVersion = 1;
 struct IpcHandleLayout {
   std::uint32_t magic;
   std::uint16_t version;
-  std::uint16_t header_size;      // sizeof(IpcHandleLayout)
-  std::uint32_t exporter_pid;     // the driver refuses handles of the own process
-  std::int32_t exporter_device;   // provider-local ordinal in the exporting process
-  std::uint64_t size;             // bytes of the allocation, as mem_alloc was asked
+  std::uint16_t header_size;       // sizeof(IpcHandleLayout)
+  std::uint32_t exporter_pid;      // the driver refuses handles of the own process
+  std::int32_t exporter_device;    // provider-local ordinal in the exporting process
+  std::uint64_t size;              // bytes of the allocation, as mem_alloc was asked
   wia_CUipcMemHandle cuda_handle;  // cuIpcGetMemHandle's bytes
 };
 static_assert(sizeof(IpcHandleLayout) <= WIA_IPC_HANDLE_SIZE, "IPC header outgrew the ABI handle");
@@ -58,8 +58,8 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
     if (ptr == nullptr) return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc: ptr is NULL");
     *ptr = nullptr;
     if (kind != WIA_MEM_DEVICE && kind != WIA_MEM_HOST_PINNED)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on CUDA device %d: unknown kind %u",
-                    dev, kind);
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on CUDA device %d: unknown kind %u", dev,
+                    kind);
     if (const wia_status_t st = p.use_device(dev, "mem_alloc"); st != WIA_SUCCESS) return st;
     // Size 0 still gets its own address (the ABI wants a unique pointer
     // mem_free accepts); the driver refuses 0-byte allocations.
@@ -185,8 +185,8 @@ wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src
       return p.fail_cu(r, dev, "cuMemcpy(%p <- %p, %" PRIu64 " bytes)", dst, src, size);
     r = p.driver.cuStreamSynchronize(kLegacyStream);
     if (r != WIA_CUDA_SUCCESS)
-      return p.fail_cu(r, dev, "memcpy(%p <- %p, %" PRIu64 " bytes): cuStreamSynchronize", dst,
-                       src, size);
+      return p.fail_cu(r, dev, "memcpy(%p <- %p, %" PRIu64 " bytes): cuStreamSynchronize", dst, src,
+                       size);
     return WIA_SUCCESS;
   });
 }
@@ -200,8 +200,7 @@ wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
     if (handle == nullptr)
       return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on CUDA device %d: handle is NULL",
                     dev);
-    if (const wia_status_t st = p.check_device(dev, "ipc_get_handle"); st != WIA_SUCCESS)
-      return st;
+    if (const wia_status_t st = p.check_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
     Allocation a;
     {
       std::lock_guard<std::mutex> lk(p.memory_mu);
@@ -257,15 +256,15 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
                     "ipc_open_handle on CUDA device %d: the handle was exported by this process "
                     "(CUDA opens IPC handles only in other processes; use the pointer itself)",
                     dev);
-    if (const wia_status_t st = p.use_device(dev, "ipc_open_handle"); st != WIA_SUCCESS)
-      return st;
+    if (const wia_status_t st = p.use_device(dev, "ipc_open_handle"); st != WIA_SUCCESS) return st;
     wia_CUdeviceptr d = 0;
     // LAZY_ENABLE_PEER_ACCESS: the exporter's GPU may differ from ours.
     const wia_CUresult r =
         p.driver.cuIpcOpenMemHandle(&d, h.cuda_handle, WIA_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     if (r != WIA_CUDA_SUCCESS)
       return p.fail_cu(r, dev,
-                       "cuIpcOpenMemHandle(%" PRIu64 " bytes exported by pid %u from its device "
+                       "cuIpcOpenMemHandle(%" PRIu64
+                       " bytes exported by pid %u from its device "
                        "%d)",
                        h.size, h.exporter_pid, h.exporter_device);
     try {
@@ -294,8 +293,7 @@ wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
                       dev, ptr);
       p.imports.erase(it);
     }
-    if (const wia_status_t st = p.use_device(dev, "ipc_close_handle"); st != WIA_SUCCESS)
-      return st;
+    if (const wia_status_t st = p.use_device(dev, "ipc_close_handle"); st != WIA_SUCCESS) return st;
     const wia_CUresult r = p.driver.cuIpcCloseMemHandle(dptr_of(ptr));
     if (r != WIA_CUDA_SUCCESS) return p.fail_cu(r, dev, "cuIpcCloseMemHandle(%p)", ptr);
     return WIA_SUCCESS;

@@ -13,12 +13,12 @@
 //    on the calling thread.
 //  - Device memory is never host accessible; memcpy relies on unified
 //    addressing to find directions.
+#include "cuda_provider.hpp"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-
-#include "cuda_provider.hpp"
 
 namespace wia::cuda {
 
@@ -86,9 +86,9 @@ wia_status_t can_access_peer(void* ctx, std::int32_t dev, std::int32_t peer,
       return WIA_SUCCESS;
     }
     int answer = 0;
-    const wia_CUresult r = p.driver.cuDeviceCanAccessPeer(
-        &answer, p.devices[static_cast<std::size_t>(dev)]->cu,
-        p.devices[static_cast<std::size_t>(peer)]->cu);
+    const wia_CUresult r =
+        p.driver.cuDeviceCanAccessPeer(&answer, p.devices[static_cast<std::size_t>(dev)]->cu,
+                                       p.devices[static_cast<std::size_t>(peer)]->cu);
     if (r != WIA_CUDA_SUCCESS) return p.fail_cu(r, dev, "cuDeviceCanAccessPeer(peer %d)", peer);
     *can_access = answer != 0 ? 1 : 0;
     return WIA_SUCCESS;
@@ -142,10 +142,10 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
     p->log(WIA_LOG_INFO, "CUDA driver %d.%d (%s): %zu device(s)", v / 1000, (v % 1000) / 10,
            library.c_str(), p->devices.size());
     for (const auto& d : p->devices)
-      p->log(WIA_LOG_INFO,
-             "device %d: %s, sm_%d%d, %d SMs, %" PRIu64 " MiB, PCI %s, NUMA node %d", d->index,
-             d->name.c_str(), d->cc_major, d->cc_minor, d->sm_count, d->total_memory >> 20,
-             d->pci_bus_id.empty() ? "none" : d->pci_bus_id.c_str(), d->numa_node);
+      p->log(WIA_LOG_INFO, "device %d: %s, sm_%d%d, %d SMs, %" PRIu64 " MiB, PCI %s, NUMA node %d",
+             d->index, d->name.c_str(), d->cc_major, d->cc_minor, d->sm_count,
+             d->total_memory >> 20, d->pci_bus_id.empty() ? "none" : d->pci_bus_id.c_str(),
+             d->numa_node);
     *ctx = p.release();
     return WIA_SUCCESS;
   } catch (const std::bad_alloc&) {
@@ -191,40 +191,47 @@ const wia_param_decl_v1_t kParams[] = {
      "the CUDA driver library to open (a file name searched like dlopen does, or a path)", 0, 0},
 };
 
-const wia_device_ops_v1_t kDeviceOps = {
-    .struct_size = sizeof(wia_device_ops_v1_t),
-    .abi_version = WIA_PROVIDER_ABI_VERSION,
-    .caps = WIA_DEVICE_CAP_HOST_FUNC | WIA_DEVICE_CAP_EVENT_TIMING | WIA_DEVICE_CAP_PEER |
-            WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST,
-    .must_understand = 0,
-    .device_count = device_count,
-    .device_props = device_props,
-    .mem_alloc = mem_alloc,
-    .mem_free = mem_free,
-    .memset = memset_sync,
-    .memcpy = memcpy_sync,
-    .stream_create = stream_create,
-    .stream_destroy = stream_destroy,
-    .stream_synchronize = stream_synchronize,
-    .stream_query = stream_query,
-    .memset_async = memset_async,
-    .memcpy_async = memcpy_async,
-    .event_create = event_create,
-    .event_destroy = event_destroy,
-    .event_record = event_record,
-    .event_query = event_query,
-    .event_synchronize = event_synchronize,
-    .stream_wait_event = stream_wait_event,
-    .event_elapsed_ms = event_elapsed_ms,
-    .launch_host_func = launch_host_func,
-    .can_access_peer = can_access_peer,
-    .enable_peer_access = enable_peer_access,
-    .memcpy_peer_async = memcpy_peer_async,
-    .ipc_get_handle = ipc_get_handle,
-    .ipc_open_handle = ipc_open_handle,
-    .ipc_close_handle = ipc_close_handle,
-    .reduce_async = reduce_async,
-};
+// Filled field by field from a zeroed table, so that entries appended to
+// wia_device_ops_v1_t after this provider was written read as absent
+// (NULL, capability bit clear) instead of breaking its build.
+wia_device_ops_v1_t make_device_ops() {
+  wia_device_ops_v1_t ops{};
+  ops.struct_size = sizeof(wia_device_ops_v1_t);
+  ops.abi_version = WIA_PROVIDER_ABI_VERSION;
+  ops.caps = WIA_DEVICE_CAP_HOST_FUNC | WIA_DEVICE_CAP_EVENT_TIMING | WIA_DEVICE_CAP_PEER |
+             WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST;
+  ops.must_understand = 0;
+  ops.device_count = device_count;
+  ops.device_props = device_props;
+  ops.mem_alloc = mem_alloc;
+  ops.mem_free = mem_free;
+  ops.memset = memset_sync;
+  ops.memcpy = memcpy_sync;
+  ops.stream_create = stream_create;
+  ops.stream_destroy = stream_destroy;
+  ops.stream_synchronize = stream_synchronize;
+  ops.stream_query = stream_query;
+  ops.memset_async = memset_async;
+  ops.memcpy_async = memcpy_async;
+  ops.event_create = event_create;
+  ops.event_destroy = event_destroy;
+  ops.event_record = event_record;
+  ops.event_query = event_query;
+  ops.event_synchronize = event_synchronize;
+  ops.stream_wait_event = stream_wait_event;
+  ops.event_elapsed_ms = event_elapsed_ms;
+  ops.launch_host_func = launch_host_func;
+  ops.can_access_peer = can_access_peer;
+  ops.enable_peer_access = enable_peer_access;
+  ops.memcpy_peer_async = memcpy_peer_async;
+  ops.ipc_get_handle = ipc_get_handle;
+  ops.ipc_open_handle = ipc_open_handle;
+  ops.ipc_close_handle = ipc_close_handle;
+  ops.reduce_async = reduce_async;
+  return ops;
+}
+
+const wia_device_ops_v1_t kDeviceOps = make_device_ops();
 
 }  // namespace
 }  // namespace wia::cuda

@@ -128,8 +128,7 @@ wia_status_t memcpy_async(void* ctx, wia_provider_stream_t h, void* dst, const v
     const wia_CUresult r =
         p.driver.cuMemcpyAsync(dptr_of(dst), dptr_of(src), static_cast<std::size_t>(size), s->cu);
     if (r != WIA_CUDA_SUCCESS)
-      return p.fail_cu(r, s->device, "cuMemcpyAsync(%p <- %p, %" PRIu64 " bytes)", dst, src,
-                       size);
+      return p.fail_cu(r, s->device, "cuMemcpyAsync(%p <- %p, %" PRIu64 " bytes)", dst, src, size);
     return WIA_SUCCESS;
   });
 }
@@ -152,9 +151,8 @@ wia_status_t launch_host_func(void* ctx, wia_provider_stream_t h, wia_host_fn_t 
   });
 }
 
-wia_status_t memcpy_peer_async(void* ctx, wia_provider_stream_t h, void* dst,
-                               std::int32_t dst_dev, const void* src, std::int32_t src_dev,
-                               std::uint64_t size) noexcept {
+wia_status_t memcpy_peer_async(void* ctx, wia_provider_stream_t h, void* dst, std::int32_t dst_dev,
+                               const void* src, std::int32_t src_dev, std::uint64_t size) noexcept {
   return guarded(ctx, "memcpy_peer_async", [&](Provider& p) -> wia_status_t {
     Stream* s = p.find_stream(h, "memcpy_peer_async");
     if (s == nullptr) return WIA_ERROR_INVALID_HANDLE;
@@ -178,8 +176,8 @@ wia_status_t memcpy_peer_async(void* ctx, wia_provider_stream_t h, void* dst,
       return st;
     // Direct over NVLink/PCIe when peer access is enabled; the driver
     // stages through host memory otherwise.
-    const wia_CUresult r = p.driver.cuMemcpyPeerAsync(
-        dptr_of(dst), dst_ctx, dptr_of(src), src_ctx, static_cast<std::size_t>(size), s->cu);
+    const wia_CUresult r = p.driver.cuMemcpyPeerAsync(dptr_of(dst), dst_ctx, dptr_of(src), src_ctx,
+                                                      static_cast<std::size_t>(size), s->cu);
     if (r != WIA_CUDA_SUCCESS)
       return p.fail_cu(r, s->device,
                        "cuMemcpyPeerAsync(%p on device %d <- %p on device %d, %" PRIu64 " bytes)",

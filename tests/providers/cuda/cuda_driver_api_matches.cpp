@@ -112,11 +112,11 @@ struct Canon<R (*)(Args...)> {
   using type = canon_t<R> (*)(canon_t<Args>...);
 };
 
-#define WIA_CANON_AS(type_name, canonical)                         \
-  template <>                                                      \
-  struct Canon<type_name> {                                        \
-    using type = canonical;                                        \
-  };                                                               \
+#define WIA_CANON_AS(type_name, canonical)                                            \
+  template <>                                                                         \
+  struct Canon<type_name> {                                                           \
+    using type = canonical;                                                           \
+  };                                                                                  \
   static_assert(std::is_empty_v<canonical> || sizeof(type_name) == sizeof(canonical), \
                 #type_name " does not have the size of its ABI form");
 // Handles: pointers to incomplete structs on both sides.
@@ -142,8 +142,10 @@ WIA_CANON_AS(CUdriverProcAddressQueryResult, int)
 
 static_assert(sizeof(wia_CUipcMemHandle) == sizeof(CUipcMemHandle),
               "wia_CUipcMemHandle has not the size of CUipcMemHandle");
-static_assert(sizeof(wia_CUcontext) == sizeof(CUcontext) && sizeof(wia_CUstream) == sizeof(CUstream) &&
-                  sizeof(wia_CUevent) == sizeof(CUevent) && sizeof(wia_CUmodule) == sizeof(CUmodule) &&
+static_assert(sizeof(wia_CUcontext) == sizeof(CUcontext) &&
+                  sizeof(wia_CUstream) == sizeof(CUstream) &&
+                  sizeof(wia_CUevent) == sizeof(CUevent) &&
+                  sizeof(wia_CUmodule) == sizeof(CUmodule) &&
                   sizeof(wia_CUfunction) == sizeof(CUfunction),
               "opaque handles differ in size");
 static_assert(std::is_same_v<wia_CUdevice, CUdevice>, "wia_CUdevice is not CUdevice");
@@ -163,8 +165,9 @@ static_assert(!std::is_same_v<canon_t<wia_CUresult (*)(int)>, canon_t<wia_CUresu
 // declaration of the same name (renamed to its versioned symbol by cuda.h's
 // macros, since `name` is expanded where it is not pasted).
 
-static_assert(std::is_same_v<canon_t<wia_PFN_cuGetProcAddress>, canon_t<decltype(&cuGetProcAddress)>>,
-              "wia_PFN_cuGetProcAddress differs from cuda.h");
+static_assert(
+    std::is_same_v<canon_t<wia_PFN_cuGetProcAddress>, canon_t<decltype(&cuGetProcAddress)>>,
+    "wia_PFN_cuGetProcAddress differs from cuda.h");
 
 #define WIA_SAME_ENTRY(name, params)                                               \
   static_assert(std::is_same_v<canon_t<wia_PFN_##name>, canon_t<decltype(&name)>>, \
