@@ -227,7 +227,7 @@ wia_status_t driver_open(Provider& p, const std::string& library) {
   return WIA_SUCCESS;
 }
 
-wia_status_t discover_devices(Provider& p) {
+wia_status_t discover_devices(Provider& p, int logical_per_gpu) {
   const Driver& drv = p.driver;
   int count = 0;
   wia_CUresult r = drv.cuDeviceGetCount(&count);
@@ -280,8 +280,31 @@ wia_status_t discover_devices(Provider& p) {
       return p.fail(WIA_ERROR_UNAVAILABLE,
                     "device %d (%s) has no unified addressing, which the cuda provider needs", i,
                     d->name.c_str());
-    p.devices.push_back(std::move(d));
+    // The logical devices of this GPU: copies of what was discovered, each
+    // retaining the primary context for itself (the driver counts).
+    for (int slot = 1; slot < logical_per_gpu; ++slot) {
+      auto l = std::make_unique<Device>();
+      l->cu = d->cu;
+      l->name = d->name + " (logical " + std::to_string(slot) + " of " +
+                std::to_string(logical_per_gpu) + ")";
+      l->pci_bus_id = d->pci_bus_id;
+      l->total_memory = d->total_memory;
+      l->numa_node = d->numa_node;
+      l->sm_count = d->sm_count;
+      l->cc_major = d->cc_major;
+      l->cc_minor = d->cc_minor;
+      l->logical_slot = slot;
+      l->logical_count = logical_per_gpu;
+      p.devices.push_back(std::move(l));
+    }
+    if (logical_per_gpu > 1) {
+      d->name += " (logical 0 of " + std::to_string(logical_per_gpu) + ")";
+      d->logical_count = logical_per_gpu;
+    }
+    p.devices.insert(p.devices.end() - (logical_per_gpu - 1), std::move(d));
   }
+  for (std::size_t i = 0; i < p.devices.size(); ++i)
+    p.devices[i]->index = static_cast<std::int32_t>(i);
   return WIA_SUCCESS;
 }
 

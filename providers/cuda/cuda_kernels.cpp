@@ -158,19 +158,22 @@ wia_status_t reduce_async(void* ctx, wia_provider_stream_t h,
   });
 }
 
-wia_status_t scale_async(Provider& p, Stream& s, wia_datatype_t dtype, void* buf,
-                         std::uint64_t count, double factor) noexcept {
-  try {
+wia_status_t scale_async(void* ctx, wia_provider_stream_t h, void* buf, std::uint64_t count,
+                         wia_datatype_t dtype, double factor) noexcept {
+  return guarded(ctx, "scale_async", [&](Provider& p) -> wia_status_t {
+    Stream* s = p.find_stream(h, "scale_async");
+    if (s == nullptr) return WIA_ERROR_INVALID_HANDLE;
     const std::size_t esize = kernels::dtype_size(dtype);
     if (esize == 0)
       return p.fail(WIA_ERROR_INVALID_ARGUMENT, "scale_async on CUDA device %d: unknown datatype",
-                    s.device);
+                    s->device);
     if (count == 0) return WIA_SUCCESS;
     if (buf == nullptr)
       return p.fail(WIA_ERROR_INVALID_ARGUMENT, "scale_async on CUDA device %d: buf is NULL",
-                    s.device);
-    if (const wia_status_t st = p.use_device(s.device, "scale_async"); st != WIA_SUCCESS) return st;
-    Device& d = *p.devices[static_cast<std::size_t>(s.device)];
+                    s->device);
+    if (const wia_status_t st = p.use_device(s->device, "scale_async"); st != WIA_SUCCESS)
+      return st;
+    Device& d = *p.devices[static_cast<std::size_t>(s->device)];
     const std::string name = std::string("wia_scale_") + kDtypeNames[dtype];
     wia_CUfunction fn = nullptr;
     if (const wia_status_t st = function(p, d, d.scale_fns[dtype], name, "scale_async", &fn);
@@ -180,15 +183,12 @@ wia_status_t scale_async(Provider& p, Stream& s, wia_datatype_t dtype, void* buf
     void* params[] = {&block};
     const unsigned grid = grid_for(d, count, esize);
     const wia_CUresult r =
-        p.driver.cuLaunchKernel(fn, grid, 1, 1, kThreadsPerBlock, 1, 1, 0, s.cu, params, nullptr);
+        p.driver.cuLaunchKernel(fn, grid, 1, 1, kThreadsPerBlock, 1, 1, 0, s->cu, params, nullptr);
     if (r != WIA_CUDA_SUCCESS)
-      return p.fail_cu(r, s.device, "cuLaunchKernel(%s, %" PRIu64 " elements)", name.c_str(),
+      return p.fail_cu(r, s->device, "cuLaunchKernel(%s, %" PRIu64 " elements)", name.c_str(),
                        count);
     return WIA_SUCCESS;
-  } catch (...) {
-    return p.fail(WIA_ERROR_INTERNAL, "scale_async on CUDA device %d: unexpected exception",
-                  s.device);
-  }
+  });
 }
 
 }  // namespace wia::cuda

@@ -142,10 +142,11 @@ void release_all_memory(Provider& p) noexcept {
       p.driver.cuMemFreeHost(reinterpret_cast<void*>(addr));
   }
   p.allocations.clear();
-  for (const auto& [addr, device] : p.imports) {
-    wia_CUcontext c = p.devices[static_cast<std::size_t>(device)]->ctx.load();
+  for (const auto& [addr, import] : p.imports) {
+    wia_CUcontext c = p.devices[static_cast<std::size_t>(import.device)]->ctx.load();
     if (c != nullptr && p.driver.cuCtxSetCurrent(c) == WIA_CUDA_SUCCESS)
-      p.driver.cuIpcCloseMemHandle(static_cast<wia_CUdeviceptr>(addr));
+      for (std::uint32_t i = 0; i < import.opens; ++i)
+        p.driver.cuIpcCloseMemHandle(static_cast<wia_CUdeviceptr>(addr));
   }
   p.imports.clear();
 }
@@ -269,7 +270,9 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
                        h.size, h.exporter_pid, h.exporter_device);
     try {
       std::lock_guard<std::mutex> lk(p.memory_mu);
-      p.imports[static_cast<std::uintptr_t>(d)] = dev;
+      Provider::Import& import = p.imports[static_cast<std::uintptr_t>(d)];
+      import.device = dev;
+      ++import.opens;
     } catch (...) {
       p.driver.cuIpcCloseMemHandle(d);
       throw;
@@ -286,12 +289,12 @@ wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
     {
       std::lock_guard<std::mutex> lk(p.memory_mu);
       const auto it = p.imports.find(reinterpret_cast<std::uintptr_t>(ptr));
-      if (it == p.imports.end() || it->second != dev)
+      if (it == p.imports.end() || it->second.device != dev)
         return p.fail(WIA_ERROR_INVALID_ARGUMENT,
                       "ipc_close_handle on CUDA device %d: %p was not opened by ipc_open_handle "
                       "on this device",
                       dev, ptr);
-      p.imports.erase(it);
+      if (--it->second.opens == 0) p.imports.erase(it);
     }
     if (const wia_status_t st = p.use_device(dev, "ipc_close_handle"); st != WIA_SUCCESS) return st;
     const wia_CUresult r = p.driver.cuIpcCloseMemHandle(dptr_of(ptr));

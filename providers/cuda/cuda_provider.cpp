@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
@@ -81,8 +82,8 @@ wia_status_t can_access_peer(void* ctx, std::int32_t dev, std::int32_t peer,
       return p.fail(WIA_ERROR_INVALID_DEVICE,
                     "can_access_peer: device pair %d -> %d out of range (have %zu)", dev, peer,
                     p.devices.size());
-    if (dev == peer) {
-      *can_access = 1;  // a device always reaches its own memory
+    if (p.devices[static_cast<std::size_t>(dev)]->cu == p.devices[static_cast<std::size_t>(peer)]->cu) {
+      *can_access = 1;  // a GPU always reaches its own memory (logical devices too)
       return WIA_SUCCESS;
     }
     int answer = 0;
@@ -101,7 +102,9 @@ wia_status_t enable_peer_access(void* ctx, std::int32_t dev, std::int32_t peer) 
       return p.fail(WIA_ERROR_INVALID_DEVICE,
                     "enable_peer_access: device pair %d -> %d out of range (have %zu)", dev, peer,
                     p.devices.size());
-    if (dev == peer) return WIA_SUCCESS;  // nothing to enable
+    // Nothing to enable on one GPU (its logical devices share a context).
+    if (p.devices[static_cast<std::size_t>(dev)]->cu == p.devices[static_cast<std::size_t>(peer)]->cu)
+      return WIA_SUCCESS;
     wia_CUcontext peer_ctx = nullptr;
     if (const wia_status_t st = p.context_of(peer, "enable_peer_access", &peer_ctx);
         st != WIA_SUCCESS)
@@ -137,7 +140,11 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
     p->host = host;
     const std::string library = param_text(host, "library", "libcuda.so.1");
     if (const wia_status_t st = driver_open(*p, library); st != WIA_SUCCESS) return st;
-    if (const wia_status_t st = discover_devices(*p); st != WIA_SUCCESS) return st;
+    const long long logical = std::atoll(param_text(host, "logical_devices_per_gpu", "1"));
+    if (const wia_status_t st =
+            discover_devices(*p, static_cast<int>(std::clamp(logical, 1LL, 64LL)));
+        st != WIA_SUCCESS)
+      return st;
     const int v = p->driver.version;
     p->log(WIA_LOG_INFO, "CUDA driver %d.%d (%s): %zu device(s)", v / 1000, (v % 1000) / 10,
            library.c_str(), p->devices.size());
@@ -189,6 +196,10 @@ wia_status_t fini(void* ctx) noexcept {
 const wia_param_decl_v1_t kParams[] = {
     {sizeof(wia_param_decl_v1_t), WIA_PARAM_STRING, "library", "libcuda.so.1",
      "the CUDA driver library to open (a file name searched like dlopen does, or a path)", 0, 0},
+    {sizeof(wia_param_decl_v1_t), WIA_PARAM_INT, "logical_devices_per_gpu", "1",
+     "offer each GPU as this many devices sharing its memory (ranks of one GPU, for tests and "
+     "benchmarks on a machine with fewer GPUs than ranks)",
+     1, 64},
 };
 
 // Filled field by field from a zeroed table, so that entries appended to
@@ -199,7 +210,8 @@ wia_device_ops_v1_t make_device_ops() {
   ops.struct_size = sizeof(wia_device_ops_v1_t);
   ops.abi_version = WIA_PROVIDER_ABI_VERSION;
   ops.caps = WIA_DEVICE_CAP_HOST_FUNC | WIA_DEVICE_CAP_EVENT_TIMING | WIA_DEVICE_CAP_PEER |
-             WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST;
+             WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST |
+             WIA_DEVICE_CAP_SCALE;
   ops.must_understand = 0;
   ops.device_count = device_count;
   ops.device_props = device_props;
@@ -228,6 +240,7 @@ wia_device_ops_v1_t make_device_ops() {
   ops.ipc_open_handle = ipc_open_handle;
   ops.ipc_close_handle = ipc_close_handle;
   ops.reduce_async = reduce_async;
+  ops.scale_async = scale_async;
   return ops;
 }
 

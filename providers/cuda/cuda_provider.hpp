@@ -58,6 +58,11 @@ struct Device {
   int sm_count = 1;
   int cc_major = 0;
   int cc_minor = 0;
+  // With cuda.logical_devices_per_gpu = N > 1, each GPU is N devices of
+  // this provider (slot 0..N-1), sharing its primary context and memory:
+  // so that collectives of several ranks run on a machine with one GPU.
+  int logical_slot = 0;
+  int logical_count = 1;
 
   // The primary context, retained at first use (context()) and released in
   // fini. Atomic so the hot path reads it without the mutex.
@@ -111,7 +116,13 @@ class Provider {
 
   std::mutex memory_mu;
   std::unordered_map<std::uintptr_t, Allocation> allocations;  // by start address
-  std::unordered_map<std::uintptr_t, std::int32_t> imports;    // ipc_open_handle -> device
+  // ipc_open_handle -> device and open count: the driver returns the same
+  // pointer for a handle opened twice and counts, so we count too.
+  struct Import {
+    std::int32_t device = 0;
+    std::uint32_t opens = 0;
+  };
+  std::unordered_map<std::uintptr_t, Import> imports;
 
   std::shared_mutex handles_mu;
   std::unordered_set<const Stream*> streams;
@@ -167,7 +178,8 @@ wia_status_t guarded(void* ctx, const char* call, F&& body) noexcept {
 // message) when the library, an entry or a device is absent.
 wia_status_t driver_open(Provider& p, const std::string& library);
 // Discovers the devices (cuDeviceGetCount, names, attributes); no contexts.
-wia_status_t discover_devices(Provider& p);
+// Each GPU is offered as `logical_per_gpu` devices (cuda.logical_devices_per_gpu).
+wia_status_t discover_devices(Provider& p, int logical_per_gpu);
 
 // --------------------------------------------------------------------------
 // Entry points, for the ops table in cuda_provider.cpp.
@@ -218,10 +230,9 @@ void release_all_handles(Provider& p) noexcept;
 // cuda_kernels.cpp
 wia_status_t reduce_async(void* ctx, wia_provider_stream_t stream,
                           const wia_reduce_args_v1_t* args) noexcept;
-// buf[i] *= factor on `stream` (wia_scale_<dtype>). Not in ABI v1: ready
-// for the extension that will carry it, and unexported until then.
-wia_status_t scale_async(Provider& p, Stream& stream, wia_datatype_t dtype, void* buf,
-                         std::uint64_t count, double factor) noexcept;
+// buf[i] *= factor on `stream` (wia_scale_<dtype>; WIA_DEVICE_CAP_SCALE).
+wia_status_t scale_async(void* ctx, wia_provider_stream_t stream, void* buf, std::uint64_t count,
+                         wia_datatype_t dtype, double factor) noexcept;
 // fini: unloads the kernel module of every device (its context current).
 void unload_kernels(Provider& p, Device& d) noexcept;
 

@@ -443,6 +443,7 @@ const wia_device_ops_v1_t kDeviceOps = {
     .ipc_open_handle = ipc_open_handle,
     .ipc_close_handle = ipc_close_handle,
     .reduce_async = reduce_async,
+    .scale_async = nullptr,  // host memory: the core scales it in place itself
 };
 
 }  // namespace

@@ -453,6 +453,7 @@ const wia_device_ops_v1_t kOps = {
     .ipc_open_handle = nullptr,
     .ipc_close_handle = nullptr,
     .reduce_async = nullptr,
+    .scale_async = nullptr,
 };
 
 #if defined(WIA_TESTDEV_TRANSPORT)

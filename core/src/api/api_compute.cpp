@@ -3,7 +3,8 @@
 // averages gradients with it). It runs as a host function on the stream,
 // in order with the collectives before it, on memory the host can address
 // (plain host memory, or device memory of a provider whose devices are
-// host-accessible); device kernels for other providers come with them.
+// host-accessible); on other devices it is the provider's scale_async
+// kernel (WIA_DEVICE_CAP_SCALE), or NOT_SUPPORTED naming the device.
 #include <fmt/format.h>
 #include <wia/wia.h>
 
@@ -13,6 +14,7 @@
 #include "api/guard.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "kernels/element_access.hpp"
+#include "runtime/device_call.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
 
@@ -47,6 +49,27 @@ void run_scale(void* arg) {
   }
 }
 
+// Memory the core cannot address: the provider's own kernel, on the
+// stream, which must belong to the same provider.
+void scale_on_device(const Device& dev, void* buffer, double factor, std::size_t count,
+                     wia_datatype_t dtype, wia_stream_t stream) {
+  if (!(ops_of(dev).caps & WIA_DEVICE_CAP_SCALE))
+    throw Error(WIA_ERROR_NOT_SUPPORTED,
+                fmt::format("device {} ({}): its memory is not host-addressable and the "
+                            "provider has no scale kernel (WIA_DEVICE_CAP_SCALE)",
+                            dev.id, dev.provider->name()));
+  wia_stream_s* s = resolve_stream(stream);
+  const Device& sd = Runtime::get().device(s->device);
+  if (sd.provider != dev.provider)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("stream of device {} ({}) cannot order a scale of memory on device {} "
+                            "({})",
+                            sd.id, sd.provider->name(), dev.id, dev.provider->name()));
+  device_call(sd, "scale_async", [&](const wia_device_ops_v1_t& o, void* ctx) {
+    return o.scale_async(ctx, s->ps, buffer, count, dtype, factor);
+  });
+}
+
 void scale(void* buffer, double factor, std::size_t count, const wia_datatype_t& datatype,
            wia_stream_t stream) {
   const wia_datatype_t d = checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
@@ -60,11 +83,10 @@ void scale(void* buffer, double factor, std::size_t count, const wia_datatype_t&
                   fmt::format("{} elements of {} at {} run past the end of its {}-byte allocation",
                               count, kernels::dtype_name(d), buffer, a->size));
     const Device& dev = Runtime::get().device(a->device);
-    if (!(dev.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE))
-      throw Error(WIA_ERROR_NOT_SUPPORTED,
-                  fmt::format("device {} ({}): its memory is not host-addressable and the "
-                              "provider has no scale kernel",
-                              a->device, dev.provider->name()));
+    if (!(dev.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE)) {
+      scale_on_device(dev, buffer, factor, count, d, stream);
+      return;
+    }
   }
   auto* task = new ScaleTask{buffer, factor, count, d};
   const wia_status_t st = wia_launch_host_func(stream, run_scale, task);

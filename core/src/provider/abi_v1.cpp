@@ -76,6 +76,9 @@ constexpr Entry kDeviceEntries[] = {
     WIA_OPTIONAL(wia_device_ops_v1_t, ipc_open_handle, WIA_DEVICE_CAP_IPC),
     WIA_OPTIONAL(wia_device_ops_v1_t, ipc_close_handle, WIA_DEVICE_CAP_IPC),
     WIA_OPTIONAL(wia_device_ops_v1_t, reduce_async, WIA_DEVICE_CAP_REDUCE),
+    // Appended entries: a shorter table reads them as NULL (padded_copy),
+    // so a provider that sets the bit without the entry is refused here.
+    WIA_OPTIONAL(wia_device_ops_v1_t, scale_async, WIA_DEVICE_CAP_SCALE),
 };
 
 constexpr Entry kTransportEntries[] = {

@@ -183,6 +183,7 @@ typedef struct wia_device_props_v1 {
 #define WIA_DEVICE_CAP_IPC (1ull << 3)          /* ipc_get_handle/open/close            */
 #define WIA_DEVICE_CAP_REDUCE (1ull << 4)       /* reduce_async                        */
 #define WIA_DEVICE_CAP_PINNED_HOST (1ull << 5)  /* mem_alloc(WIA_MEM_HOST_PINNED)      */
+#define WIA_DEVICE_CAP_SCALE (1ull << 6)        /* scale_async (appended entry)        */
 
 /* Opaque, fixed-size, copyable IPC memory handle (CUDA's and HIP's are 64
  * bytes; Level Zero's carries a file descriptor number plus metadata). */
@@ -317,6 +318,21 @@ typedef struct wia_device_ops_v1 {
    * float MIN/MAX propagate NaN; integer SUM/PROD wrap modulo 2^bits. */
   wia_status_t (*reduce_async)(void* ctx, wia_provider_stream_t stream,
                                const wia_reduce_args_v1_t* args);
+
+  /* --- appended after the first v1 release ------------------------------
+   * The core reads these only when struct_size covers them
+   * (WIA_ABI_HAS_FIELD); a provider built against the first v1 header has
+   * none, and they read as absent. */
+
+  /* --- optional: WIA_DEVICE_CAP_SCALE ----------------------------------- */
+  /* Enqueue buf[i] = buf[i] * factor for `count` elements of `dtype` on
+   * `stream` (wia_scale on memory the core cannot address itself). The
+   * result equals the core's host computation: float32 in float; every
+   * other type in double, then stored as float16/bfloat16 rounded once
+   * from float, or integers truncated toward zero through int64 and
+   * wrapped to their width. */
+  wia_status_t (*scale_async)(void* ctx, wia_provider_stream_t stream, void* buf, uint64_t count,
+                              wia_datatype_t dtype, double factor);
 } wia_device_ops_v1_t;
 
 /* ------------------------------------------------------------------------ */

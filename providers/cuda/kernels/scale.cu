@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// wia_scale_<dtype>: buf[i] = buf[i] * factor, computed in double for
-// float64 and in float otherwise (kernels/device_kernel_params.h); integers
-// round to nearest even and saturate to their range (NaN becomes 0).
+// wia_scale_<dtype>: buf[i] = buf[i] * factor with the results of the
+// core's host path (core/src/api/api_compute.cpp), so wia_scale gives the
+// same bits on every device: float32 in float; every other type in
+// double, then float16/bfloat16 rounded once from float, and integers
+// truncated toward zero through int64 and wrapped to their width (values
+// beyond int64 are undefined on the host too).
 #include <type_traits>
 
 #include "device_kernel_params.h"
@@ -9,9 +12,9 @@
 
 namespace wia_cuda {
 
-// The computation type of scaling: double for float64, float for the rest.
+// The computation type: float for float32, double for the rest.
 template <class Tag>
-using ScaleT = std::conditional_t<std::is_same_v<Tag, double>, double, float>;
+using ScaleT = std::conditional_t<std::is_same_v<Tag, float>, float, double>;
 
 template <class Tag>
 __device__ __forceinline__ typename Element<Tag>::A scale_one(typename Element<Tag>::A x,
@@ -19,21 +22,10 @@ __device__ __forceinline__ typename Element<Tag>::A scale_one(typename Element<T
   using A = typename Element<Tag>::A;
   const ScaleT<Tag> r = static_cast<ScaleT<Tag>>(x) * factor;
   if constexpr (std::is_integral_v<A>) {
-    const float rounded = rintf(r);
-    if (rounded != rounded) return 0;
-    constexpr int kBits = 8 * sizeof(A);
-    // The exclusive upper bound and inclusive lower bound, both exact in
-    // float: 2^(bits-1) and -2^(bits-1) signed, 2^bits and 0 unsigned.
-    const float upper = std::is_signed_v<A> ? ldexpf(1.0f, kBits - 1) : ldexpf(1.0f, kBits);
-    const float lower = std::is_signed_v<A> ? -upper : 0.0f;
     using U = std::make_unsigned_t<A>;
-    constexpr A kMax = static_cast<A>(std::is_signed_v<A> ? static_cast<U>(~U{0}) >> 1 : ~U{0});
-    constexpr A kMin = std::is_signed_v<A> ? static_cast<A>(-kMax - 1) : A{0};
-    if (rounded >= upper) return kMax;
-    if (rounded <= lower) return kMin;
-    return static_cast<A>(rounded);
+    return static_cast<A>(static_cast<U>(static_cast<unsigned long long>(static_cast<long long>(r))));
   } else {
-    return static_cast<A>(r);
+    return static_cast<A>(r);  // half types: A is float, rounded to 16 bits on store
   }
 }
 

@@ -4,6 +4,7 @@
 # Fails when the committed PTX differs from the one just built. Comment
 # lines (// ..., where nvcc writes its own version) are ignored, so a
 # different nvcc that emits the same code does not count as stale.
+cmake_policy(SET CMP0007 NEW)  # lists keep the blank lines of the files
 foreach(var BUILT COMMITTED)
   if(NOT EXISTS "${${var}}")
     message(FATAL_ERROR "compare_ptx.cmake: ${${var}} does not exist (build wia-provider-cuda)")

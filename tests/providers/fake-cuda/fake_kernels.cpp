@@ -10,6 +10,7 @@
 
 #include "fake_cuda.hpp"
 #include "kernels/cpu_reduce.hpp"
+#include "kernels/element_access.hpp"
 #include "kernels/device_kernel_params.h"
 
 namespace wia::fake_cuda {
@@ -90,72 +91,23 @@ CUresult run_reduce(const Context& ctx, const Function& fn, const wia_cuda_reduc
                                                    : WIA_CUDA_ERROR_LAUNCH_FAILED;
 }
 
-// Rounds to nearest (even) and saturates, as the device kernel's
-// __float2int_rn-style conversion with clamping does.
-template <typename Int>
-void scale_integers(void* buf, std::uint64_t count, float factor) {
-  auto* v = static_cast<Int*>(buf);
-  for (std::uint64_t i = 0; i < count; ++i) {
-    const float x = std::nearbyint(static_cast<float>(v[i]) * factor);
-    if (std::isnan(x)) {
-      v[i] = 0;
-    } else if (x <= static_cast<float>(std::numeric_limits<Int>::min())) {
-      v[i] = std::numeric_limits<Int>::min();
-    } else if (x >= static_cast<float>(std::numeric_limits<Int>::max())) {
-      v[i] = std::numeric_limits<Int>::max();
-    } else {
-      v[i] = static_cast<Int>(x);
-    }
-  }
-}
-
 CUresult run_scale(const Context& ctx, const Function& fn, const wia_cuda_scale_params_t& p) {
   const auto dtype = static_cast<wia_datatype_t>(fn.dtype);
   if (!accessible(ctx, p.buf, p.count * wia::kernels::dtype_size(dtype), "buf", fn.name))
     return WIA_CUDA_ERROR_ILLEGAL_ADDRESS;
-  const auto f = static_cast<float>(p.factor);
-  switch (dtype) {
-    case WIA_INT8:
-      scale_integers<std::int8_t>(p.buf, p.count, f);
-      break;
-    case WIA_UINT8:
-      scale_integers<std::uint8_t>(p.buf, p.count, f);
-      break;
-    case WIA_INT32:
-      scale_integers<std::int32_t>(p.buf, p.count, f);
-      break;
-    case WIA_UINT32:
-      scale_integers<std::uint32_t>(p.buf, p.count, f);
-      break;
-    case WIA_INT64:
-      scale_integers<std::int64_t>(p.buf, p.count, f);
-      break;
-    case WIA_UINT64:
-      scale_integers<std::uint64_t>(p.buf, p.count, f);
-      break;
-    case WIA_FLOAT32: {
-      auto* v = static_cast<float*>(p.buf);
-      for (std::uint64_t i = 0; i < p.count; ++i) v[i] *= f;
-      break;
-    }
-    case WIA_FLOAT64: {
-      auto* v = static_cast<double*>(p.buf);
-      for (std::uint64_t i = 0; i < p.count; ++i) v[i] *= p.factor;
-      break;
-    }
-    case WIA_FLOAT16:
-    case WIA_BFLOAT16: {
-      auto* v = static_cast<std::uint16_t*>(p.buf);
-      const bool half = dtype == WIA_FLOAT16;
-      for (std::uint64_t i = 0; i < p.count; ++i) {
-        const float x =
-            (half ? wia::kernels::half_to_float(v[i]) : wia::kernels::bfloat16_to_float(v[i])) * f;
-        v[i] = half ? wia::kernels::float_to_half(x) : wia::kernels::float_to_bfloat16(x);
-      }
-      break;
-    }
-    default:
-      return WIA_CUDA_ERROR_LAUNCH_FAILED;
+  // The semantics of device_kernel_params.h, which are the core's host
+  // path: float32 in float, every other type through double and the host
+  // kernels' store_element.
+  if (dtype == WIA_FLOAT32) {
+    auto* v = static_cast<float*>(p.buf);
+    const auto f = static_cast<float>(p.factor);
+    for (std::uint64_t i = 0; i < p.count; ++i) v[i] *= f;
+  } else if (wia::kernels::dtype_size(dtype) != 0) {
+    for (std::uint64_t i = 0; i < p.count; ++i)
+      wia::kernels::store_element(p.buf, i, dtype,
+                                  wia::kernels::load_element(p.buf, i, dtype) * p.factor);
+  } else {
+    return WIA_CUDA_ERROR_LAUNCH_FAILED;
   }
   return WIA_CUDA_SUCCESS;
 }

@@ -383,8 +383,8 @@ TEST_CASE("kernels: the provider's names only, CPU results, address checks") {
     REQUIRE(wia::kernels::bfloat16_to_float(bout[i]) ==
             std::max(static_cast<float>(i % 50) - 25.0f, static_cast<float>(i % 31) - 15.0f));
 
-  // int8 scale saturates and rounds to nearest even.
-  const std::int8_t v[4] = {100, -100, 5, 3};
+  // int8 scale as the core's host path: truncated toward zero, wrapped.
+  const std::int8_t v[4] = {100, -100, 5, -3};
   auto* di = dev_alloc<std::int8_t>(4);
   REQUIRE(cu().cuMemcpy(dp(di), dp(v), 4) == 0);
   wia_cuda_scale_params_t ps{di, 4, 1.5};
@@ -393,10 +393,10 @@ TEST_CASE("kernels: the provider's names only, CPU results, address checks") {
   REQUIRE(cu().cuStreamSynchronize(s) == WIA_CUDA_SUCCESS);
   std::int8_t got[4];
   REQUIRE(cu().cuMemcpy(dp(got), dp(di), 4) == 0);
-  CHECK(got[0] == 127);
-  CHECK(got[1] == -128);
-  CHECK(got[2] == 8);  // 7.5 -> 8 (even)
-  CHECK(got[3] == 4);  // 4.5 -> 4 (even)
+  CHECK(got[0] == -106);  // 150 wraps to 150 - 256
+  CHECK(got[1] == 106);   // -150 wraps to -150 + 256
+  CHECK(got[2] == 7);     // 7.5 truncates
+  CHECK(got[3] == -4);    // -4.5 truncates toward zero
 
   // A kernel cannot read pageable host memory: the stream reports an
   // illegal address at its next synchronize, once.

@@ -99,22 +99,43 @@ int scenario(const std::string& name) {
         errors += std::string(" [rank ") + std::to_string(r) + "] " + wia_get_last_error();
       }
     }
-    // Reported once: the streams, the communicator and the memory are
-    // then released normally.
+    // The double reports a launch failure once, on the stream that ran the
+    // kernel: an internal stream of the device engine, rank 0's or rank
+    // 1's. The users' streams may therefore complete; the engine must not
+    // lose the failure: in the next all-reduce, each rank either fails to
+    // post or its stream reports the failure (no timeout), and the
+    // communicator's asynchronous error is set.
+    std::string next_errors;
+    int next_failed = 0;
+    bool posted[2] = {};
+    for (int r = 0; r < 2; ++r) {
+      posted[r] = wia_all_reduce(comm, buf[r], buf[r], n, &cfg, s[r]) == WIA_SUCCESS;
+      if (!posted[r]) {
+        ++next_failed;
+        next_errors += std::string(" [post, rank ") + std::to_string(r) + "] " + wia_get_last_error();
+      }
+    }
+    for (int r = 0; r < 2; ++r)
+      if (posted[r] && wia_stream_synchronize(s[r]) != WIA_SUCCESS) {
+        ++next_failed;
+        next_errors += std::string(" [sync, rank ") + std::to_string(r) + "] " + wia_get_last_error();
+      }
+    const bool next_fails = next_failed == 2 && contains(next_errors, "CUDA_ERROR_LAUNCH_FAILED") &&
+                            !contains(next_errors, "timed out");
+    const std::string next_error = next_errors;
+    const bool async_reported = wia_comm_get_async_error(comm) != WIA_SUCCESS;
+    // Then everything is released normally.
     bool clean = true;
     for (int r = 0; r < 2; ++r) clean = clean && wia_stream_synchronize(s[r]) == WIA_SUCCESS;
     wia_destroy_communicator(comm);
     for (int r = 0; r < 2; ++r)
       clean = clean && wia_free(buf[r]) == WIA_SUCCESS && wia_destroy_stream(s[r]) == WIA_SUCCESS;
-    // Exit 3: the failure never reached the user's streams. The device
-    // engine runs the reduction on its internal streams and never asks
-    // them for errors (a core bug, reported; real CUDA's sticky error would
-    // surface later elsewhere). Accepted by the test until fixed, but only
-    // when everything else went cleanly.
     if (!clean) return report(false, std::string("teardown failed: ") + wia_get_last_error());
-    rc = failed == 0
-             ? report(false, "lost") + 2
-             : report(contains(errors, "CUDA_ERROR_LAUNCH_FAILED"), "synchronize:" + errors);
+    rc = report((failed == 0 || contains(errors, "CUDA_ERROR_LAUNCH_FAILED")) && next_fails &&
+                    async_reported,
+                "synchronize:" + (errors.empty() ? std::string(" ok") : errors) +
+                    "; next all-reduce:" + next_error +
+                    "; async error reported: " + (async_reported ? "yes" : "no"));
   } else {
     return report(false, "unknown scenario " + name);
   }
@@ -386,6 +407,38 @@ TEST_CASE("broadcast, all-gather and reduce-scatter over the two cuda devices") 
   }
 }
 
+TEST_CASE("wia_scale on cuda memory runs the provider's kernel with the host path's results") {
+  Ranks ranks;
+  constexpr std::size_t n = 1000;
+  // float32: the product in float; int32: truncated toward zero;
+  // bfloat16: small integers * 0.5, exact in bfloat16.
+  std::vector<float> f(n);
+  std::vector<std::int32_t> i32(n);
+  std::vector<std::uint16_t> bf(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    f[i] = static_cast<float>(i) * 0.25f - 100.0f;
+    i32[i] = static_cast<std::int32_t>(i) - 500;
+    bf[i] = bf16_of_small_integer(static_cast<int>(i % 200) - 100);
+  }
+  float* df = ranks.on_gpu(1, n, f);
+  std::int32_t* di = ranks.on_gpu(1, n, i32);
+  std::uint16_t* db = ranks.on_gpu(1, n, bf);
+  REQUIRE_MESSAGE(wia_scale(df, 1.5, n, ranks.stream[1]) == WIA_SUCCESS, wia_get_last_error());
+  REQUIRE(wia_scale_ex(di, 1.5, n, WIA_INT32, ranks.stream[1]) == WIA_SUCCESS);
+  REQUIRE(wia_scale_ex(db, 0.5, n, WIA_BFLOAT16, ranks.stream[1]) == WIA_SUCCESS);
+  ranks.sync();
+  const auto gf = ranks.read(df, n);
+  const auto gi = ranks.read(di, n);
+  const auto gb = ranks.read(db, n);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    wrong += gf[i] != f[i] * 1.5f;
+    wrong += gi[i] != static_cast<std::int32_t>(std::trunc(static_cast<double>(i32[i]) * 1.5));
+    wrong += bf16_to_double(gb[i]) != 0.5 * static_cast<double>(static_cast<int>(i % 200) - 100);
+  }
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("faults: each gives a clear error, nothing crashes or hangs") {
   struct Case {
     const char* scenario;
@@ -400,12 +453,6 @@ TEST_CASE("faults: each gives a clear error, nothing crashes or hangs") {
   for (const Case& c : cases) {
     const ChildResult r = run_scenario(c.scenario, c.env);
     INFO(c.scenario << " (status " << r.status << "): " << r.output);
-    if (std::string(c.scenario) == "stream_error" && r.status == 3) {
-      // Known core bug (see the scenario); the provider's own report of
-      // the failure is checked by ctest conformance_cuda_fake_stream_error.
-      MESSAGE("stream_error: the device engine lost the launch failure (known core bug)");
-      continue;
-    }
     CHECK(r.status == 0);
   }
 }

@@ -193,11 +193,16 @@ TEST_CASE("descriptor: v1 symbol, device interface only, declared parameters") {
                             WIA_DEVICE_CAP_PEER | WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE |
                             WIA_DEVICE_CAP_PINNED_HOST;
   CHECK(ops->caps == all);
-  // Every entry is set (all optional capabilities are announced).
+  // Every entry of the first v1 table is set (all its optional capabilities
+  // are announced); the appended scale_async is not: the core scales host
+  // memory in place itself.
   const auto* entries = reinterpret_cast<void* const*>(&ops->device_count);
-  const std::size_t n =
-      (sizeof(*ops) - offsetof(wia_device_ops_v1_t, device_count)) / sizeof(void*);
+  const std::size_t n = (offsetof(wia_device_ops_v1_t, reduce_async) + sizeof(void*) -
+                         offsetof(wia_device_ops_v1_t, device_count)) /
+                        sizeof(void*);
   for (std::size_t i = 0; i < n; ++i) CHECK_MESSAGE(entries[i] != nullptr, "entry " << i);
+  CHECK(reinterpret_cast<void*>(ops->scale_async) == nullptr);
+  CHECK((ops->caps & WIA_DEVICE_CAP_SCALE) == 0);
 }
 
 TEST_CASE("init: device count defaults to the NUMA nodes and follows host.devices") {
