@@ -115,6 +115,9 @@ class DeviceCommunicator final : public CommunicatorBase {
 
   wia_status_t async_error() const override;
   void record_async_error(wia_status_t status, const std::string& message);
+  // Throws the first error any rank's internal stream reported, now or
+  // earlier (device_engine.cpp).
+  void check_internal_stream(int rank);
 
   wia_algorithm_t last_selected() const override;
 
@@ -204,6 +207,9 @@ class DeviceCommunicator final : public CommunicatorBase {
 
   mutable std::mutex err_mu_;
   wia_status_t async_error_ = WIA_SUCCESS;
+  // The first error a rank's internal stream reported: sticky.
+  wia_status_t device_failure_ = WIA_SUCCESS;
+  std::string device_failure_message_;
   wia_algorithm_t last_selected_{};
 };
 

@@ -135,7 +135,46 @@ void DeviceCommunicator::shutdown_device_engine() noexcept {
   pools_.reset();
 }
 
+// A failed kernel or copy on a rank's internal stream must not vanish: the
+// ranks' completion callbacks still run after it on providers whose stream
+// errors are not sticky, so the users' streams would complete with wrong
+// data. Each post asks the rank's internal stream first (a non-blocking
+// query); an error becomes the communicator's asynchronous error
+// (wia_comm_get_async_error) and fails this call and every later one: the
+// engine's streams are in an unknown state.
+void DeviceCommunicator::check_internal_stream(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(err_mu_);
+    if (device_failure_ < 0) throw Error(device_failure_, device_failure_message_);
+  }
+  const Device& d = Runtime::get().device(devices_[rank]);
+  try {
+    device_call(d, "stream_query(collectives' stream)", [&](const wia_device_ops_v1_t& o, void* ctx) {
+      return o.stream_query(ctx, internal_streams_[rank]);
+    });
+  } catch (const Error& e) {
+    const std::string message =
+        fmt::format("work of an earlier collective failed on rank {}: {}", rank, e.what());
+    record_async_error(e.status(), message);
+    {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      if (device_failure_ == WIA_SUCCESS) {
+        device_failure_ = e.status();
+        device_failure_message_ = message;
+      }
+    }
+    // Sets other ranks posted into can never complete now: fail them, so
+    // their users' streams report this error instead of a timeout.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [seq, op] : ops_) op->sync.fail(e.status(), message);
+    }
+    throw Error(e.status(), message);
+  }
+}
+
 wia_status_t DeviceCommunicator::post_device(int rank, Call call, wia_stream_s* stream) {
+  check_internal_stream(rank);
   const Device& d = Runtime::get().device(stream->device);
   // The rank's input is ready when its stream reaches this point. The event
   // is recorded before the call is registered, so whoever completes the set
