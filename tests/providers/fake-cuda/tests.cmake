@@ -79,3 +79,16 @@ target_compile_definitions(test_provider_cuda_fake PRIVATE
 add_dependencies(test_provider_cuda_fake wia-provider-cuda wia_fake_cuda)
 set_tests_properties(provider_cuda_fake PROPERTIES
   ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_CUDA_LIBRARY=${WIA_FAKE_CUDA_FILE}")
+
+# tests/gpu/run.sh's benchmark on the double: one GPU as 4 logical devices
+# (cuda.logical_devices_per_gpu), every data check of wia-cuda-bench (copies,
+# the provider's reduce kernel through its ABI, a 4-rank all-reduce). The
+# figures mean nothing here; the exit status says the data was right.
+if(TARGET wia-cuda-bench)
+  add_test(NAME tool_wia_cuda_bench_fake
+    COMMAND $<TARGET_FILE:wia-cuda-bench> --size 1M --iters 2 --rounds 1 --ranks 4)
+  set_tests_properties(tool_wia_cuda_bench_fake PROPERTIES TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "all data checks passed"
+    ENVIRONMENT "WIA_PROVIDERS_ENABLE=cuda;WIA_CUDA_LIBRARY=${WIA_FAKE_CUDA_FILE};WIA_FAKE_CUDA_DEVICES=1;WIA_CUDA_LOGICAL_DEVICES_PER_GPU=4;WIA_CUDA_BENCH_PROVIDER=$<TARGET_FILE:wia-provider-cuda>;WIA_LOG_LEVEL=warn")
+  add_dependencies(wia-cuda-bench wia-provider-cuda wia_fake_cuda)
+endif()

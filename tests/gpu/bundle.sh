@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds what tests/gpu/run.sh runs, on this (Debian) machine, into a folder
+# that can travel to a GPU machine without our Debian build dependencies:
+# a Release installation (libwia, the providers, wia-info, wia-conformance,
+# wia-cuda-bench) plus, in lib/deps, every shared library those files need
+# that is not part of the C runtime (yaml-cpp, spdlog, fmt, hwloc, ...).
+#
+#   tests/gpu/bundle.sh [OUT]      OUT defaults to build/gpu-bundle
+#
+# The cuda provider's kernels are compiled by nvcc when it is found
+# (/usr/local/cuda/bin), else the committed PTX is embedded.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=$(realpath -m "${1:-build/gpu-bundle}")
+build=build/gpu-release
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIA_BUILD_TESTS=OFF \
+  -DCMAKE_INSTALL_PREFIX="$out" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target wia wia-provider-host wia-provider-cuda \
+  wia-provider-shm wia-info wia-conformance wia-cuda-bench
+rm -rf "$out"
+# Install only what the GPU run needs (not the ofi provider: libfabric and
+# its fabric libraries would triple the bundle for nothing the GPU uses).
+mkdir -p "$out/bin" "$out/lib/wia/providers" "$out/lib/deps"
+cp -L "$build"/lib/libwia.so* "$out/lib/"
+for p in host cuda shm; do cp "$build/lib/wia/providers/libwia-provider-$p.so" "$out/lib/wia/providers/"; done
+for t in wia-info wia-conformance wia-cuda-bench; do cp "$build/bin/$t" "$out/bin/"; done
+strip --strip-debug "$out"/bin/* "$out"/lib/*.so* "$out"/lib/wia/providers/*.so
+# Every library the dynamic loader resolves for them, except the C runtime,
+# which the GPU machine has (a newer glibc runs binaries built against ours).
+runtime='^(libc|libm|libdl|librt|libpthread|ld-linux-x86-64|linux-vdso|libresolv)\.so'
+for f in "$out"/bin/* "$out"/lib/*.so* "$out"/lib/wia/providers/*.so; do
+  LD_LIBRARY_PATH="$out/lib" ldd "$f" | awk '$3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  [[ "$name" =~ $runtime || "$path" == "$out"/* ]] && continue
+  cp -L "$path" "$out/lib/deps/$name"
+done
+echo "bundle: $out ($(du -sh "$out" | cut -f1)); deps: $(ls "$out/lib/deps" | tr '\n' ' ')"
