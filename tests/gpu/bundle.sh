@@ -6,16 +6,20 @@
 # wia-cuda-bench) plus, in lib/deps, every shared library those files need
 # that is not part of the C runtime (yaml-cpp, spdlog, fmt, hwloc, ...).
 #
-#   tests/gpu/bundle.sh [OUT]      OUT defaults to build/gpu-bundle
+#   tests/gpu/bundle.sh [OUT [BUILD]]
+# OUT defaults to build/gpu-bundle. BUILD: an existing build tree to take
+# the files from (e.g. build/default, already built); without it a Release
+# tree is configured and built in build/gpu-release.
 #
 # The cuda provider's kernels are compiled by nvcc when it is found
 # (/usr/local/cuda/bin), else the committed PTX is embedded.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$(realpath -m "${1:-build/gpu-bundle}")
-build=build/gpu-release
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIA_BUILD_TESTS=OFF \
-  -DCMAKE_INSTALL_PREFIX="$out" >/dev/null
+build=${2:-build/gpu-release}
+if [ -z "${2:-}" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWIA_BUILD_TESTS=OFF >/dev/null
+fi
 cmake --build "$build" -j "$(nproc)" --target wia wia-provider-host wia-provider-cuda \
   wia-provider-shm wia-info wia-conformance wia-cuda-bench
 rm -rf "$out"

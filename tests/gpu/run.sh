@@ -27,6 +27,11 @@ export LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBR
 export WIA_PROVIDER_PATH="$prefix/lib/wia/providers"
 cuda_so="$prefix/lib/wia/providers/libwia-provider-cuda.so"
 failures=0
+# A dry run on a machine without a GPU: WIA_CUDA_LIBRARY names the driver
+# double (build/default/fake-cuda/libcuda.so.1); the tools read the variable
+# through libwia, wia-conformance takes it as a parameter.
+library_param=()
+[ -n "${WIA_CUDA_LIBRARY:-}" ] && library_param=(--param "library=$WIA_CUDA_LIBRARY")
 
 step() { printf '\n== %s\n' "$*"; }
 # run SECONDS COMMAND...: a failed or timed-out command counts as a failure.
@@ -43,6 +48,8 @@ run() {
 
 step "GPU and driver"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
+missing=$(for f in "$prefix"/bin/* "$prefix"/lib/wia/providers/*.so; do ldd "$f"; done 2>&1 | grep "not found" | sort -u)
+[ -n "$missing" ] && echo "libraries not found: $missing"
 step "wia-info (cuda must be loaded)"
 run 60 "$prefix/bin/wia-info"
 if ! WIA_PROVIDERS_ENABLE=host,cuda "$prefix/bin/wia-info" >/dev/null 2>&1; then
@@ -51,10 +58,10 @@ if ! WIA_PROVIDERS_ENABLE=host,cuda "$prefix/bin/wia-info" >/dev/null 2>&1; then
 fi
 
 step "conformance L0-L5, the GPU as one device"
-run 150 "$prefix/bin/wia-conformance" --provider "$cuda_so" --timeout-scale 2
+run 150 "$prefix/bin/wia-conformance" --provider "$cuda_so" --timeout-scale 2 "${library_param[@]}"
 step "conformance L0-L5, the GPU as 4 logical devices"
 run 150 "$prefix/bin/wia-conformance" --provider "$cuda_so" --timeout-scale 2 \
-  --param logical_devices_per_gpu=4
+  --param logical_devices_per_gpu=4 "${library_param[@]}"
 
 step "wia-cuda-bench (ratios; data checked)"
 WIA_CUDA_LOGICAL_DEVICES_PER_GPU=4 WIA_CUDA_BENCH_PROVIDER="$cuda_so" \
