@@ -12,12 +12,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -157,6 +159,7 @@ class DeviceCommunicator final : public CommunicatorBase {
   void reclaim_finished_ops();  // holds enqueue_mu_
   void release_rank(Operation& op, int rank);
   static void device_rank_done(void* arg);
+  void completion_loop();
   static void device_stream_task(void* arg);
   void run_device_stream_task(StreamTask& g);
   std::shared_ptr<const engine::ExecPlan> plan_for(const Operation& op);
@@ -204,6 +207,17 @@ class DeviceCommunicator final : public CommunicatorBase {
   std::uint64_t next_enqueue_seq_ = 0;                                // guarded by enqueue_mu_
   std::map<std::uint64_t, std::shared_ptr<Operation>> complete_ops_;  // guarded by enqueue_mu_
   std::deque<std::shared_ptr<Operation>> running_ops_;                // guarded by enqueue_mu_
+  // Completion of the enqueued work: one thread waits for each rank's done
+  // event in enqueue order (event_synchronize, outside any stream) and then
+  // signals the rank. Not a host function at the end of the internal
+  // streams: a driver that runs every host function of the process on one
+  // thread (CUDA does) would queue it behind a user stream's task that is
+  // waiting for exactly that signal, and both would wait out the timeout.
+  std::thread completion_thread_;
+  std::mutex completion_mu_;
+  std::condition_variable completion_cv_;
+  std::deque<std::pair<std::shared_ptr<Operation>, int>> completion_queue_;  // completion_mu_
+  bool completion_stop_ = false;                                            // completion_mu_
 
   mutable std::mutex err_mu_;
   wia_status_t async_error_ = WIA_SUCCESS;

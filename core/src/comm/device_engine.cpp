@@ -12,10 +12,12 @@
 // a stream task (a host function) holds the user's stream until the rank's
 // completion callback runs or the timeout expires.
 //
-// Completion is signalled by a host function at the end of each rank's
-// internal stream rather than by a thread polling events: on this class of
-// machine a polling thread costs a core (docs/performance.md), while the
-// callback wakes exactly the stream task that waits.
+// Completion is signalled by one thread per communicator that waits for
+// each rank's done event (event_synchronize, which blocks rather than
+// polls on the host provider), not by a host function at the end of each
+// internal stream: CUDA runs all host functions of a process on one
+// thread, so such a callback queued behind a user stream's waiting task
+// never ran (seen on an H200: 4 ranks on one GPU timed out).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -83,11 +85,63 @@ void DeviceCommunicator::init_device_engine() {
     }
   log::debug("coll", "device engine over {} ranks ({}); pairs staged through host memory: {}",
              devs.size(), devs[0]->provider->name(), staged.empty() ? "none" : staged);
+  completion_thread_ = std::thread([this] { completion_loop(); });
+}
+
+void DeviceCommunicator::completion_loop() {
+  Runtime& rt = Runtime::get();
+  for (;;) {
+    std::shared_ptr<Operation> op;
+    int rank = 0;
+    {
+      std::unique_lock<std::mutex> lock(completion_mu_);
+      completion_cv_.wait(lock, [&] { return completion_stop_ || !completion_queue_.empty(); });
+      if (completion_queue_.empty()) return;  // stopping, and nothing is left to wait for
+      std::tie(op, rank) = std::move(completion_queue_.front());
+      completion_queue_.pop_front();
+    }
+    const Device& d = rt.device(devices_[rank]);
+    try {
+      device_call(d, "event_synchronize(collective done)", [&](const wia_device_ops_v1_t& o, void* ctx) {
+        return o.event_synchronize(ctx, op->device_ranks[rank].done);
+      });
+    } catch (const Error& e) {
+      const std::string message = fmt::format("collective #{} failed on the device of rank {}: {}",
+                                              op->seq, rank, e.what());
+      op->sync.fail(e.status(), message);
+      record_async_error(e.status(), message);
+      std::lock_guard<std::mutex> lock(err_mu_);
+      if (device_failure_ == WIA_SUCCESS) {
+        device_failure_ = e.status();
+        device_failure_message_ = message;
+      }
+    }
+    device_rank_done(&op->done_args[rank]);
+  }
 }
 
 void DeviceCommunicator::shutdown_device_engine() noexcept {
   Runtime& rt = Runtime::get();
   bool abandoned = false;
+  if (completion_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(completion_mu_);
+      completion_stop_ = true;
+    }
+    completion_cv_.notify_all();
+    // drain() waited for every rank's completion, so the queue is empty
+    // or holds operations whose streams are stuck: those the thread would
+    // wait for forever, and it is left to them (a bounded leak).
+    bool stuck;
+    {
+      std::lock_guard<std::mutex> lock(completion_mu_);
+      stuck = !completion_queue_.empty();
+    }
+    if (stuck)
+      completion_thread_.detach();
+    else
+      completion_thread_.join();
+  }
   for (std::size_t r = 0; r < internal_streams_.size(); ++r) {
     if (!internal_streams_[r]) continue;
     const Device& d = rt.device(devices_[r]);
@@ -261,15 +315,26 @@ void DeviceCommunicator::enqueue_ready_ops() {
     }
     try {
       engine::enqueue_on_device_streams(*op->plan, op->buffers, op->device_ranks, direct_, *pools_,
-                                        op->lease, &DeviceCommunicator::device_rank_done,
-                                        args.data());
+                                        op->lease, nullptr, args.data());
       op->enqueued.store(true, std::memory_order_release);
+      {
+        std::lock_guard<std::mutex> lock(completion_mu_);
+        for (int r = 0; r < size(); ++r) completion_queue_.emplace_back(op, r);
+      }
+      completion_cv_.notify_all();
     } catch (const Error& e) {
       const std::string message =
           fmt::format("collective #{} could not be enqueued on the devices: {}", op->seq, e.what());
       op->sync.fail(e.status(), message);
       record_async_error(e.status(), message);
-      // Ranks whose completion callback is on a stream release themselves.
+      // Ranks whose done event is recorded are released by the completion
+      // thread once their enqueued work has finished; the others now.
+      {
+        std::lock_guard<std::mutex> lock(completion_mu_);
+        for (int r = 0; r < size(); ++r)
+          if (op->device_ranks[r].done) completion_queue_.emplace_back(op, r);
+      }
+      completion_cv_.notify_all();
       for (int r = 0; r < size(); ++r)
         if (!op->device_ranks[r].done) release_rank(*op, r);
     }

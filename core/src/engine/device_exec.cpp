@@ -323,9 +323,10 @@ class Enqueuer {
     for (std::uint32_t k = 0; k < steps.size(); ++k)
       if (steps[k].is_send()) wait_send_read(r, k);
     ranks_[r].done = record(r);
-    device_call(dev(r), "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
-      return o.launch_host_func(ctx, ranks_[r].stream, on_done, arg);
-    });
+    if (on_done != nullptr)
+      device_call(dev(r), "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
+        return o.launch_host_func(ctx, ranks_[r].stream, on_done, arg);
+      });
     finished_[r] = true;
   }
 

@@ -103,7 +103,8 @@ using PeerMatrix = std::vector<std::vector<std::uint8_t>>;
 
 // Enqueues every rank's program of `plan` (see the file comment). On
 // return, ranks[r].done is recorded on rank r's stream after its work, and
-// on_done(done_args[r]) will run there. Throws wia::Error when a provider
+// on_done(done_args[r]) will run there unless on_done is NULL (the caller
+// then waits for the done events itself). Throws wia::Error when a provider
 // call fails; work already enqueued then still runs to completion (it only
 // waits on recorded events), so synchronising the streams is safe.
 void enqueue_on_device_streams(const ExecPlan& plan, std::vector<RankBuffers> buffers,

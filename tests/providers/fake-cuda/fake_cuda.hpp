@@ -137,6 +137,27 @@ struct Module {
 
 // Everything, under one lock (`mu`) except the streams' queues and event
 // completion (`event_mu`/`event_cv`), which the workers touch.
+// Runs host functions (cuLaunchHostFunc) one at a time on ONE thread of
+// the process, as the CUDA driver does: a host function that blocks holds
+// up every other stream's host functions. A double that gave each stream
+// its own callback thread hid a deadlock that real CUDA showed (a host
+// function waiting for another one queued behind it).
+class HostFunctionThread {
+ public:
+  HostFunctionThread();
+  ~HostFunctionThread();  // runs what is queued, then joins
+  // Runs fn on the host-function thread; returns when it has run.
+  void run(const std::function<void()>& fn);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 struct Driver {
   std::mutex mu;
   bool initialized = false;
@@ -152,6 +173,9 @@ struct Driver {
 
   std::mutex event_mu;
   std::condition_variable event_cv;
+  // Last member: destroyed (joined) after ~Driver has joined the streams
+  // whose host functions it runs.
+  HostFunctionThread host_functions;
 
   Driver();   // reads the WIA_FAKE_CUDA_* variables
   ~Driver();  // joins every worker, unmaps and closes everything

@@ -250,15 +250,58 @@ wia_CUresult fake_cuStreamWaitEvent(wia_CUstream stream, wia_CUevent event, unsi
   return WIA_CUDA_SUCCESS;
 }
 
+HostFunctionThread::HostFunctionThread() : thread_([this] { loop(); }) {}
+
+HostFunctionThread::~HostFunctionThread() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void HostFunctionThread::run(const std::function<void()>& fn) {
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back([&] {
+      fn();
+      std::lock_guard<std::mutex> dl(done_mu);
+      done = true;
+      done_cv.notify_all();
+    });
+  }
+  cv_.notify_all();
+  std::unique_lock<std::mutex> dl(done_mu);
+  done_cv.wait(dl, [&] { return done; });
+}
+
+void HostFunctionThread::loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping and drained
+    std::function<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    set_in_host_function(true);  // CUDA calls from here return NOT_PERMITTED
+    task();
+    set_in_host_function(false);
+    lk.lock();
+  }
+}
+
 wia_CUresult fake_cuLaunchHostFunc(wia_CUstream stream, wia_CUhostFn fn, void* user_data) {
   if (fn == nullptr) return WIA_CUDA_ERROR_INVALID_VALUE;
   CUresult error = WIA_CUDA_SUCCESS;
   Stream* s = resolve_stream(stream, &error);
   if (s == nullptr) return error;
+  // The stream waits while the process's one host-function thread runs fn.
   s->enqueue([fn, user_data] {
-    set_in_host_function(true);  // CUDA calls from here return NOT_PERMITTED
-    fn(user_data);
-    set_in_host_function(false);
+    driver().host_functions.run([fn, user_data] { fn(user_data); });
     return WIA_CUDA_SUCCESS;
   });
   return WIA_CUDA_SUCCESS;
