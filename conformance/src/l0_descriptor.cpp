@@ -310,7 +310,7 @@ void device_props(Context& c) {
              which + ".free_memory <= total_memory",
              std::to_string(p.free_memory) + " > " + std::to_string(p.total_memory));
     c.expect(p.numa_node >= -1, which + ".numa_node >= -1", std::to_string(p.numa_node));
-    c.expect((p.flags & ~3u) == 0, which + ".flags within WIA_DEVICE_FLAG_*",
+    c.expect((p.flags & ~7u) == 0, which + ".flags within WIA_DEVICE_FLAG_*",
              std::to_string(p.flags));
   }
   for (const int bad : {n, n + 7, -1}) {

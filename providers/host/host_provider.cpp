@@ -233,7 +233,9 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
       full.free_memory = std::min(full.free_memory, left);
     }
     full.numa_node = d.numa_node;
-    full.flags = WIA_DEVICE_FLAG_UNIFIED_ADDRESS;
+    // Every stream has its own worker thread: a host function that waits
+    // holds up that stream alone.
+    full.flags = WIA_DEVICE_FLAG_UNIFIED_ADDRESS | WIA_DEVICE_FLAG_WAITING_HOST_FUNC;
     if (p.host_accessible) full.flags |= WIA_DEVICE_FLAG_HOST_ACCESSIBLE;
     full.alignment = kAlignment;
     // Fill only what the caller's (possibly older, shorter) struct holds.

@@ -364,6 +364,8 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line by line, so a run cut off by a time limit still shows what it measured.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const Options o = parse(argc, argv);
   // The reduce kernel first, through the provider ABI, before libwia loads
   // the same file (one init of the provider at a time). The provider file

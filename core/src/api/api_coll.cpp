@@ -16,6 +16,7 @@
 #include "common/log.hpp"
 #include "coll/schedule.hpp"
 #include "comm/device_communicator.hpp"
+#include "comm/group.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
@@ -543,6 +544,7 @@ WIA_API wia_status_t wia_comm_recv(wia_communicator_t comm, void* buf, size_t co
 
 WIA_API wia_status_t wia_group_start(void) {
   if (t_group_depth++ == 0) t_group_error = WIA_SUCCESS;
+  comm::group_enter();
   return WIA_SUCCESS;
 }
 
@@ -550,7 +552,10 @@ WIA_API wia_status_t wia_group_end(void) {
   if (t_group_depth == 0)
     return api::fail(__func__, WIA_ERROR_INVALID_ARGUMENT,
                      "wia_group_end without a matching wia_group_start");
-  if (--t_group_depth > 0) return WIA_SUCCESS;
+  --t_group_depth;
+  // At the outermost end: streams of the device engine's collectives are
+  // attached now (comm/group.hpp).
+  if (comm::group_leave() > 0) return WIA_SUCCESS;
   const wia_status_t st = t_group_error;
   t_group_error = WIA_SUCCESS;
   return st;

@@ -155,6 +155,7 @@ class DeviceCommunicator final : public CommunicatorBase {
   void init_device_engine();
   void shutdown_device_engine() noexcept;
   wia_status_t post_device(int rank, Call call, wia_stream_s* stream);
+  void attach_to_stream(const std::shared_ptr<Operation>& op, int rank, wia_stream_s* stream);
   void enqueue_ready_ops();     // holds enqueue_mu_
   void reclaim_finished_ops();  // holds enqueue_mu_
   void release_rank(Operation& op, int rank);

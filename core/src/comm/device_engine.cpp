@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "comm/device_communicator.hpp"
+#include "comm/group.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "runtime/device_call.hpp"
@@ -247,6 +248,24 @@ wia_status_t DeviceCommunicator::post_device(int rank, Call call, wia_stream_s* 
   bool complete = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A rank that posts before its peers, outside a group, needs its stream
+    // held by a waiting host function until they do: refused where a
+    // waiting host function can stall other streams (CUDA), before the
+    // call is registered, so no peer waits for it.
+    if (group_depth() == 0 && !(d.props.flags & WIA_DEVICE_FLAG_WAITING_HOST_FUNC)) {
+      const auto it = ops_.find(next_seq_[rank]);
+      const int posted = it == ops_.end() ? 0 : it->second->posted_count;
+      if (posted + 1 < size()) {
+        pools_->give_back(ready_lease);
+        throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                    fmt::format("rank {} (device {}, {}): the ranks of an in-process communicator "
+                                "on {} devices must post a collective inside "
+                                "wia_group_start/wia_group_end (one thread driving several "
+                                "devices, as with NCCL); {} of {} ranks have posted it",
+                                rank, stream->device, d.provider->name(), d.provider->name(),
+                                posted, size()));
+      }
+    }
     const std::uint64_t seq = next_seq_[rank]++;
     auto& slot = ops_[seq];
     if (!slot) {
@@ -277,17 +296,42 @@ wia_status_t DeviceCommunicator::post_device(int rank, Call call, wia_stream_s* 
     enqueue_ready_ops();
     reclaim_finished_ops();
   }
+  if (!op->enqueued.load(std::memory_order_acquire) && !op->sync.failed() &&
+      group_depth() > 0) {
+    // The peers post before the group ends (group.hpp): attach then.
+    in_flight_.fetch_add(1);
+    defer_to_group_end([this, op, rank, stream] {
+      try {
+        attach_to_stream(op, rank, stream);
+      } catch (const Error& e) {
+        record_async_error(e.status(), e.what());
+        stream->set_async_error(e.status(), e.what());
+      }
+      in_flight_.fetch_sub(1);
+      completion_signal_.notify();
+    });
+  } else {
+    attach_to_stream(op, rank, stream);
+  }
+  if (result != WIA_SUCCESS) throw Error(result, op->sync.message());
+  return result;
+}
+
+// Orders `stream` after rank `rank`'s part of `op`: a wait for its done
+// event once the operation is on the devices, else a stream task that
+// holds the stream until it completes or times out. Also for a set that
+// failed to match: the stream task puts the error on this rank's stream,
+// as on every other rank's.
+void DeviceCommunicator::attach_to_stream(const std::shared_ptr<Operation>& op, int rank,
+                                          wia_stream_s* stream) {
   if (op->enqueued.load(std::memory_order_acquire) && !op->sync.failed()) {
+    const Device& d = Runtime::get().device(stream->device);
     device_call(d, "stream_wait_event", [&](const wia_device_ops_v1_t& o, void* ctx) {
       return o.stream_wait_event(ctx, stream->ps, op->device_ranks[rank].done);
     });
   } else {
-    // Also for a set that failed to match: the stream task puts the error on
-    // this rank's stream, as on every other rank's.
     launch_stream_task(&DeviceCommunicator::device_stream_task, op, rank, stream);
   }
-  if (result != WIA_SUCCESS) throw Error(result, op->sync.message());
-  return result;
 }
 
 void DeviceCommunicator::enqueue_ready_ops() {

@@ -157,6 +157,14 @@ typedef enum wia_device_type {
 /* Device property flags. */
 #define WIA_DEVICE_FLAG_HOST_ACCESSIBLE (1u << 0) /* device memory is ordinary host memory   */
 #define WIA_DEVICE_FLAG_UNIFIED_ADDRESS (1u << 1) /* pointers identify their device uniquely */
+/* A host function (launch_host_func) may block until work on OTHER streams
+ * of the provider completes: each stream runs its host functions on its own
+ * thread, and a blocked stream holds up no other. CUDA forbids such waits
+ * (host functions of a process share one thread, and a blocked stream can
+ * stall others), so its provider leaves this clear; the core then never
+ * parks a stream in a waiting host function. Added after the first v1
+ * release: a provider that does not know it leaves it clear. */
+#define WIA_DEVICE_FLAG_WAITING_HOST_FUNC (1u << 2)
 
 typedef struct wia_device_props_v1 {
   uint32_t struct_size; /* set by the caller to sizeof its struct */

@@ -90,9 +90,12 @@ int scenario(const std::string& name) {
         WIA_COLLECTIVE_ALLREDUCE, WIA_REDUCE_SUM, WIA_FLOAT32, WIA_ALGORITHM_AUTO, 0, 0};
     std::string errors;
     int failed = 0;
+    wia_group_start();
     for (int r = 0; r < 2; ++r)
       if (wia_all_reduce(comm, buf[r], buf[r], n, &cfg, s[r]) != WIA_SUCCESS)
         return report(false, std::string("post: ") + wia_get_last_error());
+    if (wia_group_end() != WIA_SUCCESS)
+      return report(false, std::string("group end: ") + wia_get_last_error());
     for (int r = 0; r < 2; ++r) {
       if (wia_stream_synchronize(s[r]) != WIA_SUCCESS) {
         ++failed;
@@ -108,6 +111,7 @@ int scenario(const std::string& name) {
     std::string next_errors;
     int next_failed = 0;
     bool posted[2] = {};
+    wia_group_start();
     for (int r = 0; r < 2; ++r) {
       posted[r] = wia_all_reduce(comm, buf[r], buf[r], n, &cfg, s[r]) == WIA_SUCCESS;
       if (!posted[r]) {
@@ -115,6 +119,7 @@ int scenario(const std::string& name) {
         next_errors += std::string(" [post, rank ") + std::to_string(r) + "] " + wia_get_last_error();
       }
     }
+    wia_group_end();  // its status repeats a post's error
     for (int r = 0; r < 2; ++r)
       if (posted[r] && wia_stream_synchronize(s[r]) != WIA_SUCCESS) {
         ++next_failed;
@@ -302,9 +307,11 @@ TEST_CASE("all-reduce over the two cuda devices: float32 sum and avg, bfloat16 s
     }
     const wia_collective_config_t cfg{WIA_COLLECTIVE_ALLREDUCE, op, WIA_FLOAT32,
                                       WIA_ALGORITHM_AUTO,       0,  0};
+    REQUIRE(wia_group_start() == WIA_SUCCESS);  // one thread, two GPUs
     for (int r = 0; r < kRanks; ++r)
       REQUIRE_MESSAGE(wia_all_reduce(k.comm, send[r], recv[r], n, &cfg, k.stream[r]) == WIA_SUCCESS,
                       wia_get_last_error());
+    REQUIRE(wia_group_end() == WIA_SUCCESS);
     k.sync();
     for (int r = 0; r < kRanks; ++r) {
       const auto got = k.read(recv[r], n);
@@ -327,8 +334,10 @@ TEST_CASE("all-reduce over the two cuda devices: float32 sum and avg, bfloat16 s
   }
   const wia_collective_config_t cfg{
       WIA_COLLECTIVE_ALLREDUCE, WIA_REDUCE_SUM, WIA_BFLOAT16, WIA_ALGORITHM_AUTO, 0, 0};
+  REQUIRE(wia_group_start() == WIA_SUCCESS);  // one thread, two GPUs
   for (int r = 0; r < kRanks; ++r)  // in place
     REQUIRE(wia_all_reduce(k.comm, send[r], send[r], n, &cfg, k.stream[r]) == WIA_SUCCESS);
+  REQUIRE(wia_group_end() == WIA_SUCCESS);
   k.sync();
   for (int r = 0; r < kRanks; ++r) {
     const auto got = k.read(send[r], n);
@@ -351,9 +360,11 @@ TEST_CASE("broadcast, all-gather and reduce-scatter over the two cuda devices") 
       for (std::size_t i = 0; i < n; ++i) v[i] = input(r, i);
       buf[r] = k.on_gpu<float>(r, n, v);
     }
+    REQUIRE(wia_group_start() == WIA_SUCCESS);  // one thread, two GPUs
     for (int r = 0; r < kRanks; ++r)
       REQUIRE_MESSAGE(wia_broadcast(k.comm, buf[r], n, 1, WIA_FLOAT32, k.stream[r]) == WIA_SUCCESS,
                       wia_get_last_error());
+    REQUIRE(wia_group_end() == WIA_SUCCESS);
     k.sync();
     for (int r = 0; r < kRanks; ++r) {
       const auto got = k.read(buf[r], n);
@@ -369,10 +380,12 @@ TEST_CASE("broadcast, all-gather and reduce-scatter over the two cuda devices") 
       send[r] = k.on_gpu<float>(r, n, v);
       recv[r] = k.on_gpu<float>(r, kRanks * n);
     }
+    REQUIRE(wia_group_start() == WIA_SUCCESS);  // one thread, two GPUs
     for (int r = 0; r < kRanks; ++r)
       REQUIRE_MESSAGE(
           wia_all_gather(k.comm, send[r], recv[r], n, WIA_FLOAT32, k.stream[r]) == WIA_SUCCESS,
           wia_get_last_error());
+    REQUIRE(wia_group_end() == WIA_SUCCESS);
     k.sync();
     for (int r = 0; r < kRanks; ++r) {
       const auto got = k.read(recv[r], kRanks * n);
@@ -391,10 +404,12 @@ TEST_CASE("broadcast, all-gather and reduce-scatter over the two cuda devices") 
     }
     const wia_collective_config_t cfg{
         WIA_COLLECTIVE_REDUCE_SCATTER, WIA_REDUCE_SUM, WIA_FLOAT32, WIA_ALGORITHM_AUTO, 0, 0};
+    REQUIRE(wia_group_start() == WIA_SUCCESS);  // one thread, two GPUs
     for (int r = 0; r < kRanks; ++r)
       REQUIRE_MESSAGE(
           wia_reduce_scatter(k.comm, send[r], recv[r], n, &cfg, k.stream[r]) == WIA_SUCCESS,
           wia_get_last_error());
+    REQUIRE(wia_group_end() == WIA_SUCCESS);
     k.sync();
     for (int r = 0; r < kRanks; ++r) {
       const auto got = k.read(recv[r], n);
@@ -405,6 +420,27 @@ TEST_CASE("broadcast, all-gather and reduce-scatter over the two cuda devices") 
       }
     }
   }
+}
+
+TEST_CASE("ranks of one process on cuda devices must post inside a group; refused clearly") {
+  Ranks k;
+  constexpr std::size_t n = 64;
+  float* buf[kRanks];
+  for (int r = 0; r < kRanks; ++r) buf[r] = k.on_gpu<float>(r, n, std::vector<float>(n, 1.0f));
+  const wia_collective_config_t cfg{
+      WIA_COLLECTIVE_ALLREDUCE, WIA_REDUCE_SUM, WIA_FLOAT32, WIA_ALGORITHM_AUTO, 0, 0};
+  // Outside a group the first rank's post would park its stream in a host
+  // function that waits for the others, which CUDA forbids: refused, and
+  // nothing registered, so the next grouped call still matches.
+  CHECK(wia_all_reduce(k.comm, buf[0], buf[0], n, &cfg, k.stream[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(wia_get_last_error(), "wia_group_start"));
+  REQUIRE(wia_group_start() == WIA_SUCCESS);
+  for (int r = 0; r < kRanks; ++r)
+    REQUIRE(wia_all_reduce(k.comm, buf[r], buf[r], n, &cfg, k.stream[r]) == WIA_SUCCESS);
+  REQUIRE(wia_group_end() == WIA_SUCCESS);
+  k.sync();
+  for (int r = 0; r < kRanks; ++r)
+    for (float v : k.read(buf[r], n)) REQUIRE(v == static_cast<float>(kRanks));
 }
 
 TEST_CASE("wia_scale on cuda memory runs the provider's kernel with the host path's results") {

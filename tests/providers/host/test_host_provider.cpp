@@ -265,7 +265,8 @@ TEST_CASE("device_props: CPU device, memory, flags, and short structs") {
   CHECK(props.pci_bus_id[0] == '\0');
   CHECK(props.total_memory == (1u << 20));  // capped by memory_limit
   CHECK(props.free_memory <= props.total_memory);
-  CHECK(props.flags == (WIA_DEVICE_FLAG_HOST_ACCESSIBLE | WIA_DEVICE_FLAG_UNIFIED_ADDRESS));
+  CHECK(props.flags == (WIA_DEVICE_FLAG_HOST_ACCESSIBLE | WIA_DEVICE_FLAG_UNIFIED_ADDRESS |
+                        WIA_DEVICE_FLAG_WAITING_HOST_FUNC));
   CHECK(props.alignment == 64);
   if (numa_nodes_in_sys() > 0) CHECK(props.numa_node >= 0);
 
