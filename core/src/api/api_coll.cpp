@@ -554,8 +554,13 @@ WIA_API wia_status_t wia_group_end(void) {
                      "wia_group_end without a matching wia_group_start");
   --t_group_depth;
   // At the outermost end: streams of the device engine's collectives are
-  // attached now (comm/group.hpp).
-  if (comm::group_leave() > 0) return WIA_SUCCESS;
+  // attached now (comm/group.hpp); a failure there is the group's too.
+  comm::GroupResult deferred;
+  if (comm::group_leave(&deferred) > 0) return WIA_SUCCESS;
+  if (t_group_error == WIA_SUCCESS && deferred.status < 0) {
+    t_group_error = WIA_SUCCESS;
+    return api::fail(__func__, deferred.status, deferred.message);
+  }
   const wia_status_t st = t_group_error;
   t_group_error = WIA_SUCCESS;
   return st;

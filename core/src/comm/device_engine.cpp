@@ -130,18 +130,10 @@ void DeviceCommunicator::shutdown_device_engine() noexcept {
       completion_stop_ = true;
     }
     completion_cv_.notify_all();
-    // drain() waited for every rank's completion, so the queue is empty
-    // or holds operations whose streams are stuck: those the thread would
-    // wait for forever, and it is left to them (a bounded leak).
-    bool stuck;
-    {
-      std::lock_guard<std::mutex> lock(completion_mu_);
-      stuck = !completion_queue_.empty();
-    }
-    if (stuck)
-      completion_thread_.detach();
-    else
-      completion_thread_.join();
+    // The communicator is destroyed only after drain() saw every rank
+    // released, and ranks with enqueued work are released by this thread
+    // alone: its queue is empty and it is at most finishing a release.
+    completion_thread_.join();
   }
   for (std::size_t r = 0; r < internal_streams_.size(); ++r) {
     if (!internal_streams_[r]) continue;
@@ -300,15 +292,35 @@ wia_status_t DeviceCommunicator::post_device(int rank, Call call, wia_stream_s* 
       group_depth() > 0) {
     // The peers post before the group ends (group.hpp): attach then.
     in_flight_.fetch_add(1);
-    defer_to_group_end([this, op, rank, stream] {
+    const bool may_wait = (d.props.flags & WIA_DEVICE_FLAG_WAITING_HOST_FUNC) != 0;
+    defer_to_group_end([this, op, rank, stream, may_wait]() -> GroupResult {
+      GroupResult result;
       try {
+        if (!may_wait && !op->enqueued.load(std::memory_order_acquire) && !op->sync.failed()) {
+          // Another thread's ranks have not posted yet (a group per thread):
+          // parking this stream in a waiting host function is what this
+          // device forbids.
+          const std::string why = fmt::format(
+              "collective #{} was not posted by every rank when rank {}'s group ended: on "
+              "devices of {} the ranks of an in-process communicator post inside one "
+              "wia_group_start/wia_group_end",
+              op->seq, rank, Runtime::get().device(stream->device).provider->name());
+          op->sync.fail(WIA_ERROR_INVALID_ARGUMENT, why);
+          result = {WIA_ERROR_INVALID_ARGUMENT, why};
+        }
         attach_to_stream(op, rank, stream);
       } catch (const Error& e) {
-        record_async_error(e.status(), e.what());
-        stream->set_async_error(e.status(), e.what());
+        result = {e.status(), e.what()};
+      } catch (const std::exception& e) {
+        result = {WIA_ERROR_INTERNAL, e.what()};
+      }
+      if (result.status < 0) {
+        record_async_error(result.status, result.message);
+        stream->set_async_error(result.status, result.message);
       }
       in_flight_.fetch_sub(1);
       completion_signal_.notify();
+      return result;
     });
   } else {
     attach_to_stream(op, rank, stream);
@@ -371,6 +383,15 @@ void DeviceCommunicator::enqueue_ready_ops() {
           fmt::format("collective #{} could not be enqueued on the devices: {}", op->seq, e.what());
       op->sync.fail(e.status(), message);
       record_async_error(e.status(), message);
+      // Work already on the internal streams may still use pooled buffers:
+      // no later collective may run beside it.
+      {
+        std::lock_guard<std::mutex> lock(err_mu_);
+        if (device_failure_ == WIA_SUCCESS) {
+          device_failure_ = e.status();
+          device_failure_message_ = message;
+        }
+      }
       // Ranks whose done event is recorded are released by the completion
       // thread once their enqueued work has finished; the others now.
       {
@@ -461,7 +482,10 @@ void DeviceCommunicator::run_device_stream_task(StreamTask& g) {
     g.stream->set_async_error(status, message);
     record_async_error(status, message);
     std::lock_guard<std::mutex> lock(enqueue_mu_);
-    if (!op.enqueued.load(std::memory_order_acquire)) release_rank(op, rank);
+    // A rank whose done event was recorded before a failed enqueue is
+    // released by the completion thread once that work has finished.
+    if (!op.enqueued.load(std::memory_order_acquire) && !op.device_ranks[rank].done)
+      release_rank(op, rank);
   }
   in_flight_.fetch_sub(1);
   completion_signal_.notify();

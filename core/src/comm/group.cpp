@@ -9,24 +9,30 @@ namespace wia::comm {
 namespace {
 
 thread_local int t_depth = 0;
-thread_local std::vector<std::function<void()>> t_deferred;
+thread_local std::vector<std::function<GroupResult()>> t_deferred;
 
 }  // namespace
 
 int group_enter() { return ++t_depth; }
 
-int group_leave() {
+int group_leave(GroupResult* first_failure) {
   if (t_depth > 0 && --t_depth == 0) {
     // Actions may post (a fallback stream task), never enter a group.
-    std::vector<std::function<void()>> actions = std::move(t_deferred);
+    std::vector<std::function<GroupResult()>> actions = std::move(t_deferred);
     t_deferred.clear();
-    for (auto& action : actions) action();
+    for (auto& action : actions) {
+      GroupResult r = action();
+      if (r.status < 0 && first_failure != nullptr && first_failure->status >= 0)
+        *first_failure = std::move(r);
+    }
   }
   return t_depth;
 }
 
 int group_depth() { return t_depth; }
 
-void defer_to_group_end(std::function<void()> action) { t_deferred.push_back(std::move(action)); }
+void defer_to_group_end(std::function<GroupResult()> action) {
+  t_deferred.push_back(std::move(action));
+}
 
 }  // namespace wia::comm

@@ -16,17 +16,28 @@
 // thread driving several devices for the same reason.
 #pragma once
 
+#include <wia/status.h>
+
 #include <functional>
+#include <string>
 
 namespace wia::comm {
 
+// What a deferred action reports: WIA_SUCCESS or an error with its text.
+struct GroupResult {
+  wia_status_t status = WIA_SUCCESS;
+  std::string message;
+};
+
 // Enters a group; returns the depth after entering (1 = outermost).
 int group_enter();
-// Leaves a group; at the outermost end runs the deferred work in posting
-// order (each action catches its own errors). Returns the depth left.
-int group_leave();
+// Leaves a group; at the outermost end runs every deferred action in
+// posting order and puts the first failure in *first_failure. Returns the
+// depth left.
+int group_leave(GroupResult* first_failure);
 int group_depth();
-// Runs `action` when the calling thread's outermost group ends.
-void defer_to_group_end(std::function<void()> action);
+// Runs `action` when the calling thread's outermost group ends. It must
+// not throw; it reports failure through its result.
+void defer_to_group_end(std::function<GroupResult()> action);
 
 }  // namespace wia::comm
