@@ -60,11 +60,14 @@ void scale_on_device(const Device& dev, void* buffer, double factor, std::size_t
                             dev.id, dev.provider->name()));
   wia_stream_s* s = resolve_stream(stream);
   const Device& sd = Runtime::get().device(s->device);
-  if (sd.provider != dev.provider)
+  // The kernel runs on the stream's device: it must be the memory's own
+  // (a kernel of one GPU touching another's memory without peer access
+  // is an illegal address, fatal to the whole context).
+  if (sd.id != dev.id)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("stream of device {} ({}) cannot order a scale of memory on device {} "
-                            "({})",
-                            sd.id, sd.provider->name(), dev.id, dev.provider->name()));
+                fmt::format("the memory is on device {} ({}), the stream on device {} ({}): "
+                            "scale on a stream of the memory's device",
+                            dev.id, dev.provider->name(), sd.id, sd.provider->name()));
   device_call(sd, "scale_async", [&](const wia_device_ops_v1_t& o, void* ctx) {
     return o.scale_async(ctx, s->ps, buffer, count, dtype, factor);
   });
@@ -77,14 +80,25 @@ void scale(void* buffer, double factor, std::size_t count, const wia_datatype_t&
   require_non_null(buffer, "buffer");
   Runtime::get();
   if (const auto a = objects().allocations.find(buffer)) {
-    if (a->base + a->size <
-        reinterpret_cast<std::uintptr_t>(buffer) + count * kernels::dtype_size(d))
+    // In elements, so a huge count cannot wrap the end address.
+    const std::uint64_t room =
+        (a->base + a->size - reinterpret_cast<std::uintptr_t>(buffer)) / kernels::dtype_size(d);
+    if (count > room)
       throw Error(WIA_ERROR_INVALID_ARGUMENT,
                   fmt::format("{} elements of {} at {} run past the end of its {}-byte allocation",
                               count, kernels::dtype_name(d), buffer, a->size));
     const Device& dev = Runtime::get().device(a->device);
-    if (!(dev.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE)) {
+    if (a->kind != WIA_MEM_HOST_PINNED && !(dev.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE)) {
       scale_on_device(dev, buffer, factor, count, d, stream);
+      return;
+    }
+  } else {
+    // Not libwia's: the host path runs on the CPU, which must not touch
+    // memory of a device the core cannot address (a cudaMalloc pointer,
+    // say). Scaled on that device by its provider, or refused.
+    const Device& sd = Runtime::get().device(resolve_stream(stream)->device);
+    if (!(sd.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE)) {
+      scale_on_device(sd, buffer, factor, count, d, stream);
       return;
     }
   }
