@@ -181,10 +181,19 @@ void optional_entries(Context& c) {
     const bool has_scale = WIA_ABI_HAS_FIELD(wia_device_ops_v1_t, o->struct_size, scale_async);
     check(o->caps, WIA_DEVICE_CAP_SCALE, "CAP_SCALE",
           has_scale ? reinterpret_cast<const void*>(o->scale_async) : nullptr, "scale_async");
+    const bool has_kernel = WIA_ABI_HAS_FIELD(wia_device_ops_v1_t, o->struct_size, launch_kernel);
+#define WIA_OPT_APPENDED(e)                                                               \
+  check(o->caps, WIA_DEVICE_CAP_KERNEL, "CAP_KERNEL",                                     \
+        has_kernel ? reinterpret_cast<const void*>(o->e) : nullptr, #e)
+    WIA_OPT_APPENDED(module_load);
+    WIA_OPT_APPENDED(module_unload);
+    WIA_OPT_APPENDED(module_function);
+    WIA_OPT_APPENDED(launch_kernel);
+#undef WIA_OPT_APPENDED
     char caps_hex[32];
     std::snprintf(caps_hex, sizeof(caps_hex), "caps 0x%llx",
                   static_cast<unsigned long long>(o->caps));
-    c.expect(o->caps < (1ull << 7), "only device caps defined in ABI v1 (bits 0..6)", caps_hex);
+    c.expect(o->caps < (1ull << 8), "only device caps defined in ABI v1 (bits 0..7)", caps_hex);
   }
   if (const auto* o = d.transport) {
     check(o->caps, WIA_TRANSPORT_CAP_RMA, "CAP_RMA", reinterpret_cast<const void*>(o->put), "put");

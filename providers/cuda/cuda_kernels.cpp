@@ -60,12 +60,14 @@ wia_status_t ensure_module(Provider& p, Device& d, const char* call) {
   d.module = nullptr;
   // The likely causes, so the message says what to do.
   const char* hint = "";
-  if (r == WIA_CUDA_ERROR_NO_BINARY_FOR_GPU || r == WIA_CUDA_ERROR_INVALID_IMAGE)
+  if (r == WIA_CUDA_ERROR_NO_BINARY_FOR_GPU || r == WIA_CUDA_ERROR_INVALID_IMAGE ||
+      r == WIA_CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
     hint = std::strcmp(kKernelImageKind, "ptx") == 0
-               ? " (the embedded PTX needs a driver that JIT-compiles compute_90 for this GPU; "
-                 "rebuild the provider with nvcc for cubins)"
-               : " (the embedded fatbin has cubins for sm_80/sm_90 and compute_90 PTX; this "
-                 "driver or GPU takes none of them)";
+               ? " (the embedded PTX is compute_80, PTX ISA 9.0 from nvcc 13: it needs a CUDA 13 "
+                 "driver (580 or newer); rebuild the provider with this machine's nvcc for "
+                 "cubins)"
+               : " (the embedded fatbin has cubins for sm_80/sm_90 and compute_90 PTX from nvcc "
+                 "13; this driver (older than CUDA 13?) or GPU takes none of them)";
   return p.fail_cu(r, d.index, "%s: cuModuleLoadData(%s kernel image, %zu bytes)%s", call,
                    kKernelImageKind, kKernelImageSize, hint);
 }

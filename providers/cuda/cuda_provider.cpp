@@ -171,6 +171,7 @@ wia_status_t fini(void* ctx) noexcept {
   // Handles and memory first: both need their context alive.
   release_all_handles(*p);
   release_all_memory(*p);
+  unload_user_modules(*p);
   for (const auto& d : p->devices) {
     wia_CUcontext c = d->ctx.load(std::memory_order_acquire);
     if (c == nullptr) continue;
@@ -211,7 +212,7 @@ wia_device_ops_v1_t make_device_ops() {
   ops.abi_version = WIA_PROVIDER_ABI_VERSION;
   ops.caps = WIA_DEVICE_CAP_HOST_FUNC | WIA_DEVICE_CAP_EVENT_TIMING | WIA_DEVICE_CAP_PEER |
              WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST |
-             WIA_DEVICE_CAP_SCALE;
+             WIA_DEVICE_CAP_SCALE | WIA_DEVICE_CAP_KERNEL;
   ops.must_understand = 0;
   ops.device_count = device_count;
   ops.device_props = device_props;
@@ -241,6 +242,10 @@ wia_device_ops_v1_t make_device_ops() {
   ops.ipc_close_handle = ipc_close_handle;
   ops.reduce_async = reduce_async;
   ops.scale_async = scale_async;
+  ops.module_load = module_load;
+  ops.module_unload = module_unload;
+  ops.module_function = module_function;
+  ops.launch_kernel = launch_kernel;
   return ops;
 }
 

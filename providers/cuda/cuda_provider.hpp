@@ -128,6 +128,16 @@ class Provider {
   std::unordered_set<const Stream*> streams;
   std::unordered_set<const Event*> events;
 
+  // The caller's modules (cuda_user_kernels.cpp): module -> device, and
+  // each function found in one -> its module and device.
+  struct UserFunction {
+    wia_CUmodule module = nullptr;
+    std::int32_t device = 0;
+  };
+  std::mutex user_code_mu;
+  std::unordered_map<wia_CUmodule, std::int32_t> user_modules;
+  std::unordered_map<wia_CUfunction, UserFunction> user_functions;
+
   // Sets the host error message for the calling thread and returns st.
   wia_status_t fail(wia_status_t st, const char* fmt, ...) const noexcept
       __attribute__((format(printf, 3, 4)));
@@ -154,12 +164,37 @@ class Provider {
   Event* find_event(wia_provider_event_t h, const char* call) noexcept;
 };
 
-// Runs one entry point: validates ctx, and turns any exception into a
-// status with a message, so nothing unwinds across the C boundary.
+// Puts back the calling thread's current context when an entry point
+// returns: entries make their device's primary context current, and an
+// application (PyTorch, say) that had made another GPU's context current
+// with cudaSetDevice would otherwise find its next runtime call on ours.
+class CurrentContextKeeper {
+ public:
+  explicit CurrentContextKeeper(const Driver& driver) noexcept : driver_(driver) {
+    saved_ok_ = driver_.cuCtxGetCurrent(&saved_) == WIA_CUDA_SUCCESS;
+  }
+  ~CurrentContextKeeper() {
+    wia_CUcontext now = nullptr;
+    if (saved_ok_ && driver_.cuCtxGetCurrent(&now) == WIA_CUDA_SUCCESS && now != saved_)
+      driver_.cuCtxSetCurrent(saved_);
+  }
+  CurrentContextKeeper(const CurrentContextKeeper&) = delete;
+  CurrentContextKeeper& operator=(const CurrentContextKeeper&) = delete;
+
+ private:
+  const Driver& driver_;
+  wia_CUcontext saved_ = nullptr;
+  bool saved_ok_ = false;
+};
+
+// Runs one entry point: validates ctx, keeps the caller's current context,
+// and turns any exception into a status with a message, so nothing unwinds
+// across the C boundary.
 template <class F>
 wia_status_t guarded(void* ctx, const char* call, F&& body) noexcept {
   auto* p = static_cast<Provider*>(ctx);
   if (p == nullptr || p->magic != Provider::kMagic) return WIA_ERROR_INVALID_ARGUMENT;
+  const CurrentContextKeeper keep(p->driver);
   try {
     return body(*p);
   } catch (const std::bad_alloc&) {
@@ -235,5 +270,17 @@ wia_status_t scale_async(void* ctx, wia_provider_stream_t stream, void* buf, std
                          wia_datatype_t dtype, double factor) noexcept;
 // fini: unloads the kernel module of every device (its context current).
 void unload_kernels(Provider& p, Device& d) noexcept;
+
+// cuda_user_kernels.cpp: the caller's device code (WIA_DEVICE_CAP_KERNEL).
+wia_status_t module_load(void* ctx, std::int32_t dev, const void* image, std::uint64_t size,
+                         wia_provider_module_t* module) noexcept;
+wia_status_t module_unload(void* ctx, wia_provider_module_t module) noexcept;
+wia_status_t module_function(void* ctx, wia_provider_module_t module, const char* name,
+                             wia_provider_function_t* function) noexcept;
+wia_status_t launch_kernel(void* ctx, wia_provider_stream_t stream,
+                           wia_provider_function_t function,
+                           const wia_kernel_launch_v1_t* launch) noexcept;
+// fini: unloads the modules the caller never unloaded.
+void unload_user_modules(Provider& p) noexcept;
 
 }  // namespace wia::cuda

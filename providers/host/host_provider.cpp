@@ -446,6 +446,11 @@ const wia_device_ops_v1_t kDeviceOps = {
     .ipc_close_handle = ipc_close_handle,
     .reduce_async = reduce_async,
     .scale_async = nullptr,  // host memory: the core scales it in place itself
+    // No device code: a host function on a stream is wia_launch_host_func.
+    .module_load = nullptr,
+    .module_unload = nullptr,
+    .module_function = nullptr,
+    .launch_kernel = nullptr,
 };
 
 }  // namespace

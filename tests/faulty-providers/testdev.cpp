@@ -454,6 +454,10 @@ const wia_device_ops_v1_t kOps = {
     .ipc_close_handle = nullptr,
     .reduce_async = nullptr,
     .scale_async = nullptr,
+    .module_load = nullptr,
+    .module_unload = nullptr,
+    .module_function = nullptr,
+    .launch_kernel = nullptr,
 };
 
 #if defined(WIA_TESTDEV_TRANSPORT)

@@ -189,10 +189,43 @@ WIA_API wia_status_t wia_memcpy_peer_batched(const wia_memcpy_peer_batched_t* ba
  * `stream` after its earlier work (e.g. to average an all-reduced sum).
  * _ex takes any datatype: half types round once per element, integers
  * truncate. Memory the host can address (host memory, or device memory of
- * host-accessible devices); other devices: WIA_ERROR_NOT_SUPPORTED. */
+ * host-accessible devices), or memory of a device whose provider has a
+ * scale kernel (cuda); other devices: WIA_ERROR_NOT_SUPPORTED. */
 WIA_API wia_status_t wia_scale(void* buffer, double factor, size_t count, wia_stream_t stream);
 WIA_API wia_status_t wia_scale_ex(void* buffer, double factor, size_t count,
                                   wia_datatype_t datatype, wia_stream_t stream);
+
+/* Spec 6.3: wia_launch_kernel(kernel, stream). The seed leaves out what a
+ * kernel is; in libwia it is a function of a module the caller loads for
+ * one device, with its launch geometry and arguments bound to it, so the
+ * launch itself needs nothing else:
+ *
+ *   wia_module_t m;  wia_kernel_t k;
+ *   wia_module_load(device, ptx, strlen(ptx) + 1, &m);   // cuda: PTX, cubin or fatbin
+ *   wia_kernel_create(m, "scale_by", &k);                 // an extern "C" __global__
+ *   wia_kernel_set_launch(k, (uint32_t[3]){blocks, 1, 1}, (uint32_t[3]){256, 1, 1}, 0);
+ *   wia_kernel_set_arg(k, 0, &ptr, sizeof ptr);           // copied now
+ *   wia_kernel_set_arg(k, 1, &n, sizeof n);
+ *   wia_launch_kernel(k, stream);                         // stream of the module's device
+ *
+ * Devices whose provider runs no device code (host devices: use
+ * wia_launch_host_func) answer WIA_ERROR_NOT_SUPPORTED naming the device.
+ * A kernel launches with the arguments set when wia_launch_kernel is
+ * called; every argument up to the highest index set must be set. */
+typedef struct wia_module_s* wia_module_t;
+typedef struct wia_kernel_s* wia_kernel_t;
+WIA_API wia_status_t wia_module_load(wia_device_t device, const void* image, size_t size,
+                                     wia_module_t* module);
+/* Kernels of the module must be destroyed first, and no launch pending. */
+WIA_API wia_status_t wia_module_unload(wia_module_t module);
+WIA_API wia_status_t wia_kernel_create(wia_module_t module, const char* name,
+                                       wia_kernel_t* kernel);
+WIA_API wia_status_t wia_kernel_set_launch(wia_kernel_t kernel, const uint32_t grid[3],
+                                           const uint32_t block[3], uint32_t shared_bytes);
+WIA_API wia_status_t wia_kernel_set_arg(wia_kernel_t kernel, uint32_t index, const void* value,
+                                        size_t size);
+WIA_API wia_status_t wia_launch_kernel(wia_kernel_t kernel, wia_stream_t stream);
+WIA_API wia_status_t wia_kernel_destroy(wia_kernel_t kernel);
 
 /* ---------------------------------------------------------------------- */
 /* Communicators and collectives (spec 6.4 - 6.6)                          */

@@ -79,6 +79,10 @@ constexpr Entry kDeviceEntries[] = {
     // Appended entries: a shorter table reads them as NULL (padded_copy),
     // so a provider that sets the bit without the entry is refused here.
     WIA_OPTIONAL(wia_device_ops_v1_t, scale_async, WIA_DEVICE_CAP_SCALE),
+    WIA_OPTIONAL(wia_device_ops_v1_t, module_load, WIA_DEVICE_CAP_KERNEL),
+    WIA_OPTIONAL(wia_device_ops_v1_t, module_unload, WIA_DEVICE_CAP_KERNEL),
+    WIA_OPTIONAL(wia_device_ops_v1_t, module_function, WIA_DEVICE_CAP_KERNEL),
+    WIA_OPTIONAL(wia_device_ops_v1_t, launch_kernel, WIA_DEVICE_CAP_KERNEL),
 };
 
 constexpr Entry kTransportEntries[] = {

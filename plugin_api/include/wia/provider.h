@@ -147,6 +147,8 @@ typedef struct wia_param_decl_v1 {
 
 typedef struct wia_provider_stream_s* wia_provider_stream_t; /* opaque */
 typedef struct wia_provider_event_s* wia_provider_event_t;   /* opaque */
+typedef struct wia_provider_module_s* wia_provider_module_t; /* opaque, WIA_DEVICE_CAP_KERNEL */
+typedef struct wia_provider_function_s* wia_provider_function_t; /* opaque */
 
 typedef enum wia_device_type {
   WIA_DEVICE_CPU = 0,
@@ -192,6 +194,7 @@ typedef struct wia_device_props_v1 {
 #define WIA_DEVICE_CAP_REDUCE (1ull << 4)       /* reduce_async                        */
 #define WIA_DEVICE_CAP_PINNED_HOST (1ull << 5)  /* mem_alloc(WIA_MEM_HOST_PINNED)      */
 #define WIA_DEVICE_CAP_SCALE (1ull << 6)        /* scale_async (appended entry)        */
+#define WIA_DEVICE_CAP_KERNEL (1ull << 7)       /* module_load .. launch_kernel (appended) */
 
 /* Opaque, fixed-size, copyable IPC memory handle (CUDA's and HIP's are 64
  * bytes; Level Zero's carries a file descriptor number plus metadata). */
@@ -218,6 +221,18 @@ typedef struct wia_reduce_args_v1 {
 } wia_reduce_args_v1_t;
 
 typedef void (*wia_host_fn_t)(void* user_data);
+
+/* A launch of a caller's kernel (launch_kernel): geometry and arguments.
+ * args[i] points at argument i's bytes (as CUDA's kernelParams); the
+ * provider copies what it needs before launch_kernel returns. */
+typedef struct wia_kernel_launch_v1 {
+  uint32_t struct_size;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  uint32_t num_args;
+  void* const* args;
+} wia_kernel_launch_v1_t;
 
 /* Device operations. `ctx` is the value init() stored. `dev` is the
  * provider-local device index in [0, device_count). Streams and events
@@ -341,6 +356,22 @@ typedef struct wia_device_ops_v1 {
    * wrapped to their width. */
   wia_status_t (*scale_async)(void* ctx, wia_provider_stream_t stream, void* buf, uint64_t count,
                               wia_datatype_t dtype, double factor);
+
+  /* --- optional: WIA_DEVICE_CAP_KERNEL ---------------------------------- */
+  /* The caller's own device code (wia_launch_kernel). module_load takes an
+   * image in the device's native form (cuda: PTX, cubin or fatbin) of
+   * `size` bytes, copied during the call; module_function finds a kernel
+   * by name; launch_kernel enqueues it on a stream of the module's device.
+   * A bad image or an unknown name is an error naming it; unloading a
+   * module while launches of it are pending is the caller's error. */
+  wia_status_t (*module_load)(void* ctx, int32_t dev, const void* image, uint64_t size,
+                              wia_provider_module_t* module);
+  wia_status_t (*module_unload)(void* ctx, wia_provider_module_t module);
+  wia_status_t (*module_function)(void* ctx, wia_provider_module_t module, const char* name,
+                                  wia_provider_function_t* function);
+  wia_status_t (*launch_kernel)(void* ctx, wia_provider_stream_t stream,
+                                wia_provider_function_t function,
+                                const wia_kernel_launch_v1_t* launch);
 } wia_device_ops_v1_t;
 
 /* ------------------------------------------------------------------------ */

@@ -119,7 +119,11 @@ struct Event {
   double ms = 0;                // steady clock at the last completed record
 };
 
-enum class KernelKind { kReduce, kScale };
+// kTestAddU32 stands for a caller's own kernel (wia_launch_kernel tests):
+// "wia_test_add_u32"(uint32_t* data, uint64_t count, uint32_t value) adds
+// value to data[0 .. count); its arguments come as CUDA passes a caller's,
+// one kernelParams pointer each.
+enum class KernelKind { kReduce, kScale, kTestAddU32 };
 
 struct Function {
   struct Module* module = nullptr;

@@ -3,6 +3,7 @@
 // resolve, and a launch queues the CPU equivalent of the kernel on its
 // stream (wia_cpu_kernels for reductions), after checking that every
 // pointer it touches is memory a GPU kernel could reach.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -32,6 +33,10 @@ bool parse_dtype(const std::string& text, int* dtype) {
 // "wia_reduce_<dtype>_<op>" (op: sum prod min max) or "wia_scale_<dtype>".
 bool parse_kernel_name(const std::string& name, Function* fn) {
   static const std::string kReduce = "wia_reduce_", kScale = "wia_scale_";
+  if (name == "wia_test_add_u32") {
+    fn->kind = KernelKind::kTestAddU32;
+    return true;
+  }
   if (name.rfind(kScale, 0) == 0) {
     fn->kind = KernelKind::kScale;
     return parse_dtype(name.substr(kScale.size()), &fn->dtype);
@@ -198,7 +203,25 @@ wia_CUresult fake_cuLaunchKernel(wia_CUfunction fn, unsigned int grid_x, unsigne
   Context* ctx = s->context();
   // Parameters are copied at launch, as the driver does: the caller's
   // block may be reused as soon as cuLaunchKernel returns.
-  if (f->kind == KernelKind::kReduce) {
+  if (f->kind == KernelKind::kTestAddU32) {
+    if (params[1] == nullptr || params[2] == nullptr) return WIA_CUDA_ERROR_INVALID_VALUE;
+    std::uint32_t* data = nullptr;
+    std::uint64_t count = 0;
+    std::uint32_t value = 0;
+    std::memcpy(&data, params[0], sizeof(data));
+    std::memcpy(&count, params[1], sizeof(count));
+    std::memcpy(&value, params[2], sizeof(value));
+    // Threads beyond the grid do nothing, as in a bounds-checked kernel.
+    const std::uint64_t threads_launched =
+        static_cast<std::uint64_t>(grid_x) * grid_y * grid_z * threads;
+    const std::uint64_t n = std::min(count, threads_launched);
+    s->enqueue([ctx, f, data, n, value] {
+      if (!accessible(*ctx, data, n * sizeof(std::uint32_t), "data", f->name))
+        return WIA_CUDA_ERROR_ILLEGAL_ADDRESS;
+      for (std::uint64_t i = 0; i < n; ++i) data[i] += value;
+      return WIA_CUDA_SUCCESS;
+    });
+  } else if (f->kind == KernelKind::kReduce) {
     wia_cuda_reduce_params_t p;
     std::memcpy(&p, params[0], sizeof(p));
     s->enqueue([ctx, f, p, inject] {

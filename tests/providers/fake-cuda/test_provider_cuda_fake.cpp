@@ -10,12 +10,15 @@
 // re-executed with WIA_CUDA_FAKE_TEST_SCENARIO set, which a static
 // initialiser runs before doctest starts; the scenario prints one line
 // and exits 0 when the library behaved as expected.
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <wia/wia.h>
+
+#include "cuda_driver_api.h"
 
 #include <chrono>
 #include <cmath>
@@ -443,6 +446,50 @@ TEST_CASE("ranks of one process on cuda devices must post inside a group; refuse
     for (float v : k.read(buf[r], n)) REQUIRE(v == static_cast<float>(kRanks));
 }
 
+TEST_CASE("wia_launch_kernel: a caller's module and kernel on a cuda stream, with clear errors") {
+  Ranks k;
+  constexpr std::uint64_t n = 1000;
+  std::vector<std::uint32_t> init(n);
+  for (std::uint64_t i = 0; i < n; ++i) init[i] = static_cast<std::uint32_t>(i * 3);
+  std::uint32_t* data = k.on_gpu<std::uint32_t>(1, n, init);
+  // The double does not parse images; the GPU script loads real PTX.
+  const char image[] = "// a caller's module";
+  wia_module_t m = nullptr;
+  REQUIRE_MESSAGE(wia_module_load(1, image, sizeof(image), &m) == WIA_SUCCESS,
+                  wia_get_last_error());
+  wia_kernel_t missing = nullptr;
+  CHECK(wia_kernel_create(m, "no_such_kernel", &missing) != WIA_SUCCESS);
+  CHECK(contains(wia_get_last_error(), "no_such_kernel"));
+  CHECK(contains(wia_get_last_error(), "CUDA_ERROR_NOT_FOUND"));
+  wia_kernel_t add = nullptr;
+  REQUIRE(wia_kernel_create(m, "wia_test_add_u32", &add) == WIA_SUCCESS);
+  const std::uint32_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+  REQUIRE(wia_kernel_set_launch(add, grid, block, 0) == WIA_SUCCESS);
+  const std::uint32_t value = 7;
+  REQUIRE(wia_kernel_set_arg(add, 0, &data, sizeof(data)) == WIA_SUCCESS);
+  REQUIRE(wia_kernel_set_arg(add, 2, &value, sizeof(value)) == WIA_SUCCESS);
+  // Argument 1 is missing: named, nothing launched.
+  CHECK(wia_launch_kernel(add, k.stream[1]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(wia_get_last_error(), "argument 1 was never set"));
+  REQUIRE(wia_kernel_set_arg(add, 1, &n, sizeof(n)) == WIA_SUCCESS);
+  // A stream of another device cannot run it.
+  CHECK(wia_launch_kernel(add, k.stream[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(wia_get_last_error(), "belongs to device 1"));
+  REQUIRE_MESSAGE(wia_launch_kernel(add, k.stream[1]) == WIA_SUCCESS, wia_get_last_error());
+  REQUIRE(wia_launch_kernel(add, k.stream[1]) == WIA_SUCCESS);  // twice: + 14
+  // The module cannot go while a kernel of it lives.
+  CHECK(wia_module_unload(m) == WIA_ERROR_INVALID_ARGUMENT);
+  k.sync();
+  const auto got = k.read(data, n);
+  std::uint64_t wrong = 0;
+  for (std::uint64_t i = 0; i < n; ++i) wrong += got[i] != static_cast<std::uint32_t>(i * 3 + 14);
+  CHECK(wrong == 0);
+  CHECK(wia_kernel_destroy(add) == WIA_SUCCESS);
+  CHECK(wia_kernel_destroy(add) == WIA_ERROR_INVALID_HANDLE);
+  CHECK(wia_module_unload(m) == WIA_SUCCESS);
+  CHECK(wia_module_unload(m) == WIA_ERROR_INVALID_HANDLE);
+}
+
 TEST_CASE("wia_scale on cuda memory runs the provider's kernel with the host path's results") {
   Ranks ranks;
   constexpr std::size_t n = 1000;
@@ -473,6 +520,61 @@ TEST_CASE("wia_scale on cuda memory runs the provider's kernel with the host pat
     wrong += bf16_to_double(gb[i]) != 0.5 * static_cast<double>(static_cast<int>(i % 200) - 100);
   }
   CHECK(wrong == 0);
+  // A kernel of device 0 must not touch device 1's memory: refused, named.
+  CHECK(wia_scale(df, 2.0, n, ranks.stream[0]) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(wia_get_last_error(), "the memory is on device 1"));
+  // A count past the allocation's end, even one that would wrap the end
+  // address, is refused before anything runs.
+  CHECK(wia_scale(df, 2.0, SIZE_MAX / 2, ranks.stream[1]) == WIA_ERROR_INVALID_ARGUMENT);
+  ranks.sync();
+  CHECK(ranks.read(df, n) == gf);
+}
+
+TEST_CASE("a rank whose group ends before its peers posted is an error, not a parked stream") {
+  Ranks k;
+  constexpr std::size_t n = 16;
+  float* buf = k.on_gpu<float>(0, n, std::vector<float>(n, 1.0f));
+  const wia_collective_config_t cfg{
+      WIA_COLLECTIVE_ALLREDUCE, WIA_REDUCE_SUM, WIA_FLOAT32, WIA_ALGORITHM_AUTO, 0, 0};
+  REQUIRE(wia_group_start() == WIA_SUCCESS);
+  REQUIRE(wia_all_reduce(k.comm, buf, buf, n, &cfg, k.stream[0]) == WIA_SUCCESS);
+  CHECK(wia_group_end() == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(wia_get_last_error(), "was not posted by every rank"));
+  CHECK(wia_stream_synchronize(k.stream[0]) == WIA_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("the caller's current CUDA context is what it was after every libwia call") {
+  Ranks k;
+  // The double is the library the provider opened; the test drives it too.
+  void* lib = dlopen(WIA_FAKE_CUDA_FILE, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib != nullptr);
+  auto get_proc =
+      reinterpret_cast<wia_PFN_cuGetProcAddress>(dlsym(lib, WIA_CUDA_GET_PROC_ADDRESS_SYMBOL));
+  REQUIRE(reinterpret_cast<void*>(get_proc) != nullptr);
+  auto entry = [&](const char* name) {
+    void* fn = nullptr;
+    int found = 0;
+    REQUIRE(get_proc(name, &fn, WIA_CUDA_API_VERSION, 0, &found) == WIA_CUDA_SUCCESS);
+    return fn;
+  };
+  auto retain = reinterpret_cast<wia_PFN_cuDevicePrimaryCtxRetain>(entry("cuDevicePrimaryCtxRetain"));
+  auto release = reinterpret_cast<wia_PFN_cuDevicePrimaryCtxRelease>(entry("cuDevicePrimaryCtxRelease"));
+  auto set_current = reinterpret_cast<wia_PFN_cuCtxSetCurrent>(entry("cuCtxSetCurrent"));
+  auto get_current = reinterpret_cast<wia_PFN_cuCtxGetCurrent>(entry("cuCtxGetCurrent"));
+  wia_CUcontext mine = nullptr;
+  REQUIRE(retain(&mine, 1) == WIA_CUDA_SUCCESS);
+  REQUIRE(set_current(mine) == WIA_CUDA_SUCCESS);
+  // Calls that make device 0's context current inside the provider.
+  void* p = nullptr;
+  REQUIRE(wia_malloc_on(0, &p, 4096) == WIA_SUCCESS);
+  REQUIRE(wia_memset(p, 0, 4096) == WIA_SUCCESS);
+  wia_CUcontext now = nullptr;
+  REQUIRE(get_current(&now) == WIA_CUDA_SUCCESS);
+  CHECK(now == mine);
+  REQUIRE(wia_free(p) == WIA_SUCCESS);
+  set_current(nullptr);
+  release(1);
+  dlclose(lib);
 }
 
 TEST_CASE("faults: each gives a clear error, nothing crashes or hangs") {

@@ -72,6 +72,8 @@ endif()
 
 wia_add_unit_test(provider_cuda_fake SOURCES ${WIA_FAKE_CUDA_SRC}/test_provider_cuda_fake.cpp
   LIBS wia::core Threads::Threads TIMEOUT 300)
+target_include_directories(test_provider_cuda_fake SYSTEM PRIVATE ${PROJECT_SOURCE_DIR}/providers/cuda)
+target_link_libraries(test_provider_cuda_fake PRIVATE ${CMAKE_DL_LIBS})
 target_compile_definitions(test_provider_cuda_fake PRIVATE
   WIA_FAKE_CUDA_FILE="${WIA_FAKE_CUDA_FILE}"
   WIA_CUDA_PROVIDER_FILE="$<TARGET_FILE:wia-provider-cuda>")

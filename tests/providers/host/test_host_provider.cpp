@@ -194,15 +194,16 @@ TEST_CASE("descriptor: v1 symbol, device interface only, declared parameters") {
                             WIA_DEVICE_CAP_PINNED_HOST;
   CHECK(ops->caps == all);
   // Every entry of the first v1 table is set (all its optional capabilities
-  // are announced); the appended scale_async is not: the core scales host
-  // memory in place itself.
+  // are announced); the appended ones are not: the core scales host memory
+  // in place itself, and host devices run no device code.
   const auto* entries = reinterpret_cast<void* const*>(&ops->device_count);
   const std::size_t n = (offsetof(wia_device_ops_v1_t, reduce_async) + sizeof(void*) -
                          offsetof(wia_device_ops_v1_t, device_count)) /
                         sizeof(void*);
   for (std::size_t i = 0; i < n; ++i) CHECK_MESSAGE(entries[i] != nullptr, "entry " << i);
   CHECK(reinterpret_cast<void*>(ops->scale_async) == nullptr);
-  CHECK((ops->caps & WIA_DEVICE_CAP_SCALE) == 0);
+  CHECK(reinterpret_cast<void*>(ops->launch_kernel) == nullptr);
+  CHECK((ops->caps & (WIA_DEVICE_CAP_SCALE | WIA_DEVICE_CAP_KERNEL)) == 0);
 }
 
 TEST_CASE("init: device count defaults to the NUMA nodes and follows host.devices") {
