@@ -7,8 +7,9 @@
 #      and as 4 logical devices (cuda.logical_devices_per_gpu), so that the
 #      peer, IPC and 4-rank collective tests run on a single GPU too;
 #   3. wia-cuda-bench: copies and the reduce kernel against the driver
-#      called directly, and a data-checked 4-rank all-reduce on device
-#      memory, as ratios measured in the same run.
+#      called directly, a caller's PTX kernel through wia_launch_kernel, and
+#      a data-checked 4-rank all-reduce on device memory (posted in a
+#      group), as ratios measured in the same run.
 # Exit status: the number of failed steps (0 = all passed).
 #
 #   tests/gpu/run.sh [PREFIX]

@@ -9,6 +9,8 @@
 //            provider ABI, 2 sources in place: 3 bytes moved per byte of
 //            data) against the device's memory bandwidth, measured here as
 //            the D2D copy's (2 bytes moved per byte); target >= 0.8x.
+//   kernel   a caller's PTX kernel through wia_module_load/wia_launch_kernel,
+//            data checked.
 //   allreduce a communicator over every cuda device libwia shows (on one
 //            GPU: its logical devices, cuda.logical_devices_per_gpu), data
 //            checked against a reference computed on the host in double;
@@ -234,6 +236,86 @@ double reduce_kernel_gbps(const std::string& provider_file, const Options& o) {
   return best;
 }
 
+// --- a caller's kernel through wia_launch_kernel ---------------------------------------
+
+// extern "C" __global__ void wia_test_add_u32(unsigned* data, unsigned long long
+// count, unsigned value) { i = blockIdx.x * blockDim.x + threadIdx.x; if (i <
+// count) data[i] += value; }, as nvcc 13 -ptx -arch=compute_80 writes it. The
+// driver double knows the same kernel by name (tests/providers/fake-cuda).
+const char kAddKernelPtx[] = R"PTX(
+.version 9.0
+.target sm_80
+.address_size 64
+	// .globl	wia_test_add_u32
+.visible .entry wia_test_add_u32(
+	.param .u64 wia_test_add_u32_param_0,
+	.param .u64 wia_test_add_u32_param_1,
+	.param .u32 wia_test_add_u32_param_2
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<9>;
+	ld.param.u64 	%rd2, [wia_test_add_u32_param_0];
+	ld.param.u64 	%rd3, [wia_test_add_u32_param_1];
+	ld.param.u32 	%r1, [wia_test_add_u32_param_2];
+	mov.u32 	%r2, %ctaid.x;
+	mov.u32 	%r3, %ntid.x;
+	mul.wide.u32 	%rd4, %r2, %r3;
+	mov.u32 	%r4, %tid.x;
+	cvt.u64.u32 	%rd5, %r4;
+	add.s64 	%rd1, %rd4, %rd5;
+	setp.ge.u64 	%p1, %rd1, %rd3;
+	@%p1 bra 	$L__BB0_2;
+	cvta.to.global.u64 	%rd6, %rd2;
+	shl.b64 	%rd7, %rd1, 2;
+	add.s64 	%rd8, %rd6, %rd7;
+	ld.global.u32 	%r5, [%rd8];
+	add.s32 	%r6, %r5, %r1;
+	st.global.u32 	[%rd8], %r6;
+$L__BB0_2:
+	ret;
+}
+)PTX";
+
+// Loads the PTX as a module, launches it twice (+ 2 * value) and checks every
+// element. Returns the number of wrong elements.
+std::uint64_t launch_kernel_check(wia_device_t device) {
+  constexpr std::uint64_t n = 1 << 20;
+  constexpr std::uint32_t value = 5;
+  std::vector<std::uint32_t> host(n);
+  for (std::uint64_t i = 0; i < n; ++i) host[i] = static_cast<std::uint32_t>(i);
+  void* data = nullptr;
+  wia_stream_t stream = nullptr;
+  wia_module_t module = nullptr;
+  wia_kernel_t kernel = nullptr;
+  CHECK_WIA(wia_malloc_on(device, &data, n * 4));
+  CHECK_WIA(wia_memcpy(data, host.data(), n * 4));
+  CHECK_WIA(wia_create_stream_on(device, &stream));
+  CHECK_WIA(wia_module_load(device, kAddKernelPtx, sizeof(kAddKernelPtx), &module));
+  CHECK_WIA(wia_kernel_create(module, "wia_test_add_u32", &kernel));
+  const std::uint32_t grid[3] = {static_cast<std::uint32_t>(n / 256), 1, 1};
+  const std::uint32_t block[3] = {256, 1, 1};
+  const unsigned long long count = n;
+  CHECK_WIA(wia_kernel_set_launch(kernel, grid, block, 0));
+  CHECK_WIA(wia_kernel_set_arg(kernel, 0, &data, sizeof(data)));
+  CHECK_WIA(wia_kernel_set_arg(kernel, 1, &count, sizeof(count)));
+  CHECK_WIA(wia_kernel_set_arg(kernel, 2, &value, sizeof(value)));
+  CHECK_WIA(wia_launch_kernel(kernel, stream));
+  CHECK_WIA(wia_launch_kernel(kernel, stream));
+  CHECK_WIA(wia_stream_synchronize(stream));
+  CHECK_WIA(wia_memcpy(host.data(), data, n * 4));
+  std::uint64_t wrong = 0;
+  for (std::uint64_t i = 0; i < n; ++i) wrong += host[i] != static_cast<std::uint32_t>(i + 2 * value);
+  std::printf("%-34s %llu elements, #wrong %llu\n", "wia_launch_kernel (caller's PTX)",
+              static_cast<unsigned long long>(n), static_cast<unsigned long long>(wrong));
+  CHECK_WIA(wia_kernel_destroy(kernel));
+  CHECK_WIA(wia_module_unload(module));
+  CHECK_WIA(wia_destroy_stream(stream));
+  CHECK_WIA(wia_free(data));
+  return wrong;
+}
+
 // --- the runs ----------------------------------------------------------------------
 
 struct CopyResult {
@@ -441,6 +523,7 @@ int main(int argc, char** argv) {
     print_ratio("reduce kernel f32 sum (3 B/elem B)", reduce, d2d.direct, "memory bw (D2D copy)",
                 0.8);
 
+  wrong += launch_kernel_check(cuda[0]);
   const std::vector<wia_device_t> ranks(cuda.begin(),
                                         cuda.begin() + std::min<std::size_t>(cuda.size(), o.ranks));
   if (ranks.size() >= 2) wrong += allreduce_check(ranks, o, d2d.direct);
