@@ -37,6 +37,17 @@ class RootRegistry {
     forget_inherited();
     for (const auto& r : roots_) r->stop();
   }
+  void stop_all() {
+    std::vector<std::shared_ptr<RootServer>> roots;
+    {
+      std::lock_guard lock(mu_);
+      forget_inherited();
+      roots = std::move(roots_);
+      roots_.clear();
+    }
+    for (const auto& r : roots) r->stop();
+    // The last reference of each joins its thread as it goes, outside mu_.
+  }
 
  private:
   // Roots inherited through fork() have no thread here: destroying one
@@ -76,5 +87,7 @@ std::shared_ptr<RootServer> start_hosted_root(Fd listener, const Secret& secret,
 std::shared_ptr<RootServer> find_hosted_root(const Secret& secret) {
   return registry().find(secret);
 }
+
+void stop_hosted_roots() { registry().stop_all(); }
 
 }  // namespace wia::bootstrap

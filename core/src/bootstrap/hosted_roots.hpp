@@ -24,4 +24,12 @@ std::shared_ptr<RootServer> start_hosted_root(Fd listener, const Secret& secret,
 // (the root runs in another process, or has finished).
 std::shared_ptr<RootServer> find_hosted_root(const Secret& secret);
 
+// Stops every root this process hosts and joins the threads no one else
+// holds, so that a fork that follows copies no running root thread (a
+// child of a multi-threaded parent can inherit a lock held mid-call, in
+// the allocator or the logger, and hang on it). Tests that fork ranks call
+// it first; a root still referenced by a live Bootstrap is stopped, and
+// joined when that lets go.
+void stop_hosted_roots();
+
 }  // namespace wia::bootstrap

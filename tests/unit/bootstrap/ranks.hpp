@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/hosted_roots.hpp"
 #include "bootstrap/socket.hpp"
 #include "common/error.hpp"
 
@@ -77,6 +78,10 @@ inline bool read_all_fd(int fd, void* data, std::size_t n) {
 // fork) and hands its bytes to each child. Waits up to `limit` for all.
 inline RankRun run_ranks(int n, const RankBody& body, const std::function<Bytes()>& make_input = {},
                          std::chrono::seconds limit = std::chrono::seconds(120)) {
+  // Roots earlier tests left running in this process would be copied
+  // mid-call into the children (a lock held in the allocator or the logger
+  // hung a child under the sanitizers): stop them before forking.
+  stop_hosted_roots();
   std::vector<pid_t> pids;
   std::vector<int> to_child, from_child;
   for (int rank = 0; rank < n; ++rank) {
