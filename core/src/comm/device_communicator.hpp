@@ -120,6 +120,7 @@ class DeviceCommunicator final : public CommunicatorBase {
   // Throws the first error any rank's internal stream reported, now or
   // earlier (device_engine.cpp).
   void check_internal_stream(int rank);
+  void record_device_failure(wia_status_t status, const std::string& message);
 
   wia_algorithm_t last_selected() const override;
 

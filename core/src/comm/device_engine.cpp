@@ -110,12 +110,7 @@ void DeviceCommunicator::completion_loop() {
       const std::string message = fmt::format("collective #{} failed on the device of rank {}: {}",
                                               op->seq, rank, e.what());
       op->sync.fail(e.status(), message);
-      record_async_error(e.status(), message);
-      std::lock_guard<std::mutex> lock(err_mu_);
-      if (device_failure_ == WIA_SUCCESS) {
-        device_failure_ = e.status();
-        device_failure_message_ = message;
-      }
+      record_device_failure(e.status(), message);
     }
     device_rank_done(&op->done_args[rank]);
   }
@@ -189,6 +184,18 @@ void DeviceCommunicator::shutdown_device_engine() noexcept {
 // query); an error becomes the communicator's asynchronous error
 // (wia_comm_get_async_error) and fails this call and every later one: the
 // engine's streams are in an unknown state.
+// The communicator's async error, and the sticky failure every later post
+// reports (check_internal_stream): the engine's streams are in an unknown
+// state from here on.
+void DeviceCommunicator::record_device_failure(wia_status_t status, const std::string& message) {
+  record_async_error(status, message);
+  std::lock_guard<std::mutex> lock(err_mu_);
+  if (device_failure_ == WIA_SUCCESS) {
+    device_failure_ = status;
+    device_failure_message_ = message;
+  }
+}
+
 void DeviceCommunicator::check_internal_stream(int rank) {
   {
     std::lock_guard<std::mutex> lock(err_mu_);
@@ -202,14 +209,7 @@ void DeviceCommunicator::check_internal_stream(int rank) {
   } catch (const Error& e) {
     const std::string message =
         fmt::format("work of an earlier collective failed on rank {}: {}", rank, e.what());
-    record_async_error(e.status(), message);
-    {
-      std::lock_guard<std::mutex> lock(err_mu_);
-      if (device_failure_ == WIA_SUCCESS) {
-        device_failure_ = e.status();
-        device_failure_message_ = message;
-      }
-    }
+    record_device_failure(e.status(), message);
     // Sets other ranks posted into can never complete now: fail them, so
     // their users' streams report this error instead of a timeout.
     {
@@ -382,16 +382,9 @@ void DeviceCommunicator::enqueue_ready_ops() {
       const std::string message =
           fmt::format("collective #{} could not be enqueued on the devices: {}", op->seq, e.what());
       op->sync.fail(e.status(), message);
-      record_async_error(e.status(), message);
       // Work already on the internal streams may still use pooled buffers:
       // no later collective may run beside it.
-      {
-        std::lock_guard<std::mutex> lock(err_mu_);
-        if (device_failure_ == WIA_SUCCESS) {
-          device_failure_ = e.status();
-          device_failure_message_ = message;
-        }
-      }
+      record_device_failure(e.status(), message);
       // Ranks whose done event is recorded are released by the completion
       // thread once their enqueued work has finished; the others now.
       {
