@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "wia_common/host_messages.hpp"
 #include "cuda_provider.hpp"
 
 namespace wia::cuda {
@@ -54,20 +55,10 @@ std::string error_name(const Driver& driver, wia_CUresult result) {
 // --------------------------------------------------------------------------
 // Messages
 
-namespace {
-
-void report(const wia_host_services_v1_t* host, const char* fmt, va_list ap) noexcept {
-  char buf[1024];
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  if (host != nullptr && host->set_error != nullptr) host->set_error(host->host_ctx, buf);
-}
-
-}  // namespace
-
 wia_status_t Provider::fail(wia_status_t st, const char* fmt, ...) const noexcept {
   va_list ap;
   va_start(ap, fmt);
-  report(host, fmt, ap);
+  common::host_verror(host, fmt, ap);
   va_end(ap);
   return st;
 }
@@ -91,13 +82,10 @@ wia_status_t Provider::fail_cu(wia_CUresult result, std::int32_t dev, const char
 }
 
 void Provider::log(wia_log_level_t level, const char* fmt, ...) const noexcept {
-  if (host == nullptr || host->log == nullptr) return;
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  common::host_vlog(host, level, fmt, ap);
   va_end(ap);
-  host->log(host->host_ctx, level, buf);
 }
 
 wia_status_t Provider::check_device(std::int32_t dev, const char* call) const noexcept {

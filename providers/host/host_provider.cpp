@@ -30,6 +30,7 @@
 //    and RLIMIT_MEMLOCK would make large allocations fail for no benefit.
 //  - host.memory_limit caps WIA_MEM_DEVICE bytes per device (the quantity a
 //    GPU would run out of); pinned host memory does not count against it.
+#include "wia_common/host_messages.hpp"
 #include "host_provider.hpp"
 
 #include <dirent.h>
@@ -62,25 +63,18 @@ namespace wia::host {
 // Provider helpers
 
 wia_status_t Provider::fail(wia_status_t st, const char* fmt, ...) const noexcept {
-  if (host != nullptr && host->set_error != nullptr) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    host->set_error(host->host_ctx, buf);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  common::host_verror(host, fmt, ap);
+  va_end(ap);
   return st;
 }
 
 void Provider::log(wia_log_level_t level, const char* fmt, ...) const noexcept {
-  if (host == nullptr || host->log == nullptr) return;
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  common::host_vlog(host, level, fmt, ap);
   va_end(ap);
-  host->log(host->host_ctx, level, buf);
 }
 
 std::uint64_t Provider::now_ns() const noexcept {

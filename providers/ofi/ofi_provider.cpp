@@ -27,6 +27,7 @@
 #include <exception>
 #include <new>
 
+#include "wia_common/host_messages.hpp"
 #include "ofi.hpp"
 #include "wia_common/text.hpp"
 
@@ -37,22 +38,17 @@
 namespace wia::ofi {
 
 void Ctx::log(wia_log_level_t level, const char* fmt, ...) const {
-  if (host == nullptr || host->log == nullptr) return;
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  common::host_vlog(host, level, fmt, ap);
   va_end(ap);
-  host->log(host->host_ctx, level, buf);
 }
 
 wia_status_t Ctx::fail(wia_status_t status, const char* fmt, ...) const {
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  common::host_verror(host, fmt, ap);
   va_end(ap);
-  if (host != nullptr && host->set_error != nullptr) host->set_error(host->host_ctx, buf);
   return status;
 }
 

@@ -24,6 +24,7 @@
 #include <exception>
 #include <new>
 
+#include "wia_common/host_messages.hpp"
 #include "tcp.hpp"
 
 #ifndef WIA_TCP_VERSION
@@ -36,13 +37,10 @@ namespace wia::tcp {
 // Ctx helpers
 
 void Ctx::log(wia_log_level_t level, const char* fmt, ...) const {
-  if (host == nullptr || host->log == nullptr) return;
-  char buf[512];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  common::host_vlog(host, level, fmt, ap);
   va_end(ap);
-  host->log(host->host_ctx, level, buf);
 }
 
 wia_status_t Ctx::fail(wia_status_t status, const char* fmt, ...) const {

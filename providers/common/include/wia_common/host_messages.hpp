@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// printf-style log lines and error messages through the core's host
+// services (wia_host_services_v1_t.log / .set_error), shared by every
+// provider: each once wrote its own va_list-and-buffer copy of these.
+#pragma once
+
+#include <wia/provider.h>
+
+#include <cstdarg>
+
+namespace wia::common {
+
+// Formats and logs one line under the provider's name; nothing when the
+// host offers no log callback. Lines are cut at 1023 bytes.
+void host_vlog(const wia_host_services_v1_t* host, wia_log_level_t level, const char* fmt,
+               va_list ap) noexcept;
+// Formats and attaches the message to the error the calling thread is about
+// to return; nothing when the host offers no set_error callback.
+void host_verror(const wia_host_services_v1_t* host, const char* fmt, va_list ap) noexcept;
+
+}  // namespace wia::common

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// printf-style messages through the host services (host_messages.hpp).
+#include "wia_common/host_messages.hpp"
+
+#include <cstdio>
+
+namespace wia::common {
+
+void host_vlog(const wia_host_services_v1_t* host, wia_log_level_t level, const char* fmt,
+               va_list ap) noexcept {
+  if (host == nullptr || host->log == nullptr) return;
+  char buf[1024];
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  host->log(host->host_ctx, level, buf);
+}
+
+void host_verror(const wia_host_services_v1_t* host, const char* fmt, va_list ap) noexcept {
+  if (host == nullptr || host->set_error == nullptr) return;
+  char buf[1024];
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  host->set_error(host->host_ctx, buf);
+}
+
+}  // namespace wia::common
