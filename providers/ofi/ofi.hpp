@@ -15,6 +15,7 @@
 #include <wia/provider.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,18 @@ struct Lib {
 // memory, and fails with WIA_ERROR_REMOTE as the ABI asks. A receive is
 // posted with the announce bit ignored, so direct and announced messages
 // of one tag keep their order.
+// Rendezvous mode (ofi.rendezvous; on by default for shm) changes two
+// things, both for libfabric 1.17's shm (docs/transport-ofi.md):
+//  - every message is framed: a small one travels as {Announce with
+//    kAnnounceInline, payload} in one message, so all messages carry the
+//    announce bit and receives match it exactly. shm matches an unexpected
+//    message against a new receive with the ignore mask of the freestack
+//    entry the message was parked in (stale), not the receive's, so a
+//    receive relying on "ignore the announce bit" misses headers that came
+//    early, at random;
+//  - the payload of a large message waits until the receiver, having
+//    matched the header with a posted receive and posted the payload's,
+//    answers CTS {send id}, so no large message is ever unexpected.
 inline constexpr std::uint32_t kUserTagBits = 40;
 inline constexpr std::uint64_t kUserTagMask = (1ull << kUserTagBits) - 1;
 inline constexpr std::uint32_t kIdBits = 21;
@@ -78,12 +91,17 @@ inline constexpr std::uint64_t kAnnounceBit = 1ull << 62;
 inline constexpr std::uint64_t kBulkBit = 1ull << 61;
 inline constexpr std::uint64_t kDirectMax = 4096;
 inline constexpr std::uint32_t kAnnounceMagic = 0x574f4648u;  // "WOFH"
+inline constexpr std::uint32_t kAnnounceWantsCts = 1;  // Announce::flags
+inline constexpr std::uint32_t kAnnounceInline = 2;    // the payload follows the header
 struct Announce {
   std::uint32_t magic;
-  std::uint32_t reserved;
+  std::uint32_t flags;
   std::uint64_t size;
+  std::uint64_t send_id;  // kAnnounceWantsCts: what the CTS names
 };
-static_assert(sizeof(Announce) == 16);
+static_assert(sizeof(Announce) == 24);
+// A bounce buffer holds a direct message or a framed one.
+inline constexpr std::uint64_t kBounceSize = kDirectMax + sizeof(Announce);
 // Scratch memory a truncated announced message may be drained into.
 inline constexpr std::uint64_t kMaxDrain = 1ull << 30;
 inline constexpr std::uint32_t kTagBitsNeeded = 64;  // of the fabric's mem_tag_format
@@ -109,7 +127,7 @@ struct WireHandle {
 static_assert(sizeof(WireHandle) == WIA_TRANSPORT_HANDLE_SIZE);
 
 inline constexpr std::uint32_t kCtlMagic = 0x574f4643u;  // "WOFC"
-enum class CtlKind : std::uint8_t { connect = 1, ack = 2, close = 3 };
+enum class CtlKind : std::uint8_t { connect = 1, ack = 2, close = 3, cts = 4 };
 // Connection setup and teardown, on the control tags (T3 in
 // docs/provider-abi.md). pid, start time and boot id let a peer on the same
 // host notice that this process went away (see Conn::peer_alive).
@@ -119,7 +137,7 @@ struct CtlMsg {
   std::uint8_t reserved;
   std::uint16_t addrlen;
   std::uint64_t conn_id;  // the sender's connection id
-  std::uint64_t cookie;   // connect: the core's cookie
+  std::uint64_t cookie;   // connect: the core's cookie; cts: the send id
   std::uint64_t start_time;
   std::uint32_t pid;
   std::uint32_t reserved2;
@@ -138,6 +156,7 @@ struct Params {
   std::uint64_t max_message = 0;  // 0: the fabric's max_msg_size
   std::int64_t connect_timeout_ms = 30000;
   std::int64_t liveness_ms = 100;
+  std::string rendezvous = "auto";  // clear-to-send before payloads: auto (shm) | on | off
 };
 
 class Endpoint;
@@ -209,13 +228,14 @@ struct Request {
   // not fit.
   char* buf = nullptr;
   void* desc = nullptr;
-  bool bounced = false;
   bool announced = false;
   bool truncated = false;
   std::uint64_t announced_size = 0;
   std::unique_ptr<char[]> scratch;
-  std::unique_ptr<char[]> bounce;  // kDirectMax bytes
+  std::unique_ptr<char[]> bounce;  // kBounceSize bytes
   std::uint64_t owner_id = 0;
+  // Announced sends under clear-to-send: the id the receiver's CTS names.
+  std::uint64_t send_id = 0;
 };
 
 struct Peer {
@@ -247,6 +267,8 @@ class Conn {
   std::uint64_t next_check_ns = 0;
   Request* ctl_recv = nullptr;
   std::unordered_set<Request*> pending;  // the core's requests still running
+  // Announced sends whose header is out and whose CTS has not come.
+  std::unordered_map<std::uint64_t, Request*> awaiting_cts;
 };
 
 struct Listener {
@@ -320,6 +342,7 @@ class Endpoint {
   bool mr_local = false, mr_endpoint = false, mr_prov_key = false;
   std::uint64_t next_key = 1;
   std::uint64_t mr_reg_calls = 0;
+  bool rendezvous = false;  // framed messages; payloads wait for the receiver's CTS
 
  private:
   Request* new_request(Request::Kind kind, Conn* c);
@@ -335,6 +358,9 @@ class Endpoint {
   void on_error(Request* r, const fi_cq_err_entry& e);
   void on_ctl(Request* r);
   void on_connect_msg(Listener* l, const CtlMsg& m);
+  void on_cts(Conn* c, std::uint64_t send_id);
+  void send_released();         // payloads whose CTS came, in order
+  void forget_released(Conn* c);  // c fails or closes: drop its queued payloads
   void fail_conn(Conn* c, const std::string& why);
   void check_liveness(Conn* c);
   std::string addr_text(const void* raw) const;
@@ -348,6 +374,8 @@ class Endpoint {
   std::unordered_map<std::uint64_t, Listener*> listeners_;
   std::unordered_set<Request*> live_;
   std::vector<Request*> retry_;  // control posts that met -FI_EAGAIN
+  std::deque<Request*> released_;  // CTS came; fi_tsend of the payload met -FI_EAGAIN
+  std::uint64_t next_send_id_ = 1;
   std::vector<std::unique_ptr<char[]>> bounce_pool_;
   std::map<std::tuple<std::uintptr_t, std::uint64_t, std::uint32_t, std::uint64_t>, MrEntry*>
       cache_;

@@ -26,7 +26,7 @@ Request* Endpoint::new_request(Request::Kind kind, Conn* c) {
 }
 
 std::unique_ptr<char[]> Endpoint::take_bounce() {
-  if (bounce_pool_.empty()) return std::unique_ptr<char[]>(new char[kDirectMax]);
+  if (bounce_pool_.empty()) return std::unique_ptr<char[]>(new char[kBounceSize]);
   std::unique_ptr<char[]> b = std::move(bounce_pool_.back());
   bounce_pool_.pop_back();
   return b;
@@ -256,6 +256,8 @@ void Endpoint::on_ctl(Request* r) {
     c->established = true;
   } else if (m.kind == CtlKind::close) {
     fail_conn(c, "ofi: the peer " + c->peer_text + " closed the connection");
+  } else if (m.kind == CtlKind::cts && c->established && !c->failed) {
+    on_cts(c, m.cookie);
   }
   if (post_ctl(r) != WIA_SUCCESS) c->ctl_recv = nullptr;
 }
@@ -272,6 +274,7 @@ void Endpoint::close_listener(Listener* l) {
 }
 
 void Endpoint::close(Conn* c) {
+  forget_released(c);
   for (Request* r : c->pending) {
     r->conn = nullptr;
     r->user_gone = true;
@@ -300,6 +303,7 @@ void Endpoint::fail_conn(Conn* c, const std::string& why) {
   c->failed = true;
   c->failure = why;
   ctx_->log(WIA_LOG_DEBUG, "%s", why.c_str());
+  forget_released(c);  // payloads still waiting for (or after) a CTS fail below
   for (Request* r : c->pending) {
     if (r->state != Request::State::pending) continue;
     // A receive already matched completes; one still posted is cancelled
@@ -417,6 +421,7 @@ void Endpoint::progress() {
     again.swap(retry_);
     for (Request* r : again) post_ctl(r);
   }
+  send_released();
   for (int round = 0; round < 64; ++round) {
     fi_cq_tagged_entry entries[16];
     const ssize_t n = fi_cq_read(cq, entries, 16);

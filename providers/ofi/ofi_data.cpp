@@ -43,19 +43,29 @@ void Endpoint::on_data_recv(Request* r, const fi_cq_tagged_entry& e) {
     finish(r);
     return;
   }
-  if ((e.tag & kAnnounceBit) == 0) {  // a direct message
-    if (r->bounced && e.len > r->capacity) {
-      fail_trunc(e.len);
+  // A direct message, or (rendezvous mode) a framed one: the payload
+  // after its header.
+  auto deliver = [&](const char* from, std::uint64_t len) {
+    if (len > r->capacity) {
+      fail_trunc(len);
     } else {
-      if (r->bounced && e.len > 0) std::memcpy(r->buf, r->bounce.get(), e.len);
+      if (len > 0) std::memcpy(r->buf, from, len);
       r->state = Request::State::done;
-      r->size = e.len;
+      r->size = len;
     }
     finish(r);
+  };
+  if ((e.tag & kAnnounceBit) == 0) {
+    deliver(r->bounce.get(), e.len);
     return;
   }
   Announce a{};
-  std::memcpy(&a, r->bounce.get(), sizeof(a));
+  if (e.len >= sizeof(a)) std::memcpy(&a, r->bounce.get(), sizeof(a));
+  if (a.magic == kAnnounceMagic && (a.flags & kAnnounceInline) != 0 &&
+      a.size == e.len - sizeof(a)) {
+    deliver(r->bounce.get() + sizeof(a), a.size);
+    return;
+  }
   give_bounce(r);
   if (e.len != sizeof(a) || a.magic != kAnnounceMagic || c == nullptr) {
     if (c != nullptr) fail_conn(c, "ofi: " + c->peer_text + " sent a malformed message header");
@@ -95,6 +105,49 @@ void Endpoint::on_data_recv(Request* r, const fi_cq_tagged_entry& e) {
     return;
   }
   r->in_fabric = true;
+  // The payload's receive is posted: now the sender may send it.
+  if ((a.flags & kAnnounceWantsCts) != 0 &&
+      send_ctl(c, c->addr, ctl_tag(c->peer_id), CtlKind::cts, a.send_id) != WIA_SUCCESS)
+    fail_conn(c, "ofi: cannot send clear-to-send to " + c->peer_text);
+}
+
+void Endpoint::on_cts(Conn* c, std::uint64_t send_id) {
+  auto it = c->awaiting_cts.find(send_id);
+  if (it == c->awaiting_cts.end()) {
+    ctx_->log(WIA_LOG_WARN, "ofi: %s sent clear-to-send for send %" PRIu64 ", which is not waiting",
+              c->peer_text.c_str(), send_id);
+    return;
+  }
+  released_.push_back(it->second);
+  c->awaiting_cts.erase(it);
+  send_released();
+}
+
+void Endpoint::send_released() {
+  // In CTS order, so two payloads of one tag land in the receives posted
+  // for them in that order; the first that meets -FI_EAGAIN waits for the
+  // next progress pass and holds the rest behind it.
+  while (!released_.empty()) {
+    Request* r = released_.front();
+    Conn* c = r->conn;
+    const ssize_t rc = fi_tsend(ep, r->buf, r->size, r->desc, c->addr,
+                                data_tag(c->peer_id, r->tag) | kBulkBit, &r->fctx);
+    if (rc == -FI_EAGAIN) return;
+    released_.pop_front();
+    if (rc == 0) {
+      r->in_fabric = true;
+      continue;
+    }
+    fail_conn(c, "ofi: cannot send the payload of a " + size_text(r->size) + " message to " +
+                     c->peer_text + " after its clear-to-send: " +
+                     ctx_->fi_error(static_cast<int>(rc)));
+  }
+}
+
+void Endpoint::forget_released(Conn* c) {
+  c->awaiting_cts.clear();
+  for (auto it = released_.begin(); it != released_.end();)
+    it = (*it)->conn == c ? released_.erase(it) : it + 1;
 }
 
 // --- data -----------------------------------------------------------------------
@@ -119,7 +172,7 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   if (buf == nullptr && size > 0)
     return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT, "ofi: %s of %s at NULL", send ? "isend" : "irecv",
                       size_text(size).c_str());
-  const std::uint64_t len = send ? size : std::min(size, info_->max_msg);
+  std::uint64_t len = send ? size : std::min(size, info_->max_msg);
   MrEntry* auto_mr = nullptr;
   void* desc = mr != nullptr ? mr->entry->desc : nullptr;
   if (desc == nullptr && mr_local && len > 0) {
@@ -137,19 +190,36 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   r->desc = desc;
   void* into = buf;
   std::uint64_t into_len = len;
+  // Rendezvous mode: every message carries the announce bit, and receives
+  // match it exactly (ofi.hpp says why).
+  const std::uint64_t wire_tag =
+      send ? data_tag(c->peer_id, tag) | (rendezvous ? kAnnounceBit : 0)
+           : data_tag(c->id(), tag) | (rendezvous ? kAnnounceBit : 0);
+  const std::uint64_t ignore = rendezvous ? 0 : kAnnounceBit;
   if (!send) {
     // Every receive lands in a bounce buffer first: a direct message is
     // copied out (at most kDirectMax bytes), an announce header stays
     // private (the caller's buffer may be shared by several receives, and
     // a payload landing there must not be read as a header).
-    r->bounced = true;
     r->bounce = take_bounce();
     into = r->bounce.get();
-    into_len = kDirectMax;
+    into_len = rendezvous ? kBounceSize : kDirectMax;
+    desc = nullptr;
+  } else if (rendezvous && size <= kDirectMax) {
+    // One framed message: the header, then the payload, from a bounce.
+    r->bounce = take_bounce();
+    const Announce a{kAnnounceMagic, kAnnounceInline, size, 0};
+    std::memcpy(r->bounce.get(), &a, sizeof(a));
+    if (size > 0) std::memcpy(r->bounce.get() + sizeof(a), buf, size);
+    buf = r->bounce.get();
+    len = size + sizeof(a);
     desc = nullptr;
   }
   const bool announce = send && size > kDirectMax;
   auto give_up = [&](ssize_t rc) -> wia_status_t {
+    ctx_->log(WIA_LOG_TRACE, "ofi: %s of %s (tag 0x%" PRIx64 ") with %s not taken: %s",
+              send ? "send" : "receive", size_text(size).c_str(), tag, c->peer_text.c_str(),
+              ctx_->fi_error(static_cast<int>(rc)).c_str());
     r->user_gone = true;
     finish(r);
     if (rc == -FI_EAGAIN) return WIA_SUCCESS;  // no resources now: the core retries
@@ -168,7 +238,8 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
     h->tag = data_tag(c->peer_id, tag) | kAnnounceBit;
     h->owner_id = c->id();
     h->ctl_len = sizeof(Announce);
-    const Announce a{kAnnounceMagic, 0, size};
+    if (rendezvous) r->send_id = next_send_id_++;
+    const Announce a{kAnnounceMagic, rendezvous ? kAnnounceWantsCts : 0, size, r->send_id};
     std::memcpy(&h->msg, &a, sizeof(a));
     ssize_t rc = fi_tsend(ep, &h->msg, sizeof(Announce), nullptr, h->to, h->tag, &h->fctx);
     if (rc == -FI_EAGAIN) {
@@ -180,6 +251,12 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
       return give_up(rc);
     }
     h->in_fabric = true;
+    if (rendezvous) {  // the payload goes when the receiver's CTS comes (on_cts)
+      c->awaiting_cts[r->send_id] = r;
+      c->pending.insert(r);
+      *out = reinterpret_cast<wia_request_t>(r);
+      return WIA_SUCCESS;
+    }
   }
   // Once a header is out, its payload must follow: -FI_EAGAIN is then
   // waited out (progress frees room) for up to a second.
@@ -187,9 +264,8 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   for (int attempt = 0;; ++attempt) {
     const ssize_t rc =
         send ? fi_tsend(ep, buf, len, desc, c->addr,
-                        data_tag(c->peer_id, tag) | (announce ? kBulkBit : 0), &r->fctx)
-             : fi_trecv(ep, into, into_len, desc, FI_ADDR_UNSPEC, data_tag(c->id(), tag),
-                        kAnnounceBit, &r->fctx);
+                        announce ? data_tag(c->peer_id, tag) | kBulkBit : wire_tag, &r->fctx)
+             : fi_trecv(ep, into, into_len, desc, FI_ADDR_UNSPEC, wire_tag, ignore, &r->fctx);
     if (rc == 0) break;
     if (rc == -FI_EAGAIN && (attempt == 0 || (announce && ctx_->now_ns() < until))) {
       progress();  // completions free send and receive slots
@@ -234,7 +310,8 @@ wia_status_t Endpoint::test(Request* r, int32_t* done, std::uint64_t* size) {
 wia_status_t Endpoint::wait_fds(Conn* c, pollfd* fds, std::uint32_t capacity,
                                 std::uint32_t* count) {
   *count = 0;
-  if (wait_fd < 0 || c->failed || !c->established || !retry_.empty() || capacity == 0)
+  if (wait_fd < 0 || c->failed || !c->established || !retry_.empty() || !released_.empty() ||
+      capacity == 0)
     return WIA_IN_PROGRESS;
   fid* f = &cq->fid;
   if (fi_trywait(fabric, &f, 1) != 0) return WIA_IN_PROGRESS;  // completions are waiting

@@ -123,12 +123,16 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     common::parse_size(param(host, "max_message", "0"), &p.max_message);
     p.connect_timeout_ms = std::atoll(param(host, "connect_timeout_ms", "30000"));
     p.liveness_ms = std::atoll(param(host, "liveness_ms", "100"));
+    p.rendezvous = param(host, "rendezvous", "auto");
     if (p.enable != "auto" && p.enable != "on" && p.enable != "off")
       return ctx->fail(WIA_ERROR_CONFIG, "ofi.enable is '%s'; expected auto, on or off",
                        p.enable.c_str());
     if (p.inter_node != "rdma" && p.inter_node != "all")
       return ctx->fail(WIA_ERROR_CONFIG, "ofi.inter_node is '%s'; expected rdma or all",
                        p.inter_node.c_str());
+    if (p.rendezvous != "auto" && p.rendezvous != "on" && p.rendezvous != "off")
+      return ctx->fail(WIA_ERROR_CONFIG, "ofi.rendezvous is '%s'; expected auto, on or off",
+                       p.rendezvous.c_str());
     if (p.enable == "off")
       return ctx->fail(WIA_ERROR_UNAVAILABLE, "ofi: disabled by ofi.enable: off");
     const char* env = std::getenv("FI_PROVIDER");
@@ -397,6 +401,10 @@ const wia_param_decl_v1_t kParams[] = {
     {kDeclSize, WIA_PARAM_INT, "liveness_ms", "100",
      "how often a connection with pending requests checks that a peer on this host still runs", 1,
      60000},
+    {kDeclSize, WIA_PARAM_STRING, "rendezvous", "auto",
+     "payloads above 4 KiB wait for the receiver's clear-to-send: auto (shm fabrics, whose 1.17 "
+     "command queue stalls on an unexpected large message), on, off",
+     0, 0},
 };
 
 const wia_transport_ops_v1_t kTransportOps = {

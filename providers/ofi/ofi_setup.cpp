@@ -311,8 +311,12 @@ wia_status_t Endpoint::open_objects(fi_info* info, const std::string& where) {
   mr_local = (mode & FI_MR_LOCAL) != 0;
   mr_endpoint = (mode & FI_MR_ENDPOINT) != 0;
   mr_prov_key = (mode & FI_MR_PROV_KEY) != 0;
-  ctx_->log(WIA_LOG_DEBUG, "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64,
-            where.c_str(), namelen, wait_fd, mode);
+  const std::string& rdv = ctx_->params.rendezvous;
+  rendezvous = rdv == "on" || (rdv == "auto" && info_->shm);
+  ctx_->log(WIA_LOG_DEBUG,
+            "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64 "%s",
+            where.c_str(), namelen, wait_fd, mode,
+            rendezvous ? ", rendezvous (framed messages, clear-to-send above 4 KiB)" : "");
   return WIA_SUCCESS;
 }
 
