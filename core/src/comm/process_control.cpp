@@ -143,10 +143,12 @@ std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
                                                    : std::string()));
   }
   std::string out;
+  // A rank behind a cut link (or a dead host) does not answer either: the
+  // message must not send the reader looking only for a stuck process.
   if (!absent.empty())
     out += fmt::format(
-        "rank(s) {} have not reached collective #{} (no answer: not inside any "
-        "collective of this communicator)",
+        "rank(s) {} have not reached collective #{} (no answer within 300 ms: not inside any "
+        "collective of this communicator, or unreachable)",
         absent, seq);
   if (!behind.empty())
     out += fmt::format("{}rank(s) {} have not reached it", out.empty() ? "" : "; ", behind);
@@ -189,10 +191,9 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
   status = unless_aborted(status);
   {
     std::lock_guard<std::mutex> lock(err_mu_);
-    if (broken_.load()) return;
-    error_ = status;
-    error_message_ = reason;
-    broken_.store(true);
+    // error_message_ is set only here: not empty = breaking or broken.
+    if (broken_.load() || !error_message_.empty()) return;
+    error_message_ = reason.empty() ? std::string("unknown failure") : reason;
   }
   log::error("comm", "rank {}: {}", layout_.rank, reason);
   if (flight_.on() && !flight_dir_.empty()) {
@@ -244,6 +245,15 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
     if (!sent.empty()) sleep_us(100);
   }
   close_all();
+  // Published only now that the connections are closed: a caller told the
+  // communicator is broken (a failed post, wia_comm_get_async_error) may
+  // exit() at once, and exit's static destructors fini the transport
+  // providers. Published before close_all, a wia-bench rank that died on a
+  // failed post after a cut link crashed in libfabric (ofi's fini closing
+  // the endpoint while this thread was still in fi_cancel of its close).
+  std::lock_guard<std::mutex> lock(err_mu_);
+  error_ = status;
+  broken_.store(true);
 }
 
 }  // namespace wia::comm

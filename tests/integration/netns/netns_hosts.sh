@@ -21,6 +21,11 @@ pids=()
 
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  # What still runs inside our namespaces (a rank whose launcher was killed)
+  # would keep them alive after 'ip netns del'.
+  for p in $(ip netns pids "$ns_a" 2>/dev/null) $(ip netns pids "$ns_b" 2>/dev/null); do
+    kill -9 "$p" 2>/dev/null
+  done
   ip netns del "$ns_a" 2>/dev/null
   ip netns del "$ns_b" 2>/dev/null
   [ -n "${WIA_NETNS_KEEP:-}" ] && echo "logs kept in $work" || rm -rf "$work"
