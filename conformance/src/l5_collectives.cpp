@@ -410,6 +410,14 @@ void transport_collectives(Context& c) {
   const std::string name = c.desc().name != nullptr ? c.desc().name : "";
   const std::string path = absolute(c.options().provider_path);
   constexpr int kRanks = 3;
+  // A transport absent here (init answers WIA_ERROR_UNAVAILABLE: no device)
+  // is SKIP with its reason, as at L4. init and fini run before the ranks
+  // fork, so no provider thread crosses a fork.
+  c.init();
+  c.fini();
+  // --param KEY=VALUE reaches the ranks' core as WIA_<PROVIDER>_<KEY>.
+  for (const auto& [key, value] : c.options().params)
+    setenv(("WIA_" + upper(name) + "_" + upper(key)).c_str(), value.c_str(), 1);
   const int port = free_port();
   if (port == 0) c.fail("could not find a free loopback port for the bootstrap root");
   c.step("fork 3 ranks joining one communicator over " + name);

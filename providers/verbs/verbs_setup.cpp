@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+// libibverbs by dlopen, the device and port, the shared receive queue and
+// slot memory, and the registration cache.
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+#include "verbs.hpp"
+#include "wia_common/text.hpp"
+
+namespace wia::verbs {
+
+std::string size_text(std::uint64_t n) {
+  if (n >= (1ull << 20) && n % (1ull << 20) == 0) return std::to_string(n >> 20) + " MiB";
+  if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + " KiB";
+  return std::to_string(n) + " B";
+}
+
+std::string errno_text(int err) { return common::errno_text(err); }
+
+wia_status_t Ctx::load_library() {
+  lib.path = params.library;
+  lib.handle = ::dlopen(lib.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib.handle == nullptr) {
+    const char* why = ::dlerror();
+    return fail(WIA_ERROR_UNAVAILABLE,
+                "verbs: cannot load %s: %s (Debian: apt install libibverbs1)", lib.path.c_str(),
+                why != nullptr ? why : "unknown error");
+  }
+#define WIA_VERBS_RESOLVE(member, symbol, version, ret, args)                                \
+  lib.member = reinterpret_cast<ret(*) args>(::dlvsym(lib.handle, symbol, version));         \
+  if (lib.member == nullptr) {                                                               \
+    const std::string path = lib.path;                                                       \
+    ::dlclose(lib.handle);                                                                   \
+    lib = Lib{};                                                                             \
+    return fail(WIA_ERROR_UNAVAILABLE, "verbs: %s has no %s@%s: not rdma-core's libibverbs", \
+                path.c_str(), symbol, version);                                              \
+  }
+  WIA_VERBS_SYMBOLS(WIA_VERBS_RESOLVE)
+#undef WIA_VERBS_RESOLVE
+  return WIA_SUCCESS;
+}
+
+namespace {
+
+// The address peers reach the handshake socket at: the first IPv4 address
+// of an interface that is up and not loopback; loopback on a host without one.
+std::uint32_t oob_address(std::string* text) {
+  std::uint32_t pick = htonl(INADDR_LOOPBACK);
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
+      if (ifa->ifa_addr == nullptr || ifa->ifa_addr->sa_family != AF_INET) continue;
+      if (!(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK)) continue;
+      pick = reinterpret_cast<const sockaddr_in*>(ifa->ifa_addr)->sin_addr.s_addr;
+      break;
+    }
+    ::freeifaddrs(list);
+  }
+  char buf[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &pick, buf, sizeof buf);
+  *text = buf;
+  return pick;
+}
+
+}  // namespace
+
+wia_status_t Ctx::open_device() {
+  int n = 0;
+  ibv_device** list = lib.get_device_list(&n);
+  if (list == nullptr || n <= 0) {
+    if (list != nullptr) lib.free_device_list(list);
+    return fail(WIA_ERROR_UNAVAILABLE, "verbs: no RDMA device (%s found none)", lib.path.c_str());
+  }
+  std::string names;
+  for (int i = 0; i < n && dev == nullptr; ++i) {
+    const std::string name = lib.get_device_name(list[i]);
+    names += (names.empty() ? "" : ", ") + name;
+    if (!params.device.empty() && name != params.device) continue;
+    ibv_context* d = lib.open_device(list[i]);
+    if (d == nullptr) {
+      log(WIA_LOG_WARN, "verbs: ibv_open_device(%s): %s", name.c_str(), errno_text(errno).c_str());
+      continue;
+    }
+    // The first active port, or the one asked for.
+    for (int p = params.port > 0 ? params.port : 1; p <= (params.port > 0 ? params.port : 2); ++p) {
+      ibv_port_attr a{};
+      if (lib.query_port(d, static_cast<std::uint8_t>(p), &a) != 0) continue;
+      if (a.state != IBV_PORT_ACTIVE) continue;
+      dev = d;
+      port = static_cast<std::uint8_t>(p);
+      port_attr = a;
+      dev_name = name;
+      break;
+    }
+    if (dev == nullptr) lib.close_device(d);
+  }
+  lib.free_device_list(list);
+  if (dev == nullptr) {
+    if (!params.device.empty() && names.find(params.device) == std::string::npos)
+      return fail(WIA_ERROR_UNAVAILABLE, "verbs: no RDMA device named '%s' (devices: %s)",
+                  params.device.c_str(), names.c_str());
+    return fail(WIA_ERROR_UNAVAILABLE,
+                "verbs: no RDMA device with an active port%s%s (devices: %s)",
+                params.port > 0 ? " " : "",
+                params.port > 0 ? std::to_string(params.port).c_str() : "", names.c_str());
+  }
+  gid_index = params.gid_index >= 0 ? params.gid_index : 0;
+  const bool need_gid = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+  if (lib.query_gid(dev, port, gid_index, &gid) != 0) {
+    if (need_gid)
+      return fail(WIA_ERROR_CONFIG, "verbs: %s port %u has no GID at index %d (gid_index): %s",
+                  dev_name.c_str(), port, gid_index, errno_text(errno).c_str());
+    std::memset(&gid, 0, sizeof gid);
+  }
+  pd = lib.alloc_pd(dev);
+  channel = pd != nullptr ? lib.create_comp_channel(dev) : nullptr;
+  cq = channel != nullptr ? lib.create_cq(dev, static_cast<int>(kCqSize), this, channel, 0)
+                          : nullptr;
+  if (cq == nullptr)
+    return fail(WIA_ERROR_UNAVAILABLE,
+                "verbs: %s: cannot create the protection domain, "
+                "completion channel or CQ: %s",
+                dev_name.c_str(), errno_text(errno).c_str());
+  const int flags = ::fcntl(channel->fd, F_GETFL);
+  ::fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = kRecvSlots;
+  sa.attr.max_sge = 1;
+  srq = lib.create_srq(pd, &sa);
+  if (srq == nullptr)
+    return fail(WIA_ERROR_UNAVAILABLE, "verbs: %s: ibv_create_srq(%u receives): %s",
+                dev_name.c_str(), kRecvSlots, errno_text(errno).c_str());
+  recv_slab.reset(new char[std::size_t{kRecvSlots} * kSlotSize]);
+  send_slab.reset(new char[std::size_t{kSendSlots} * kSlotSize]);
+  recv_mr =
+      lib.reg_mr(pd, recv_slab.get(), std::size_t{kRecvSlots} * kSlotSize, IBV_ACCESS_LOCAL_WRITE);
+  send_mr =
+      lib.reg_mr(pd, send_slab.get(), std::size_t{kSendSlots} * kSlotSize, IBV_ACCESS_LOCAL_WRITE);
+  if (recv_mr == nullptr || send_mr == nullptr)
+    return fail(WIA_ERROR_UNAVAILABLE, "verbs: %s: cannot register %s of slots: %s",
+                dev_name.c_str(),
+                size_text(std::uint64_t{kRecvSlots + kSendSlots} * kSlotSize).c_str(),
+                errno_text(errno).c_str());
+  for (std::uint32_t i = 0; i < kRecvSlots; ++i) {
+    const wia_status_t st = post_recv_slot(i);
+    if (st != WIA_SUCCESS) return st;
+  }
+  for (int i = static_cast<int>(kSendSlots) - 1; i >= 0; --i) free_send_slots.push_back(i);
+  oob_ipv4 = oob_address(&oob_text);
+  next_psn = static_cast<std::uint64_t>(now_ns());
+  log(WIA_LOG_INFO, "verbs: %s port %u (%s, MTU %d, LID %u), handshake address %s",
+      dev_name.c_str(), port,
+      port_attr.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
+      128 << port_attr.active_mtu, port_attr.lid, oob_text.c_str());
+  return WIA_SUCCESS;
+}
+
+void Ctx::close_device() {
+  for (auto& [key, e] : cache) {
+    lib.dereg_mr(e->mr);
+    delete e;
+  }
+  cache.clear();
+  if (recv_mr != nullptr) lib.dereg_mr(recv_mr);
+  if (send_mr != nullptr) lib.dereg_mr(send_mr);
+  if (srq != nullptr) lib.destroy_srq(srq);
+  if (cq != nullptr) {
+    if (unarmed_events > 0) lib.ack_cq_events(cq, unarmed_events);
+    lib.destroy_cq(cq);
+  }
+  if (channel != nullptr) lib.destroy_comp_channel(channel);
+  if (pd != nullptr) lib.dealloc_pd(pd);
+  if (dev != nullptr) lib.close_device(dev);
+  recv_mr = send_mr = nullptr;
+  srq = nullptr;
+  cq = nullptr;
+  channel = nullptr;
+  pd = nullptr;
+  dev = nullptr;
+}
+
+// One ibv_reg_mr per distinct (address, length) while any reference lives.
+// Entries go when their last reference does: a cache that outlived its
+// references would need to learn about munmap (memory hooks), which this
+// provider does not install.
+wia_status_t Ctx::reg(void* ptr, std::uint64_t size, MrEntry** out) {
+  const auto key = std::make_pair(reinterpret_cast<std::uintptr_t>(ptr), size);
+  auto it = cache.find(key);
+  if (it != cache.end()) {
+    ++it->second->refs;
+    *out = it->second;
+    return WIA_SUCCESS;
+  }
+  ++reg_calls;
+  ibv_mr* mr = lib.reg_mr(
+      pd, ptr, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (mr == nullptr)
+    return fail(WIA_ERROR_IO, "verbs: ibv_reg_mr(%p, %s) on %s: %s", ptr, size_text(size).c_str(),
+                dev_name.c_str(), errno_text(errno).c_str());
+  log(WIA_LOG_DEBUG, "verbs: ibv_reg_mr(%p, %s) = lkey 0x%x", ptr, size_text(size).c_str(),
+      mr->lkey);
+  auto* e = new MrEntry{mr, key.first, size, 1};
+  cache[key] = e;
+  *out = e;
+  return WIA_SUCCESS;
+}
+
+void Ctx::unreg(MrEntry* e) {
+  if (e == nullptr || --e->refs > 0) return;
+  cache.erase(std::make_pair(e->base, e->len));
+  lib.dereg_mr(e->mr);
+  delete e;
+}
+
+}  // namespace wia::verbs

@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: Apache-2.0
+# The verbs transport provider (libibverbs), when this tree builds it:
+#  - conformance_verbs_fake: wia-conformance L0-L5 against the libibverbs
+#    double (tests/providers/fake-ibverbs), which must reach L5;
+#  - conformance_verbs_no_device: against the real libibverbs.so.1 on a
+#    machine without an RDMA device: every transport test SKIPs with
+#    "no RDMA device" and the suite exits 0 (with a device, init must work);
+#  - provider_verbs_fake: the provider through its ABI alone against the
+#    double: registration cache, rendezvous data, injected faults.
+if(NOT TARGET wia-provider-verbs OR NOT TARGET wia_fake_ibverbs)
+  return()
+endif()
+
+if(TARGET wia-conformance)
+  # The test passes only when wia-conformance exits 0 AND reports the level.
+  add_test(NAME conformance_verbs_fake
+    COMMAND /bin/sh -c "\"$0\" --provider \"$1\" --param library=\"$2\" --junit \"$3\" \
+> \"$3.log\" 2>&1; rc=$?; cat \"$3.log\"; [ $rc -eq 0 ] && \
+grep -q 'highest level fully passed: L5' \"$3.log\""
+      $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-verbs> ${WIA_FAKE_IBVERBS_FILE}
+      ${CMAKE_CURRENT_BINARY_DIR}/conformance-verbs-fake.xml)
+  set_tests_properties(conformance_verbs_fake PROPERTIES TIMEOUT 600
+    ENVIRONMENT "WIA_LOG_LEVEL=error;WIA_VERBS_LIBRARY=${WIA_FAKE_IBVERBS_FILE}")
+
+  # No device: L4 and L5 SKIP naming the reason, nothing fails. A machine
+  # with an RDMA device (/sys/class/infiniband not empty) must instead pass
+  # init and the transport tests that apply.
+  add_test(NAME conformance_verbs_no_device
+    COMMAND /bin/sh -c "\"$0\" --provider \"$1\" > \"$2\" 2>&1; rc=$?; cat \"$2\"; \
+[ $rc -eq 0 ] || exit 1; \
+if [ -n \"$(ls -A /sys/class/infiniband 2>/dev/null)\" ]; then \
+  grep -q 'PASS  L4.endpoint.props' \"$2\"; \
+else \
+  grep -q 'SKIP  L4.send_recv.basic .*no RDMA device' \"$2\" && \
+  grep -q 'SKIP  L5.transport.collectives .*no RDMA device' \"$2\" && \
+  ! grep -q '^FAIL' \"$2\"; \
+fi"
+      $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-verbs>
+      ${CMAKE_CURRENT_BINARY_DIR}/conformance-verbs-no-device.log)
+  set_tests_properties(conformance_verbs_no_device PROPERTIES TIMEOUT 120
+    ENVIRONMENT "WIA_LOG_LEVEL=error")
+  add_dependencies(wia-conformance wia-provider-verbs wia_fake_ibverbs)
+endif()
