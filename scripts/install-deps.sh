@@ -10,6 +10,7 @@ packages=(
   liblz4-dev libzstd-dev libxxhash-dev  # checkpoints (docs/checkpoints.md)
   iproute2 iperf3 openmpi-bin
   libfabric-dev libfabric-bin  # the ofi provider and fi_pingpong (docs/transport-ofi.md)
+  libibverbs-dev  # the verbs provider's headers and its test double (docs/transport-verbs.md)
 )
 
 missing=()
