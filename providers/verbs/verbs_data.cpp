@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 
 #include "verbs.hpp"
@@ -16,10 +17,42 @@ namespace wia::verbs {
 
 namespace {
 
+const char* wc_name(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_LOC_LEN_ERR:
+      return "IBV_WC_LOC_LEN_ERR";
+    case IBV_WC_LOC_QP_OP_ERR:
+      return "IBV_WC_LOC_QP_OP_ERR";
+    case IBV_WC_LOC_PROT_ERR:
+      return "IBV_WC_LOC_PROT_ERR";
+    case IBV_WC_WR_FLUSH_ERR:
+      return "IBV_WC_WR_FLUSH_ERR";
+    case IBV_WC_LOC_ACCESS_ERR:
+      return "IBV_WC_LOC_ACCESS_ERR";
+    case IBV_WC_REM_INV_REQ_ERR:
+      return "IBV_WC_REM_INV_REQ_ERR";
+    case IBV_WC_REM_ACCESS_ERR:
+      return "IBV_WC_REM_ACCESS_ERR";
+    case IBV_WC_REM_OP_ERR:
+      return "IBV_WC_REM_OP_ERR";
+    case IBV_WC_RETRY_EXC_ERR:
+      return "IBV_WC_RETRY_EXC_ERR";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return "IBV_WC_RNR_RETRY_EXC_ERR";
+    case IBV_WC_FATAL_ERR:
+      return "IBV_WC_FATAL_ERR";
+    case IBV_WC_GENERAL_ERR:
+      return "IBV_WC_GENERAL_ERR";
+    default:
+      return "IBV_WC status";
+  }
+}
+
+// "transport retry counter exceeded (IBV_WC_RETRY_EXC_ERR 12, vendor error 0x81)"
 std::string wc_text(const Lib& lib, const ibv_wc& wc) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, " (status %d, vendor error 0x%x)", static_cast<int>(wc.status),
-                wc.vendor_err);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " (%s %d, vendor error 0x%x)", wc_name(wc.status),
+                static_cast<int>(wc.status), wc.vendor_err);
   return std::string(lib.wc_status_str(wc.status)) + buf;
 }
 

@@ -18,6 +18,7 @@
 namespace wia::verbs {
 
 std::string size_text(std::uint64_t n) {
+  if (n >= (1ull << 30) && n % (1ull << 30) == 0) return std::to_string(n >> 30) + " GiB";
   if (n >= (1ull << 20) && n % (1ull << 20) == 0) return std::to_string(n >> 20) + " MiB";
   if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + " KiB";
   return std::to_string(n) + " B";

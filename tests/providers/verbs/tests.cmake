@@ -41,3 +41,10 @@ fi"
     ENVIRONMENT "WIA_LOG_LEVEL=error")
   add_dependencies(wia-conformance wia-provider-verbs wia_fake_ibverbs)
 endif()
+
+wia_add_unit_test(provider_verbs_fake SOURCES ${CMAKE_CURRENT_LIST_DIR}/verbs_test.cpp
+  LIBS wia::plugin_api ${CMAKE_DL_LIBS} TIMEOUT 300)
+target_compile_definitions(test_provider_verbs_fake PRIVATE
+  WIA_VERBS_PROVIDER_FILE="$<TARGET_FILE:wia-provider-verbs>"
+  WIA_FAKE_IBVERBS_FILE="${WIA_FAKE_IBVERBS_FILE}")
+add_dependencies(test_provider_verbs_fake wia-provider-verbs wia_fake_ibverbs)

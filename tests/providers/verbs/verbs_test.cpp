@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: Apache-2.0
+// The verbs provider through its ABI alone (dlopen, a minimal host-services
+// table) against the libibverbs double (tests/providers/fake-ibverbs). Most
+// cases connect the endpoint to its own listener in one process; peer death
+// forks a peer first. Checks what the conformance suite cannot see from
+// outside: the registration cache (ibv_reg_mr calls counted by the double),
+// rendezvous data at the eager boundary and at 64 MiB, each injected fault
+// becoming WIA_ERROR_REMOTE naming the peer on both sides within a bounded
+// wait, and init's reasons when there is no device or no usable library.
+#include <dlfcn.h>
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <wia/provider.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+constexpr std::uint64_t kEagerMax = 8192 - 48;  // providers/verbs/verbs.hpp
+
+struct Host {
+  std::map<std::string, std::string> params;
+  std::vector<std::string> logs;
+  std::string error;
+  wia_host_services_v1_t table{};
+};
+
+Host* g_host = nullptr;
+
+void host_log(void*, wia_log_level_t, const char* m) { g_host->logs.emplace_back(m); }
+void host_error(void*, const char* m) { g_host->error = m; }
+const char* host_param(void*, const char* key) {
+  auto it = g_host->params.find(key);
+  return it == g_host->params.end() ? nullptr : it->second.c_str();
+}
+uint64_t host_clock(void*) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void fill_table(Host& h) {
+  h.table = {};
+  h.table.struct_size = sizeof(wia_host_services_v1_t);
+  h.table.abi_version = WIA_HOST_SERVICES_VERSION;
+  h.table.log = host_log;
+  h.table.set_error = host_error;
+  h.table.get_param = host_param;
+  h.table.clock_ns = host_clock;
+}
+
+// Sets an environment variable for one scope (the double reads its faults
+// at ibv_open_device, i.e. in the provider's init).
+struct Env {
+  std::string name;
+  Env(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~Env() { unsetenv(name.c_str()); }
+};
+
+struct Provider {
+  void* so = nullptr;
+  const wia_provider_v1_t* d = nullptr;
+  const wia_transport_ops_v1_t* t = nullptr;
+  void* ctx = nullptr;
+  wia_status_t init_status = WIA_ERROR_INTERNAL;
+
+  explicit Provider(Host& h, bool use_double = true) {
+    g_host = &h;
+    if (use_double && h.params.count("library") == 0) h.params["library"] = WIA_FAKE_IBVERBS_FILE;
+    fill_table(h);
+    so = dlopen(WIA_VERBS_PROVIDER_FILE, RTLD_NOW | RTLD_LOCAL);
+    REQUIRE_MESSAGE(so != nullptr, dlerror());
+    d = static_cast<const wia_provider_v1_t*>(dlsym(so, WIA_PROVIDER_SYMBOL_V1));
+    REQUIRE(d != nullptr);
+    t = d->transport;
+    init_status = d->init(&h.table, &ctx);
+  }
+  ~Provider() {
+    if (init_status == WIA_SUCCESS) d->fini(ctx);
+  }
+};
+
+// ibv_reg_mr calls of this process, counted by the double.
+std::uint64_t reg_mr_calls() {
+  void* lib = dlopen(WIA_FAKE_IBVERBS_FILE, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE_MESSAGE(lib != nullptr, "the double is not loaded");
+  void* sym = dlsym(lib, "fake_ibv_reg_mr_calls");
+  REQUIRE(sym != nullptr);
+  auto fn = reinterpret_cast<std::uint64_t (*)()>(sym);
+  const std::uint64_t n = fn();
+  dlclose(lib);
+  return n;
+}
+
+// Connects endpoint 0 to its own listener; returns {connector, acceptor}.
+std::pair<wia_conn_t, wia_conn_t> self_pair(Provider& p) {
+  std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
+  wia_listener_t l = nullptr;
+  REQUIRE(p.t->listen(p.ctx, 0, handle, &l) == WIA_SUCCESS);
+  wia_conn_t a = nullptr, b = nullptr;
+  std::uint64_t cookie = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  wia_status_t sa = WIA_IN_PROGRESS, sb = WIA_IN_PROGRESS;
+  while ((sa != WIA_SUCCESS || sb != WIA_SUCCESS) && std::chrono::steady_clock::now() < deadline) {
+    if (sa == WIA_IN_PROGRESS) sa = p.t->connect(p.ctx, 0, handle, 0x55, &a);
+    if (sb == WIA_IN_PROGRESS) sb = p.t->accept(p.ctx, l, &cookie, &b);
+    REQUIRE_MESSAGE(sa >= 0, g_host->error);
+    REQUIRE_MESSAGE(sb >= 0, g_host->error);
+  }
+  REQUIRE_MESSAGE(sa == WIA_SUCCESS, "connect not done after 10 s");
+  REQUIRE_MESSAGE(sb == WIA_SUCCESS, "accept not done after 10 s");
+  CHECK(cookie == 0x55);
+  CHECK(p.t->close_listener(p.ctx, l) == WIA_SUCCESS);
+  return {a, b};
+}
+
+// Tests until done or failed; WIA_ERROR_TIMEOUT after `seconds`.
+wia_status_t wait(Provider& p, wia_request_t r, std::uint64_t* size = nullptr, int seconds = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int32_t done = 0;
+    const wia_status_t st = p.t->test(p.ctx, r, &done, size);
+    if (st != WIA_SUCCESS || done) return st;
+  }
+  return WIA_ERROR_TIMEOUT;
+}
+
+std::vector<char> pattern(std::size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed) ^ (i >> 9));
+  return v;
+}
+
+// One message a -> b of `size` bytes into a receive of `capacity`; checks
+// the reported size and the bytes, and that nothing past them changed.
+void roundtrip(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size, std::uint64_t tag,
+               wia_mr_t mr = nullptr, const std::vector<char>* src_in = nullptr) {
+  const std::vector<char> own =
+      src_in ? std::vector<char>() : pattern(size, static_cast<unsigned>(size));
+  const std::vector<char>& src = src_in ? *src_in : own;  // the caller's, when it registered it
+  std::vector<char> dst(size + 64, 0x5a);
+  wia_request_t rr = nullptr, sr = nullptr;
+  REQUIRE(p.t->irecv(p.ctx, b, dst.data(), size + 32, tag, nullptr, &rr) == WIA_SUCCESS);
+  REQUIRE(p.t->isend(p.ctx, a, src.data(), size, tag, mr, &sr) == WIA_SUCCESS);
+  REQUIRE(rr != nullptr);
+  REQUIRE(sr != nullptr);
+  std::uint64_t got = 0;
+  REQUIRE_MESSAGE(wait(p, sr) == WIA_SUCCESS, "send of " << size << " B: " << g_host->error);
+  REQUIRE_MESSAGE(wait(p, rr, &got) == WIA_SUCCESS,
+                  "receive of " << size << " B: " << g_host->error);
+  CHECK(got == size);
+  CHECK(std::memcmp(src.data(), dst.data(), size) == 0);
+  for (std::size_t i = size; i < dst.size(); ++i)
+    if (dst[i] != 0x5a) FAIL("byte " << i << " past a " << size << " B message was written");
+}
+
+}  // namespace
+
+TEST_CASE("verbs: one buffer registered twice costs one ibv_reg_mr, and a large send uses it") {
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  auto [a, b] = self_pair(p);
+  const std::vector<char> src = pattern(1 << 20, 7);
+  wia_mr_desc_v1_t desc{sizeof(desc),
+                        WIA_MR_HOST,
+                        const_cast<char*>(src.data()),
+                        src.size(),
+                        WIA_MEM_IFACE_HOST,
+                        -1,
+                        0,
+                        0};
+  wia_mr_t m1 = nullptr, m2 = nullptr, m3 = nullptr;
+  const std::uint64_t before = reg_mr_calls();
+  REQUIRE(p.t->reg_mr(p.ctx, 0, &desc, &m1) == WIA_SUCCESS);
+  REQUIRE(p.t->reg_mr(p.ctx, 0, &desc, &m2) == WIA_SUCCESS);
+  CHECK(reg_mr_calls() - before == 1);
+  desc.size = 4096;  // another range is another registration
+  REQUIRE(p.t->reg_mr(p.ctx, 0, &desc, &m3) == WIA_SUCCESS);
+  CHECK(reg_mr_calls() - before == 2);
+
+  // A rendezvous from the registered buffer registers only the receive.
+  const std::uint64_t mid = reg_mr_calls();
+  roundtrip(p, a, b, src.size(), 42, m1, &src);
+  CHECK(reg_mr_calls() - mid == 1);
+  // Without naming the region, the cache still finds the source's range.
+  const std::uint64_t late = reg_mr_calls();
+  roundtrip(p, a, b, src.size(), 43, nullptr, &src);
+  CHECK(reg_mr_calls() - late == 1);
+  // A source nobody registered is registered for the message as well.
+  const std::vector<char> other = pattern(1 << 20, 8);
+  const std::uint64_t fresh = reg_mr_calls();
+  roundtrip(p, a, b, other.size(), 44, nullptr, &other);
+  CHECK(reg_mr_calls() - fresh == 2);
+
+  // One dereg of two references keeps the registration alive.
+  CHECK(p.t->dereg_mr(p.ctx, m2) == WIA_SUCCESS);
+  const std::uint64_t kept = reg_mr_calls();
+  REQUIRE(p.t->reg_mr(p.ctx, 0, &desc, &m2) == WIA_SUCCESS);  // the 4096 B range: cached
+  CHECK(reg_mr_calls() == kept);
+  for (wia_mr_t m : {m1, m2, m3}) CHECK(p.t->dereg_mr(p.ctx, m) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
+TEST_CASE("verbs: messages at the eager boundary and a 64 MiB rendezvous arrive intact") {
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  auto [a, b] = self_pair(p);
+  for (std::uint64_t size :
+       {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{100}, std::uint64_t{300}, kEagerMax,
+        kEagerMax + 1, std::uint64_t{1} << 20, (std::uint64_t{64} << 20) + 5}) {
+    CAPTURE(size);
+    roundtrip(p, a, b, size, 9);  // connector -> acceptor
+    roundtrip(p, b, a, size, 9);  // and back
+  }
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
+TEST_CASE("verbs: a message over the port's max_msg_sz is refused with the sizes named") {
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  auto [a, b] = self_pair(p);
+  char byte = 0;
+  wia_request_t r = nullptr;
+  // The buffer is never read: the size is refused first.
+  CHECK(p.t->isend(p.ctx, a, &byte, (std::uint64_t{1} << 30) + 1, 1, nullptr, &r) ==
+        WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(h.error.find("1 GiB") != std::string::npos);
+  CHECK(h.error.find("fake0") != std::string::npos);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
+namespace {
+
+// Under an injected fault: the side whose QP fails and the side waiting on
+// it both end with WIA_ERROR_REMOTE within 10 s, the first naming the
+// completion status and both naming their peer; later posts fail at once.
+void expect_fault(const char* var, const char* value, std::uint64_t size, int sends,
+                  const char* status_text, const char* status_name) {
+  Env env(var, value);
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  auto [a, b] = self_pair(p);
+  std::vector<char> buf(size + 1, 1);
+  std::vector<std::vector<char>> dst(sends + 1, std::vector<char>(size + 1));
+  // The acceptor waits for one more message than will ever come.
+  std::vector<wia_request_t> recvs, sendreqs;
+  for (int i = 0; i <= sends; ++i) {
+    wia_request_t r = nullptr;
+    REQUIRE(p.t->irecv(p.ctx, b, dst[i].data(), size + 1, 5, nullptr, &r) == WIA_SUCCESS);
+    recvs.push_back(r);
+  }
+  for (int i = 0; i < sends; ++i) {
+    wia_request_t r = nullptr;
+    REQUIRE(p.t->isend(p.ctx, a, buf.data(), size, 5, nullptr, &r) == WIA_SUCCESS);
+    sendreqs.push_back(r);
+  }
+  wia_status_t last = WIA_SUCCESS;
+  for (wia_request_t r : sendreqs) {
+    const wia_status_t st = wait(p, r);
+    REQUIRE_MESSAGE(st != WIA_ERROR_TIMEOUT, "a send neither completed nor failed in 10 s");
+    if (st != WIA_SUCCESS) {
+      last = st;
+      if (h.error.find(status_name) != std::string::npos) break;
+    }
+  }
+  CHECK(last == WIA_ERROR_REMOTE);
+  const std::string sender_error = h.error;
+  CHECK_MESSAGE(sender_error.find(status_text) != std::string::npos, sender_error);
+  CHECK_MESSAGE(sender_error.find(status_name) != std::string::npos, sender_error);
+  CHECK_MESSAGE(sender_error.find("peer host ") != std::string::npos, sender_error);
+  CHECK_MESSAGE(sender_error.find("pid " + std::to_string(getpid())) != std::string::npos,
+                sender_error);
+  // The last receive can never be satisfied: the failure reaches it.
+  const wia_status_t st = wait(p, recvs.back());
+  CHECK_MESSAGE(st == WIA_ERROR_REMOTE, "the waiting receive ended with " << st << ": " << h.error);
+  CHECK_MESSAGE(h.error.find("connection to peer") != std::string::npos, h.error);
+  wia_request_t r = nullptr;
+  CHECK(p.t->isend(p.ctx, a, buf.data(), 1, 6, nullptr, &r) == WIA_ERROR_REMOTE);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
+}  // namespace
+
+TEST_CASE("verbs: a retry-exceeded send (cut link) is WIA_ERROR_REMOTE on both sides") {
+  expect_fault("FAKE_IBV_RETRY_EXC_AFTER", "3", 100, 6, "transport retry counter exceeded",
+               "IBV_WC_RETRY_EXC_ERR");
+}
+
+TEST_CASE("verbs: a QP moved to the error state is WIA_ERROR_REMOTE on both sides") {
+  expect_fault("FAKE_IBV_QP_ERROR_AFTER", "2", 1000, 5, "Work Request Flushed Error",
+               "IBV_WC_WR_FLUSH_ERR");
+}
+
+TEST_CASE("verbs: a remote access error on the rendezvous write is WIA_ERROR_REMOTE") {
+  expect_fault("FAKE_IBV_REMOTE_ACCESS_ERROR", "1", 1 << 20, 1, "remote access error",
+               "IBV_WC_REM_ACCESS_ERR");
+}
+
+TEST_CASE("verbs: a killed peer fails the survivor's receive with WIA_ERROR_REMOTE naming it") {
+  int to_child[2], to_parent[2];
+  REQUIRE(pipe(to_child) == 0);
+  REQUIRE(pipe(to_parent) == 0);
+  // Fork before any provider exists in this process (the double has a thread).
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    Host h;
+    h.params["library"] = WIA_FAKE_IBVERBS_FILE;
+    g_host = &h;
+    void* so = dlopen(WIA_VERBS_PROVIDER_FILE, RTLD_NOW | RTLD_LOCAL);
+    auto* d =
+        so ? static_cast<const wia_provider_v1_t*>(dlsym(so, WIA_PROVIDER_SYMBOL_V1)) : nullptr;
+    fill_table(h);
+    void* ctx = nullptr;
+    if (d == nullptr || d->init(&h.table, &ctx) != WIA_SUCCESS) _exit(2);
+    std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
+    if (read(to_child[0], handle, sizeof handle) != sizeof handle) _exit(3);
+    wia_conn_t c = nullptr;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    wia_status_t st = WIA_IN_PROGRESS;
+    while (st == WIA_IN_PROGRESS && std::chrono::steady_clock::now() < deadline)
+      st = d->transport->connect(ctx, 0, handle, 0x77, &c);
+    if (st != WIA_SUCCESS) _exit(4);
+    const char ok = 1;
+    if (write(to_parent[1], &ok, 1) != 1) _exit(5);
+    // Keep the connection busy until the parent kills this process.
+    for (;;) {
+      char buf[16];
+      wia_request_t r = nullptr;
+      if (d->transport->irecv(ctx, c, buf, sizeof buf, 1, nullptr, &r) != WIA_SUCCESS) _exit(6);
+      int32_t done = 0;
+      while (!done)
+        if (d->transport->test(ctx, r, &done, nullptr) != WIA_SUCCESS) _exit(7);
+    }
+  }
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
+  wia_listener_t l = nullptr;
+  REQUIRE(p.t->listen(p.ctx, 0, handle, &l) == WIA_SUCCESS);
+  REQUIRE(write(to_child[1], handle, sizeof handle) == sizeof handle);
+  wia_conn_t conn = nullptr;
+  std::uint64_t cookie = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (conn == nullptr && std::chrono::steady_clock::now() < deadline)
+    REQUIRE(p.t->accept(p.ctx, l, &cookie, &conn) >= 0);
+  REQUIRE_MESSAGE(conn != nullptr, "the child's connection was not accepted in 10 s");
+  CHECK(cookie == 0x77);
+  char ok = 0;
+  REQUIRE(read(to_parent[0], &ok, 1) == 1);
+  char buf[16];
+  wia_request_t r = nullptr;
+  REQUIRE(p.t->irecv(p.ctx, conn, buf, sizeof buf, 2, nullptr, &r) == WIA_SUCCESS);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  const wia_status_t st = wait(p, r, nullptr, 10);
+  CHECK_MESSAGE(st == WIA_ERROR_REMOTE, "the receive ended with " << st << ": " << h.error);
+  CHECK_MESSAGE(h.error.find("pid " + std::to_string(child)) != std::string::npos, h.error);
+  wia_request_t s = nullptr;
+  CHECK(p.t->isend(p.ctx, conn, buf, 1, 2, nullptr, &s) == WIA_ERROR_REMOTE);
+  CHECK(p.t->close(p.ctx, conn) == WIA_SUCCESS);
+  CHECK(p.t->close_listener(p.ctx, l) == WIA_SUCCESS);
+  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) close(fd);
+}
+
+TEST_CASE("verbs: init without a device, with an unknown device or a foreign library says why") {
+  {
+    Env env("FAKE_IBV_DEVICES", "0");
+    Host h;
+    Provider p(h);
+    CHECK(p.init_status == WIA_ERROR_UNAVAILABLE);
+    CHECK_MESSAGE(h.error.find("no RDMA device") != std::string::npos, h.error);
+  }
+  {
+    Host h;
+    h.params["device"] = "mlx5_9";
+    Provider p(h);
+    CHECK(p.init_status == WIA_ERROR_UNAVAILABLE);
+    CHECK_MESSAGE(
+        h.error.find("no RDMA device named 'mlx5_9' (devices: fake0)") != std::string::npos,
+        h.error);
+  }
+  {
+    Host h;
+    h.params["library"] = "libc.so.6";  // loads, but is not libibverbs
+    Provider p(h);
+    CHECK(p.init_status == WIA_ERROR_UNAVAILABLE);
+    CHECK_MESSAGE(h.error.find("has no ibv_get_device_list@IBVERBS_1.1") != std::string::npos,
+                  h.error);
+  }
+  {
+    Host h;
+    h.params["library"] = "/nonexistent/libibverbs.so.1";
+    Provider p(h);
+    CHECK(p.init_status == WIA_ERROR_UNAVAILABLE);
+    CHECK_MESSAGE(h.error.find("/nonexistent/libibverbs.so.1") != std::string::npos, h.error);
+  }
+  {
+    Host h;
+    h.params["port"] = "seven";
+    Provider p(h);
+    CHECK(p.init_status == WIA_ERROR_CONFIG);
+    CHECK_MESSAGE(h.error.find("port 'seven'") != std::string::npos, h.error);
+  }
+}
