@@ -70,6 +70,83 @@ typedef struct wia_distributed_config {
 WIA_API wia_status_t wia_create_distributed_communicator(const wia_distributed_config_t* config,
                                                          wia_communicator_t* comm);
 
+/* Spec 6.10.1 GPUDirect RDMA: how wia_send/wia_recv move device buffers.
+ * Settings of the process (every communicator), kept until changed.
+ * docs/point-to-point.md says what each field does in this release:
+ *   enable_rdma          true: a device buffer goes to the NIC directly
+ *                        when the link's transport registers that kind of
+ *                        device memory (WIA_TRANSPORT_FLAG_DEVICE_MEMORY
+ *                        and its memory interface; none of tcp, shm, ofi
+ *                        does in this release), else it is staged through
+ *                        pinned host memory. false: always staged.
+ *   enable_async_copy    accepted; staging copies are synchronous copies
+ *                        run in stream order (no effect yet).
+ *   max_inline_size      bytes; a hint for transports with inline sends.
+ *                        No transport takes it yet (recorded and logged).
+ *   use_write_semantics  a hint to move data by RDMA write rather than
+ *                        send/receive. No transport takes it yet.
+ * Before any wia_enable_gpudirect_rdma call: {true, true, 0, false}. */
+typedef struct wia_gpudirect_config {
+  bool enable_rdma;
+  bool enable_async_copy;
+  size_t max_inline_size;
+  bool use_write_semantics;
+} wia_gpudirect_config_t;
+
+/* Records `gpudirect` as the process's settings and sets
+ * config->use_gpu_direct_rdma to gpudirect->enable_rdma (so a communicator
+ * created later from `config` says the same). Either pointer NULL is
+ * WIA_ERROR_INVALID_ARGUMENT. Communicators already created use the new
+ * settings for their next wia_send/wia_recv. */
+WIA_API wia_status_t wia_enable_gpudirect_rdma(wia_distributed_config_t* config,
+                                               const wia_gpudirect_config_t* gpudirect);
+
+/* Spec 6.10.1 point to point between processes, addressed as the spec
+ * does: (node, device) is the rank whose wia_comm_node_rank is `node` and
+ * whose wia_comm_local_rank is `device`. What the spec's call leaves out:
+ *   - communicator: wia_send/wia_recv use the process communicator this
+ *     process created last with wia_create_distributed_communicator or
+ *     wia_create_communicator_from_id (not a split) that is still live;
+ *     none is WIA_ERROR_INVALID_ARGUMENT. The _ex forms name it.
+ *   - source: wia_recv names the sender the same way (src_node,
+ *     src_device); there is no "any source".
+ *   - tag: wia_send/wia_recv use tag 0; the _ex forms take one
+ *     (0 .. 2^31-1). The n-th send from a to b with tag T meets the n-th
+ *     receive on b from a with tag T. A rank runs its sends, receives and
+ *     collectives in posting order, so a receive waits for its message
+ *     before the rank's next operation starts: post them in an order in
+ *     which every one can complete (as with MPI's blocking calls, never
+ *     count on the transport buffering a message).
+ *   - size: bytes, the same on both sides; a receive of another size than
+ *     the send is WIA_ERROR_MISMATCH naming both sizes on the receiver, and
+ *     breaks the communicator, so the sender's next operation fails with
+ *     that message (its send may have completed).
+ *   - completion: posted on `stream` (a stream of the communicator's
+ *     device; NULL = its default stream) and returns at once, like a
+ *     collective; the data has left / arrived once the stream has passed
+ *     it (wia_stream_synchronize, an event). A peer that dies or never
+ *     posts the matching call is an error on the stream within
+ *     collectives.timeout_ms, naming the peer, and breaks the communicator.
+ *   - buffers: host memory, or memory of a device of this process
+ *     (wia_malloc_on): a device buffer goes to the NIC directly or is
+ *     staged through pinned host memory (wia_gpudirect_config_t); a staged
+ *     send reads the device buffer when the stream reaches the send, with
+ *     a synchronous device copy, so work of other streams that writes it
+ *     must be finished (an event waited on by `stream`) before.
+ * The path taken is logged at info the first time per peer and path, and
+ * the profiling report counts each as its own entry ("send", "recv" for
+ * host memory, "send_staged", "recv_staged", "send_direct",
+ * "recv_direct"). Bad (node, device): WIA_ERROR_INVALID_ARGUMENT naming
+ * both values and the communicator's shape. */
+WIA_API wia_status_t wia_send(int dst_node, int dst_device, const void* buffer, size_t size,
+                              wia_stream_t stream);
+WIA_API wia_status_t wia_recv(int src_node, int src_device, void* buffer, size_t size,
+                              wia_stream_t stream);
+WIA_API wia_status_t wia_send_ex(wia_communicator_t comm, int dst_node, int dst_device,
+                                 const void* buffer, size_t size, int tag, wia_stream_t stream);
+WIA_API wia_status_t wia_recv_ex(wia_communicator_t comm, int src_node, int src_device,
+                                 void* buffer, size_t size, int tag, wia_stream_t stream);
+
 /* The node of the calling process's rank (0-based, in order of each node's
  * lowest rank), its rank inside the node, and the number of nodes; -1 on
  * error. Device communicators span one node: 0, the rank, 1. */

@@ -17,7 +17,10 @@ typedef struct wia_comm_profiling {
 } wia_comm_profiling_t;
 
 typedef struct wia_collective_profile {
-  const char* name; /* "allreduce", "broadcast", ..., "send", "recv" (static storage) */
+  /* "allreduce", "broadcast", ..., "send", "recv"; wia_send/wia_recv of
+   * device memory: "send_staged", "recv_staged", "send_direct",
+   * "recv_direct" (docs/point-to-point.md). Static storage. */
+  const char* name;
   int invocation_count;
   double total_time;    /* s */
   double avg_time;      /* s: total_time / invocation_count */

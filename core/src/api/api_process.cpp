@@ -9,6 +9,7 @@
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
+#include "api/p2p.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
@@ -71,6 +72,7 @@ WIA_API wia_status_t wia_create_communicator_from_id(const wia_unique_id_t* id, 
     const wia_device_t device = current_device();
     auto bs = bootstrap::Bootstrap::from_unique_id(u, rank, nranks, bootstrap_options());
     *comm = api::publish(comm::ProcessCommunicator::create(*bs, device));
+    api::note_distributed_communicator(*comm);
   });
 }
 
@@ -110,6 +112,7 @@ WIA_API wia_status_t wia_create_distributed_communicator(const wia_distributed_c
     if (backend == WIA_NET_TCP) preferred = "tcp";
     if (backend == WIA_NET_RDMA) preferred = "verbs";
     *comm = api::publish(comm::ProcessCommunicator::create(*bs, device, preferred));
+    api::note_distributed_communicator(*comm);
   });
 }
 

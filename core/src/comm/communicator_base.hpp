@@ -30,6 +30,11 @@ struct Call {
   std::uint32_t timeout_ms = 0;
   bool in_place = false;
   engine::RankBuffers buffers;
+  // Point to point on a process communicator (wia_send_ex): the caller's
+  // tag, and the name the profiler and the flight recorder give the
+  // operation (static storage; nullptr = "send" / "recv").
+  std::uint32_t tag = 0;
+  const char* p2p_name = nullptr;
 };
 
 class CommunicatorBase {

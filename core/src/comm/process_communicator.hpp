@@ -126,6 +126,16 @@ class ProcessCommunicator final : public CommunicatorBase {
   void report_failed(int rank) override { note_failed(rank); }
   wia_algorithm_t last_selected() const override;
 
+  // wia_send_ex / wia_recv_ex (api/api_p2p.cpp): `bytes` bytes to or from
+  // `peer` with the caller's `tag` (< 2^31), posted like post_send;
+  // `name` is the profiler's and flight recorder's (static storage).
+  void post_tagged(int peer, bool is_send, void* buf, std::uint64_t bytes, std::uint32_t tag,
+                   const char* name, wia_stream_s* stream);
+  // Whether the transport of the link to `peer` registers device memory of
+  // interface `iface` (WIA_MEM_IFACE_*) and takes it in isend/irecv
+  // without a registration; `why` says why not.
+  bool link_takes_device_memory(int peer, std::uint32_t iface, std::string* why) const;
+
   // Runs a collective now on the calling thread (after every posted one);
   // used by split. Throws wia::Error on failure.
   void run_now(Call call);
@@ -299,7 +309,8 @@ class ProcessCommunicator final : public CommunicatorBase {
 
   // Point to point (process_p2p.cpp).
   void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
-                wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
+                wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream,
+                std::uint32_t tag = 0, const char* name = nullptr);
   // A send or receive; it cannot fail: posting is retried, bounded, in
   // proceed_p2p.
   std::unique_ptr<RunningOperation> begin_p2p(std::uint64_t seq, const Call& call, int peer,

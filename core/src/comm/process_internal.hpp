@@ -154,6 +154,7 @@ struct ProcessCommunicator::RunningOperation {
   bool is_send = false;
   char* buf = nullptr;
   std::uint64_t bytes = 0;
+  std::uint32_t tag = 0;  // the caller's (wia_send_ex), under the point-to-point bit
   wia_request_t request = nullptr;
 };
 

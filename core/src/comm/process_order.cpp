@@ -246,11 +246,13 @@ void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int
                      call.collective == coll::Collective::kAllToAll))
       factor = (p - 1) / p;
     profiler_.posted(seq,
-                     peer >= 0 ? (is_send ? "send" : "recv") : coll::collective_name(call.collective),
+                     peer >= 0 ? (call.p2p_name ? call.p2p_name : is_send ? "send" : "recv")
+                               : coll::collective_name(call.collective),
                      call.count * kernels::dtype_size(call.dtype), factor);
   }
   if (peer >= 0) {
-    flight_.posted(seq, -1, is_send ? "send" : "recv", call.count, call.dtype, -1, peer);
+    flight_.posted(seq, -1, call.p2p_name ? call.p2p_name : is_send ? "send" : "recv", call.count,
+                   call.dtype, -1, peer);
   } else {
     const auto coll = static_cast<std::int64_t>(
         collectives_posted_.fetch_add(1, std::memory_order_relaxed));

@@ -18,7 +18,7 @@ namespace wia::comm {
 // posting order with the rank's collectives.
 void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                                    wia_datatype_t dtype, std::uint32_t timeout_ms,
-                                   wia_stream_s* stream) {
+                                   wia_stream_s* stream, std::uint32_t tag, const char* name) {
   if (rank != layout_.rank)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
@@ -34,6 +34,8 @@ void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, 
   call.dtype = dtype;
   call.timeout_ms = timeout_ms;
   call.buffers.send = call.buffers.recv = static_cast<char*>(buf);
+  call.tag = tag;
+  call.p2p_name = name;
   if (!try_post_inline(call, stream, peer, is_send))
     post_stream_task(std::move(call), stream, peer, is_send);
 }
@@ -59,22 +61,25 @@ std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begi
   r->is_send = is_send;
   r->buf = is_send ? call.buffers.send : call.buffers.recv;
   r->bytes = call.count * kernels::dtype_size(call.dtype);
+  r->tag = call.tag;
   r->options.deadline = deadline;
   r->options.timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   r->options.oversubscribed = oversubscribed_;
   return r;
 }
 
-// Point to point: one request on the peer's connection, all of them on one
-// tag (matched in posting order).
+// Point to point: one request on the peer's connection, on the
+// point-to-point bit with the caller's tag below it (wia_comm_send: 0),
+// matched in posting order per tag.
 wia_status_t ProcessCommunicator::proceed_p2p(RunningOperation& r, Clock::time_point give_up_at,
                                               std::string& error) {
-  constexpr std::uint64_t kP2PTag = 1ull << 36;
+  const std::uint64_t wire_tag = (1ull << 36) | r.tag;
   const engine::NetLink& l = peers_[r.peer].link;
   // "rank 0: send of 8 B to rank 1", formatted only for a message.
   auto what = [&] {
-    return fmt::format("rank {}: {} of {} B {} rank {}", layout_.rank,
-                       r.is_send ? "send" : "receive", r.bytes, r.is_send ? "to" : "from", r.peer);
+    return fmt::format("rank {}: {} of {} B {} rank {}{}", layout_.rank,
+                       r.is_send ? "send" : "receive", r.bytes, r.is_send ? "to" : "from", r.peer,
+                       r.tag ? fmt::format(" (tag {})", r.tag) : std::string());
   };
   try {
     engine::Backoff backoff(r.options.oversubscribed);
@@ -94,8 +99,8 @@ wia_status_t ProcessCommunicator::proceed_p2p(RunningOperation& r, Clock::time_p
     };
     while (!r.request) {
       transport_call_lazy(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
-        return r.is_send ? t.isend(ctx, l.conn, r.buf, r.bytes, kP2PTag, nullptr, &r.request)
-                         : t.irecv(ctx, l.conn, r.buf, r.bytes, kP2PTag, nullptr, &r.request);
+        return r.is_send ? t.isend(ctx, l.conn, r.buf, r.bytes, wire_tag, nullptr, &r.request)
+                         : t.irecv(ctx, l.conn, r.buf, r.bytes, wire_tag, nullptr, &r.request);
       });
       if (r.request) break;
       backoff.wait();
@@ -115,16 +120,63 @@ wia_status_t ProcessCommunicator::proceed_p2p(RunningOperation& r, Clock::time_p
     r.request = nullptr;
     if (!r.is_send && got != r.bytes)
       throw Error(WIA_ERROR_MISMATCH,
-                  fmt::format("{}: rank {} sent {} B (the two calls differ in count or "
-                              "datatype)",
-                              what(), r.peer, got));
+                  fmt::format("{}: rank {} sent {} B, the receive was posted for {} B (the two "
+                              "calls differ in size, count or datatype)",
+                              what(), r.peer, got, r.bytes));
     return WIA_SUCCESS;
   } catch (const Error& e) {
     r.request = nullptr;  // a failed request is released by the provider
     error = e.what();
+    if (e.status() == WIA_ERROR_REMOTE) {
+      // A peer that broke the communicator sent its reason on the control
+      // channel before closing the connection: that says more than the
+      // closed connection this request saw first (a size mismatch, say).
+      try {
+        const std::string why = r.control.poll();
+        if (why.find("aborted the communicator") != std::string::npos)
+          error = fmt::format("{} (seen here as: {})", why, error);
+      } catch (const std::exception&) {
+        // keep the transport's message
+      }
+    }
     break_communicator(e.status(), error);
     return e.status();
   }
+}
+
+void ProcessCommunicator::post_tagged(int peer, bool is_send, void* buf, std::uint64_t bytes,
+                                      std::uint32_t tag, const char* name, wia_stream_s* stream) {
+  if (tag >= (1u << 31))
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("rank {}: tag {} is outside 0 .. 2^31-1", layout_.rank, tag));
+  post_p2p(layout_.rank, peer, is_send, buf, bytes, WIA_UINT8, 0, stream, tag, name);
+}
+
+bool ProcessCommunicator::link_takes_device_memory(int peer, std::uint32_t iface,
+                                                   std::string* why) const {
+  const engine::NetLink& l = peers_[peer].link;
+  if (!l.provider || !l.provider->transport()) {
+    if (why) *why = fmt::format("rank {} has no transport link to rank {}", layout_.rank, peer);
+    return false;
+  }
+  const wia_transport_ops_v1_t& t = *l.provider->transport();
+  void* ctx = l.provider->ctx();
+  std::int32_t n = 0;
+  if (t.endpoint_count(ctx, &n) != WIA_SUCCESS) n = 0;
+  for (std::int32_t e = 0; e < n; ++e) {
+    wia_transport_props_v1_t p{};
+    p.struct_size = sizeof p;
+    if (t.endpoint_props(ctx, e, &p) != WIA_SUCCESS) continue;
+    if ((p.flags & WIA_TRANSPORT_FLAG_DEVICE_MEMORY) && (p.mem_ifaces & (1u << iface)) &&
+        !(p.flags & WIA_TRANSPORT_FLAG_REG_REQUIRED))
+      return true;
+  }
+  if (why)
+    *why = fmt::format(
+        "the link to rank {} runs over {}, which does not take device memory of "
+        "this kind without registration",
+        peer, peers_[peer].transport);
+  return false;
 }
 
 }  // namespace wia::comm

@@ -47,6 +47,12 @@ struct wia_stream_s {
     async_message.clear();
     return st;
   }
+  // Whether an error is pending, without taking it (a staged receive's
+  // copy to the device skips a message that failed).
+  bool has_async_error() {
+    std::lock_guard<std::mutex> lock(error_mu);
+    return async_error != WIA_SUCCESS;
+  }
 
  private:
   std::mutex error_mu;
