@@ -48,3 +48,21 @@ target_compile_definitions(test_provider_verbs_fake PRIVATE
   WIA_VERBS_PROVIDER_FILE="$<TARGET_FILE:wia-provider-verbs>"
   WIA_FAKE_IBVERBS_FILE="${WIA_FAKE_IBVERBS_FILE}")
 add_dependencies(test_provider_verbs_fake wia-provider-verbs wia_fake_ibverbs)
+
+# The built-in selector default for different_nodes is "verbs, ofi, tcp":
+# with verbs loaded (the double) inter-node links take verbs; without a
+# device the selector passes it over, saying why, and falls back.
+if(TARGET wia-info)
+  add_test(NAME selector_verbs_default
+    COMMAND /bin/sh -c "set -e; \
+\"$0\" --explain --summary --topology-file \"$1\" > \"$3.absent\" 2>&1; cat \"$3.absent\"; \
+grep -q 'passed over verbs: provider not loaded: absent: verbs: no RDMA device' \"$3.absent\"; \
+! grep -Eq 'different_nodes +[0-9]+ +verbs' \"$3.absent\"; \
+WIA_VERBS_LIBRARY=\"$2\" \"$0\" --explain --summary --topology-file \"$1\" > \"$3.present\" 2>&1; \
+cat \"$3.present\"; grep -Eq 'different_nodes +[0-9]+ +verbs +default' \"$3.present\""
+      $<TARGET_FILE:wia-info> ${PROJECT_SOURCE_DIR}/config/topologies/4node-ib-hdr.yaml
+      ${WIA_FAKE_IBVERBS_FILE} ${CMAKE_CURRENT_BINARY_DIR}/selector-verbs)
+  set_tests_properties(selector_verbs_default PROPERTIES TIMEOUT 120
+    ENVIRONMENT "WIA_LOG_LEVEL=error;WIA_PROVIDERS_DISABLE=ofi")
+  add_dependencies(wia-info wia-provider-verbs wia_fake_ibverbs)
+endif()
