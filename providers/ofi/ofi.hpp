@@ -91,8 +91,8 @@ inline constexpr std::uint64_t kAnnounceBit = 1ull << 62;
 inline constexpr std::uint64_t kBulkBit = 1ull << 61;
 inline constexpr std::uint64_t kDirectMax = 4096;
 inline constexpr std::uint32_t kAnnounceMagic = 0x574f4648u;  // "WOFH"
-inline constexpr std::uint32_t kAnnounceWantsCts = 1;  // Announce::flags
-inline constexpr std::uint32_t kAnnounceInline = 2;    // the payload follows the header
+inline constexpr std::uint32_t kAnnounceWantsCts = 1;         // Announce::flags
+inline constexpr std::uint32_t kAnnounceInline = 2;           // the payload follows the header
 struct Announce {
   std::uint32_t magic;
   std::uint32_t flags;
@@ -359,7 +359,7 @@ class Endpoint {
   void on_ctl(Request* r);
   void on_connect_msg(Listener* l, const CtlMsg& m);
   void on_cts(Conn* c, std::uint64_t send_id);
-  void send_released();         // payloads whose CTS came, in order
+  void send_released();           // payloads whose CTS came, in order
   void forget_released(Conn* c);  // c fails or closes: drop its queued payloads
   void fail_conn(Conn* c, const std::string& why);
   void check_liveness(Conn* c);
@@ -373,7 +373,7 @@ class Endpoint {
   std::unordered_map<std::uint64_t, Conn*> conns_;
   std::unordered_map<std::uint64_t, Listener*> listeners_;
   std::unordered_set<Request*> live_;
-  std::vector<Request*> retry_;  // control posts that met -FI_EAGAIN
+  std::vector<Request*> retry_;    // control posts that met -FI_EAGAIN
   std::deque<Request*> released_;  // CTS came; fi_tsend of the payload met -FI_EAGAIN
   std::uint64_t next_send_id_ = 1;
   std::vector<std::unique_ptr<char[]>> bounce_pool_;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ofi.hpp"
+#include "wia_common/host_messages.hpp"
 
 namespace wia::ofi {
 
@@ -21,9 +22,11 @@ std::string size_text(std::uint64_t n) {
 
 void Endpoint::on_data_recv(Request* r, const fi_cq_tagged_entry& e) {
   Conn* c = r->conn;
-  ctx_->log(WIA_LOG_TRACE,
-            "ofi: receive (tag 0x%" PRIx64 ", %s) completed: wire tag 0x%" PRIx64 ", %zu B%s",
-            r->tag, size_text(r->capacity).c_str(), e.tag, e.len, r->announced ? ", payload" : "");
+  if (common::log_enabled(ctx_->host, WIA_LOG_TRACE))  // formatting costs on the data path
+    ctx_->log(WIA_LOG_TRACE,
+              "ofi: receive (tag 0x%" PRIx64 ", %s) completed: wire tag 0x%" PRIx64 ", %zu B%s",
+              r->tag, size_text(r->capacity).c_str(), e.tag, e.len,
+              r->announced ? ", payload" : "");
   auto fail_trunc = [&](std::uint64_t size) {
     r->state = Request::State::failed;
     r->status = WIA_ERROR_REMOTE;
@@ -139,8 +142,8 @@ void Endpoint::send_released() {
       continue;
     }
     fail_conn(c, "ofi: cannot send the payload of a " + size_text(r->size) + " message to " +
-                     c->peer_text + " after its clear-to-send: " +
-                     ctx_->fi_error(static_cast<int>(rc)));
+                     c->peer_text +
+                     " after its clear-to-send: " + ctx_->fi_error(static_cast<int>(rc)));
   }
 }
 
@@ -192,9 +195,8 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   std::uint64_t into_len = len;
   // Rendezvous mode: every message carries the announce bit, and receives
   // match it exactly (ofi.hpp says why).
-  const std::uint64_t wire_tag =
-      send ? data_tag(c->peer_id, tag) | (rendezvous ? kAnnounceBit : 0)
-           : data_tag(c->id(), tag) | (rendezvous ? kAnnounceBit : 0);
+  const std::uint64_t wire_tag = send ? data_tag(c->peer_id, tag) | (rendezvous ? kAnnounceBit : 0)
+                                      : data_tag(c->id(), tag) | (rendezvous ? kAnnounceBit : 0);
   const std::uint64_t ignore = rendezvous ? 0 : kAnnounceBit;
   if (!send) {
     // Every receive lands in a bounce buffer first: a direct message is
@@ -217,9 +219,10 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   }
   const bool announce = send && size > kDirectMax;
   auto give_up = [&](ssize_t rc) -> wia_status_t {
-    ctx_->log(WIA_LOG_TRACE, "ofi: %s of %s (tag 0x%" PRIx64 ") with %s not taken: %s",
-              send ? "send" : "receive", size_text(size).c_str(), tag, c->peer_text.c_str(),
-              ctx_->fi_error(static_cast<int>(rc)).c_str());
+    if (common::log_enabled(ctx_->host, WIA_LOG_TRACE))
+      ctx_->log(WIA_LOG_TRACE, "ofi: %s of %s (tag 0x%" PRIx64 ") with %s not taken: %s",
+                send ? "send" : "receive", size_text(size).c_str(), tag, c->peer_text.c_str(),
+                ctx_->fi_error(static_cast<int>(rc)).c_str());
     r->user_gone = true;
     finish(r);
     if (rc == -FI_EAGAIN) return WIA_SUCCESS;  // no resources now: the core retries

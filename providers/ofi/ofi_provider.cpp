@@ -27,8 +27,8 @@
 #include <exception>
 #include <new>
 
-#include "wia_common/host_messages.hpp"
 #include "ofi.hpp"
+#include "wia_common/host_messages.hpp"
 #include "wia_common/text.hpp"
 
 #ifndef WIA_OFI_VERSION

@@ -54,12 +54,11 @@ std::string pci_text(const fi_info* info) {
 // name regions after the pid namespace, pid and process start time instead,
 // which no later process repeats, and reap those whose owner is gone.
 std::string shm_region_stem(std::uint64_t pid_ns, std::uint32_t pid, std::uint64_t start) {
-  return "wia-" + std::to_string(pid_ns) + "-" + std::to_string(pid) + "-" +
-         std::to_string(start);
+  return "wia-" + std::to_string(pid_ns) + "-" + std::to_string(pid) + "-" + std::to_string(start);
 }
 
 std::uint64_t pid_namespace() {
-  struct stat st{};
+  struct stat st {};
   return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
 }
 
@@ -313,8 +312,7 @@ wia_status_t Endpoint::open_objects(fi_info* info, const std::string& where) {
   mr_prov_key = (mode & FI_MR_PROV_KEY) != 0;
   const std::string& rdv = ctx_->params.rendezvous;
   rendezvous = rdv == "on" || (rdv == "auto" && info_->shm);
-  ctx_->log(WIA_LOG_DEBUG,
-            "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64 "%s",
+  ctx_->log(WIA_LOG_DEBUG, "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64 "%s",
             where.c_str(), namelen, wait_fd, mode,
             rendezvous ? ", rendezvous (framed messages, clear-to-send above 4 KiB)" : "");
   return WIA_SUCCESS;

@@ -55,6 +55,10 @@ void host_log(void* host_ctx, wia_log_level_t level, const char* message) {
   }
 }
 
+int32_t host_log_enabled(void* /*host_ctx*/, wia_log_level_t level) {
+  return log::enabled(to_log_level(level)) ? 1 : 0;
+}
+
 void host_set_error(void* /*host_ctx*/, const char* message) {
   try {
     t_error = message != nullptr ? message : "";
@@ -93,6 +97,7 @@ wia_host_services_v1_t make_host_services(HostContext* context) {
   table.set_error = host_set_error;
   table.get_param = host_get_param;
   table.clock_ns = host_clock_ns;
+  table.log_enabled = host_log_enabled;
   return table;
 }
 

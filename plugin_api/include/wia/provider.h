@@ -115,6 +115,11 @@ typedef struct wia_host_services_v1 {
   /* Monotonic clock in nanoseconds (the core's time base, so provider
    * timestamps line up with the core's profiler). */
   uint64_t (*clock_ns)(void* host_ctx);
+
+  /* Appended (check struct_size with WIA_ABI_HAS_FIELD): nonzero when a
+   * line at `level` would be written, so a provider can skip formatting
+   * trace lines on its data path. Absent: assume every level is on. */
+  int32_t (*log_enabled)(void* host_ctx, wia_log_level_t level);
 } wia_host_services_v1_t;
 
 /* ------------------------------------------------------------------------ */

@@ -6,9 +6,18 @@
 
 namespace wia::common {
 
+bool log_enabled(const wia_host_services_v1_t* host, wia_log_level_t level) noexcept {
+  if (host == nullptr || host->log == nullptr) return false;
+  if (!WIA_ABI_HAS_FIELD(wia_host_services_v1_t, host->struct_size, log_enabled) ||
+      host->log_enabled == nullptr)
+    return true;
+  return host->log_enabled(host->host_ctx, level) != 0;
+}
+
 void host_vlog(const wia_host_services_v1_t* host, wia_log_level_t level, const char* fmt,
                va_list ap) noexcept {
   if (host == nullptr || host->log == nullptr) return;
+  if (!log_enabled(host, level)) return;
   char buf[1024];
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   host->log(host->host_ctx, level, buf);

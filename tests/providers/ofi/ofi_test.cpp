@@ -54,7 +54,8 @@ struct Provider {
                host_log,
                host_error,
                host_param,
-               host_clock};
+               host_clock,
+               nullptr};  // log_enabled: absent, every level formatted
     so = dlopen(WIA_OFI_PROVIDER_FILE, RTLD_NOW | RTLD_LOCAL);
     REQUIRE_MESSAGE(so != nullptr, dlerror());
     d = static_cast<const wia_provider_v1_t*>(dlsym(so, WIA_PROVIDER_SYMBOL_V1));

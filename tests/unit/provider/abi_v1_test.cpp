@@ -9,7 +9,9 @@
 #include <cstring>
 #include <string>
 
+#include "common/log.hpp"
 #include "provider/abi.hpp"
+#include "provider/host_services.hpp"
 
 using wia::provider_abi::adapt_v1;
 using wia::provider_abi::Descriptor;
@@ -218,4 +220,19 @@ TEST_CASE("descriptor defects are refused with a message naming them") {
     device.can_access_peer = nullptr;
     CHECK(adapt(d, &out) == "device table: required entry 'can_access_peer' is NULL");
   }
+}
+
+TEST_CASE("host services: log_enabled follows the core's log threshold") {
+  wia::provider_host::HostContext context{"test", nullptr};
+  const wia_host_services_v1_t host = wia::provider_host::make_host_services(&context);
+  REQUIRE(WIA_ABI_HAS_FIELD(wia_host_services_v1_t, host.struct_size, log_enabled));
+  REQUIRE((host.log_enabled != nullptr));
+  wia::log::configure(wia::log::Level::info, "");
+  CHECK(host.log_enabled(host.host_ctx, WIA_LOG_TRACE) == 0);
+  CHECK(host.log_enabled(host.host_ctx, WIA_LOG_DEBUG) == 0);
+  CHECK(host.log_enabled(host.host_ctx, WIA_LOG_INFO) != 0);
+  CHECK(host.log_enabled(host.host_ctx, WIA_LOG_ERROR) != 0);
+  wia::log::configure(wia::log::Level::trace, "");
+  CHECK(host.log_enabled(host.host_ctx, WIA_LOG_TRACE) != 0);
+  wia::log::configure(wia::log::Level::warn, "");
 }

@@ -12,6 +12,9 @@ namespace wia::common {
 
 // Formats and logs one line under the provider's name; nothing when the
 // host offers no log callback. Lines are cut at 1023 bytes.
+// Whether a line at `level` would be written (true when the host cannot
+// say): checked before formatting, so trace lines cost nothing when off.
+bool log_enabled(const wia_host_services_v1_t* host, wia_log_level_t level) noexcept;
 void host_vlog(const wia_host_services_v1_t* host, wia_log_level_t level, const char* fmt,
                va_list ap) noexcept;
 // Formats and attaches the message to the error the calling thread is about
