@@ -172,13 +172,26 @@ struct Request {
 // A send waiting for room in the QP (send WRs) or a send slot.
 struct OutItem {
   MsgHeader hdr{};
-  Request* req = nullptr;         // eager/rts: the send; write: the send
+  Request* req = nullptr;         // eager/rts: the send; rdma: the send, put or get
   const char* payload = nullptr;  // eager
-  std::uint64_t remote_addr = 0;  // write
+  std::uint64_t remote_addr = 0;  // rdma
   std::uint32_t rkey = 0;
   std::uint32_t imm = 0;
-  bool write = false;
+  bool write = false;  // an RDMA operation on req's buffer (not a SEND)
+  ibv_wr_opcode opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // rendezvous; put: WRITE; get: READ
 };
+
+// What mr_rkey serialises (WIA_RKEY_SIZE bytes): the region a peer may
+// put to or get from.
+inline constexpr std::uint32_t kRkeyMagic = 0x5756424bu;  // "WVBK"
+struct WireRkey {
+  std::uint32_t magic;
+  std::uint32_t rkey;
+  std::uint64_t base;
+  std::uint64_t len;
+  std::uint8_t pad[64 - 24];
+};
+static_assert(sizeof(WireRkey) == WIA_RKEY_SIZE);
 
 // A message that arrived before its receive was posted.
 struct Unexpected {
@@ -194,7 +207,8 @@ struct SendOp {
   Conn* conn = nullptr;
   Request* req = nullptr;
   int slot = -1;
-  bool completes_req = false;  // eager send or rendezvous write
+  bool completes_req = false;  // eager send, rendezvous write, put or get
+  const char* what = "send";   // for error messages (an error completion has no opcode)
 };
 
 class Conn {
@@ -314,6 +328,8 @@ struct Ctx {
                      wia_request_t* out);
   wia_status_t irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t tag, wia_request_t* out);
   wia_status_t test(Request* r, int32_t* done, std::uint64_t* size);
+  wia_status_t rma(Conn* c, bool put, char* local, std::uint64_t size, MrHandle* mr,
+                   std::uint64_t remote_addr, const void* rkey, wia_request_t* out);
   wia_status_t wait_fds(Conn* c, pollfd* fds, std::uint32_t capacity, std::uint32_t* count);
   bool progress();  // true when anything happened
   void fail_conn(Conn* c, const std::string& why);

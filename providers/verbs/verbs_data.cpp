@@ -142,8 +142,8 @@ void Ctx::flush_out(Conn* c) {
       sge.addr = reinterpret_cast<std::uintptr_t>(it.req->buf);
       sge.length = static_cast<std::uint32_t>(it.req->size);
       sge.lkey = it.req->mr->mr->lkey;
-      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      wr.imm_data = htobe32(it.imm);
+      wr.opcode = it.opcode;
+      if (it.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wr.imm_data = htobe32(it.imm);
       wr.wr.rdma.remote_addr = it.remote_addr;
       wr.wr.rdma.rkey = it.rkey;
     } else {
@@ -172,7 +172,10 @@ void Ctx::flush_out(Conn* c) {
       return;
     }
     const bool completes = it.write || it.hdr.kind == Kind::eager;
-    ops_[op_index] = SendOp{c, it.req, slot, completes};
+    const char* what = !it.write                       ? "send"
+                       : it.opcode == IBV_WR_RDMA_READ ? "RDMA read"
+                                                       : "RDMA write";
+    ops_[op_index] = SendOp{c, it.req, slot, completes, what};
     if (it.req != nullptr) ++it.req->in_flight;
     ++c->sq_used;
     c->out.pop_front();
@@ -218,6 +221,66 @@ wia_status_t Ctx::isend(Conn* c, const char* buf, std::uint64_t size, std::uint6
   c->out.push_back(it);
   flush_out(c);
   *out = reinterpret_cast<wia_request_t>(r);
+  return WIA_SUCCESS;
+}
+
+// put/get: one RDMA write or read between a local buffer (the region the
+// caller names when it covers the buffer, else a cached registration) and
+// a range of the peer's region. Completes on its own completion; RC order
+// makes a completed put visible before any later message on the connection.
+wia_status_t Ctx::rma(Conn* c, bool put, char* local, std::uint64_t size, MrHandle* mr,
+                      std::uint64_t remote_addr, const void* rkey, wia_request_t* out) {
+  const char* what = put ? "put" : "get";
+  if (c->failed) return fail(WIA_ERROR_REMOTE, "%s", c->failure.c_str());
+  WireRkey k;
+  std::memcpy(&k, rkey, sizeof k);
+  if (k.magic != kRkeyMagic)
+    return fail(WIA_ERROR_INVALID_ARGUMENT, "verbs: %s: the rkey is not a verbs mr_rkey's", what);
+  if (remote_addr < k.base || size > k.len || remote_addr - k.base > k.len - size)
+    return fail(WIA_ERROR_INVALID_ARGUMENT,
+                "verbs: %s of %s at 0x%" PRIx64
+                " to peer %s: outside the remote region "
+                "0x%" PRIx64 " + %s",
+                what, size_text(size).c_str(), remote_addr, c->peer.c_str(), k.base,
+                size_text(k.len).c_str());
+  if (size > port_attr.max_msg_sz)
+    return fail(WIA_ERROR_INVALID_ARGUMENT, "verbs: %s of %s: larger than %s, the largest on %s",
+                what, size_text(size).c_str(), size_text(port_attr.max_msg_sz).c_str(),
+                dev_name.c_str());
+  auto* r = new Request;
+  r->is_send = put;
+  r->conn = c;
+  r->buf = local;
+  r->size = size;
+  c->requests.insert(r);
+  *out = reinterpret_cast<wia_request_t>(r);
+  if (size == 0) {
+    finish(r, WIA_SUCCESS);
+    return WIA_SUCCESS;
+  }
+  const auto at = reinterpret_cast<std::uintptr_t>(local);
+  if (mr != nullptr && mr->entry->base <= at && at + size <= mr->entry->base + mr->entry->len) {
+    ++mr->entry->refs;
+    r->mr = mr->entry;
+  } else {
+    MrEntry* e = nullptr;
+    const wia_status_t st = reg(local, size, &e);
+    if (st != WIA_SUCCESS) {
+      r->user_gone = true;
+      release(r);
+      *out = nullptr;
+      return st;
+    }
+    r->mr = e;
+  }
+  OutItem it;
+  it.write = true;
+  it.opcode = put ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+  it.req = r;
+  it.remote_addr = remote_addr;
+  it.rkey = k.rkey;
+  c->out.push_back(it);
+  flush_out(c);
   return WIA_SUCCESS;
 }
 
@@ -397,9 +460,7 @@ void Ctx::on_send(const ibv_wc& wc) {
   if (op.req != nullptr) --op.req->in_flight;
   if (wc.status != IBV_WC_SUCCESS) {
     // The first error names the cause; the flushes after it only repeat it.
-    if (!c->failed)
-      fail_conn(c, std::string(wc.opcode == IBV_WC_RDMA_WRITE ? "RDMA write" : "send") +
-                       " completion error: " + wc_text(lib, wc));
+    if (!c->failed) fail_conn(c, std::string(op.what) + " completion error: " + wc_text(lib, wc));
   } else if (op.completes_req && op.req != nullptr) {
     finish(op.req, WIA_SUCCESS);
   }

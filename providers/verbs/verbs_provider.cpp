@@ -162,7 +162,8 @@ wia_status_t endpoint_props(void* ctx, int32_t endpoint, wia_transport_props_v1_
     if (st != WIA_SUCCESS) return st;
     wia_transport_props_v1_t p{};
     p.struct_size = sizeof p;
-    p.flags = WIA_TRANSPORT_FLAG_INTER_NODE | WIA_TRANSPORT_FLAG_INTRA_NODE;
+    p.flags =
+        WIA_TRANSPORT_FLAG_INTER_NODE | WIA_TRANSPORT_FLAG_INTRA_NODE | WIA_TRANSPORT_FLAG_RMA;
     std::snprintf(p.name, sizeof p.name, "%s:%u", c.dev_name.c_str(), c.port);
     // ibv_port_attr: active_width 1/2/4/8/16 = 1x/4x/8x/12x/2x lanes,
     // active_speed the per-lane rate (IBTA encoding).
@@ -319,6 +320,44 @@ wia_status_t close_(void* ctx, wia_conn_t conn) {
   });
 }
 
+wia_status_t mr_rkey(void* ctx, wia_mr_t mr, void* rkey) {
+  return guarded(ctx, "mr_rkey", [&](Ctx& c) -> wia_status_t {
+    if (mr == nullptr || rkey == nullptr)
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT, "verbs: mr_rkey: NULL region or rkey");
+    const MrEntry* e = reinterpret_cast<MrHandle*>(mr)->entry;
+    WireRkey k{};
+    k.magic = kRkeyMagic;
+    k.rkey = e->mr->rkey;
+    k.base = e->base;
+    k.len = e->len;
+    std::memcpy(rkey, &k, sizeof k);
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t put(void* ctx, wia_conn_t conn, const void* local, uint64_t size, wia_mr_t mr,
+                 uint64_t remote_addr, const void* rkey, wia_request_t* request) {
+  return guarded(ctx, "put", [&](Ctx& c) -> wia_status_t {
+    if (conn == nullptr || rkey == nullptr || request == nullptr || (local == nullptr && size > 0))
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "verbs: put: NULL connection, buffer, rkey or request");
+    return c.rma(reinterpret_cast<Conn*>(conn), true,
+                 const_cast<char*>(static_cast<const char*>(local)), size,
+                 reinterpret_cast<MrHandle*>(mr), remote_addr, rkey, request);
+  });
+}
+
+wia_status_t get(void* ctx, wia_conn_t conn, void* local, uint64_t size, wia_mr_t mr,
+                 uint64_t remote_addr, const void* rkey, wia_request_t* request) {
+  return guarded(ctx, "get", [&](Ctx& c) -> wia_status_t {
+    if (conn == nullptr || rkey == nullptr || request == nullptr || (local == nullptr && size > 0))
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "verbs: get: NULL connection, buffer, rkey or request");
+    return c.rma(reinterpret_cast<Conn*>(conn), false, static_cast<char*>(local), size,
+                 reinterpret_cast<MrHandle*>(mr), remote_addr, rkey, request);
+  });
+}
+
 // --- descriptor ------------------------------------------------------------------------
 
 constexpr std::uint32_t kDeclSize = sizeof(wia_param_decl_v1_t);
@@ -337,7 +376,7 @@ const wia_param_decl_v1_t kParams[] = {
 const wia_transport_ops_v1_t kTransportOps = {
     .struct_size = sizeof(wia_transport_ops_v1_t),
     .abi_version = WIA_PROVIDER_ABI_VERSION,
-    .caps = WIA_TRANSPORT_CAP_WAIT_FD,
+    .caps = WIA_TRANSPORT_CAP_WAIT_FD | WIA_TRANSPORT_CAP_RMA,
     .must_understand = 0,
     .endpoint_count = endpoint_count,
     .endpoint_props = endpoint_props,
@@ -351,9 +390,9 @@ const wia_transport_ops_v1_t kTransportOps = {
     .irecv = irecv,
     .test = test,
     .close = close_,
-    .mr_rkey = nullptr,
-    .put = nullptr,
-    .get = nullptr,
+    .mr_rkey = mr_rkey,
+    .put = put,
+    .get = get,
     .send_inline = nullptr,
     .recv_inline = nullptr,
     .wait_fds = wait_fds,

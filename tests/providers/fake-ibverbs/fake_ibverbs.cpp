@@ -34,8 +34,9 @@ namespace {
 // One frame on a queue pair's socket. Requests (send, write) go out on the
 // socket the QP connected at RTR; each is answered by an ack on the same
 // socket, in order, once the responder has placed the data (and queued its
-// completion), so a requester's completion means the peer has the data.
-enum Op : std::uint32_t { kHello = 1, kSend, kWrite, kAck };
+// completion), so a requester's completion means the peer has the data. A
+// read is answered by an ack that carries the bytes read.
+enum Op : std::uint32_t { kHello = 1, kSend, kWrite, kAck, kRead };
 struct Frame {
   std::uint32_t op;
   std::uint32_t status;  // ack: the ibv_wc_status for the requester
@@ -44,7 +45,7 @@ struct Frame {
   std::uint32_t rkey;
   std::uint32_t imm;
   std::uint32_t has_imm;
-  std::uint32_t reserved;
+  std::uint32_t read_len;  // read: bytes asked for (the request itself has no payload)
 };
 
 struct Ctx;
@@ -63,12 +64,14 @@ struct Chan {  // one socket of a QP, both directions
   bool consumed_recv = false;
   std::uint32_t reply = IBV_WC_SUCCESS;
   bool stalled = false;  // receiver not ready: no receive posted
+  bool is_ack = false;   // the payload being read answers our read
 };
 
 struct Unacked {
   std::uint64_t wr_id;
   ibv_wc_opcode opcode;
   std::uint32_t len;
+  char* read_dest = nullptr;  // read: the local buffer
 };
 
 struct Qp {
@@ -253,6 +256,11 @@ bool start_request(Qp* q, Chan& ch) {
   ch.dest = nullptr;
   ch.reply = IBV_WC_SUCCESS;
   ch.consumed_recv = false;
+  if (f.op == kRead) {
+    if (!find_mr(q->ctx, f.rkey, f.raddr, f.read_len, IBV_ACCESS_REMOTE_READ))
+      ch.reply = IBV_WC_REM_ACCESS_ERR;
+    return true;
+  }
   if (f.op == kWrite &&
       (q->ctx->faults.remote_access ||
        (f.len > 0 && !find_mr(q->ctx, f.rkey, f.raddr, f.len, IBV_ACCESS_REMOTE_WRITE)))) {
@@ -302,6 +310,11 @@ void finish_request(Qp* q, Chan& ch) {
   Frame ack{};
   ack.op = kAck;
   ack.status = ch.reply;
+  if (f.op == kRead && ch.reply == IBV_WC_SUCCESS) {
+    ack.len = f.read_len;
+    queue_frame(ch, ack, reinterpret_cast<const void*>(f.raddr), f.read_len);
+    return;
+  }
   queue_frame(ch, ack, nullptr, 0);
 }
 
@@ -324,17 +337,23 @@ bool pump(Qp* q, Chan& ch) {
       if (n <= 0) return false;
       ch.hdr_got += static_cast<std::size_t>(n);
       if (ch.hdr_got < sizeof(Frame)) continue;
-      if (ch.hdr.op == kAck) {
+      if (ch.hdr.op == kAck && ch.hdr.len == 0) {
         ch.hdr_got = 0;
         on_ack(q, ch.hdr);
         if (q->state == IBV_QPS_ERR) return true;
         continue;
       }
-      if (ch.hdr.op != kSend && ch.hdr.op != kWrite) return false;
+      if (ch.hdr.op != kSend && ch.hdr.op != kWrite && ch.hdr.op != kRead && ch.hdr.op != kAck)
+        return false;
       ch.in_payload = true;
       ch.payload_got = 0;
       ch.stalled = false;
-      if (!start_request(q, ch)) {
+      ch.is_ack = ch.hdr.op == kAck;
+      if (ch.is_ack) {  // read data: into the oldest outstanding read
+        const bool read = !q->unacked.empty() && q->unacked.front().read_dest != nullptr &&
+                          q->unacked.front().len == ch.hdr.len;
+        ch.dest = read ? q->unacked.front().read_dest : nullptr;
+      } else if (!start_request(q, ch)) {
         ch.stalled = true;
         ch.in_payload = false;
         return true;
@@ -351,9 +370,14 @@ bool pump(Qp* q, Chan& ch) {
       ch.payload_got += static_cast<std::uint64_t>(n);
       if (ch.payload_got < ch.hdr.len) continue;
     }
-    finish_request(q, ch);
     ch.in_payload = false;
     ch.hdr_got = 0;
+    if (ch.is_ack) {
+      on_ack(q, ch.hdr);
+      if (q->state == IBV_QPS_ERR) return true;
+    } else {
+      finish_request(q, ch);
+    }
   }
   return true;
 }
@@ -489,13 +513,18 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   }
   for (; wr != nullptr; wr = wr->next) {
     if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_RDMA_WRITE &&
-        wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
+        wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM && wr->opcode != IBV_WR_RDMA_READ) {
+      *bad = wr;
+      return EINVAL;
+    }
+    const bool read = wr->opcode == IBV_WR_RDMA_READ;
+    if (read && wr->num_sge != 1) {  // the double reads into one buffer
       *bad = wr;
       return EINVAL;
     }
     std::vector<char> payload;
     bool local_ok = true;
-    for (int i = 0; i < wr->num_sge; ++i) {
+    for (int i = 0; i < wr->num_sge && !read; ++i) {
       const ibv_sge& s = wr->sg_list[i];
       if (!(wr->send_flags & IBV_SEND_INLINE) && s.length > 0 &&
           !find_mr(c, s.lkey, s.addr, s.length, 0))
@@ -503,8 +532,14 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       const char* p = reinterpret_cast<const char*>(s.addr);
       payload.insert(payload.end(), p, p + s.length);
     }
-    const Unacked u{wr->wr_id, wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE,
-                    static_cast<std::uint32_t>(payload.size())};
+    Unacked u{wr->wr_id, wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE,
+              static_cast<std::uint32_t>(payload.size())};
+    if (read) {
+      const ibv_sge& s = wr->sg_list[0];
+      u = Unacked{wr->wr_id, IBV_WC_RDMA_READ, s.length, reinterpret_cast<char*>(s.addr)};
+      if (s.length > 0 && !find_mr(c, s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE))
+        local_ok = false;
+    }
     ++q->posted;
     const long n = static_cast<long>(q->posted);
     if (q->state == IBV_QPS_ERR) {
@@ -528,8 +563,9 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
       continue;
     }
     Frame f{};
-    f.op = wr->opcode == IBV_WR_SEND ? kSend : kWrite;
+    f.op = wr->opcode == IBV_WR_SEND ? kSend : read ? kRead : kWrite;
     f.len = payload.size();
+    if (read) f.read_len = u.len;
     if (wr->opcode != IBV_WR_SEND) {
       f.raddr = wr->wr.rdma.remote_addr;
       f.rkey = wr->wr.rdma.rkey;

@@ -228,6 +228,44 @@ TEST_CASE("verbs: messages at the eager boundary and a 64 MiB rendezvous arrive 
   CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
 }
 
+TEST_CASE("verbs: put and get move data; out of the region is refused; a stale rkey is REMOTE") {
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  REQUIRE((p.t->caps & WIA_TRANSPORT_CAP_RMA) != 0);
+  auto [a, b] = self_pair(p);
+  constexpr std::size_t kSize = 256 << 10;
+  std::vector<char> target(kSize, 0), src = pattern(kSize, 3), back(kSize, 0);
+  wia_mr_desc_v1_t desc{
+      sizeof(desc), WIA_MR_HOST, target.data(), target.size(), WIA_MEM_IFACE_HOST, -1, 0, 0};
+  wia_mr_t tm = nullptr;
+  REQUIRE(p.t->reg_mr(p.ctx, 0, &desc, &tm) == WIA_SUCCESS);
+  std::uint8_t rkey[WIA_RKEY_SIZE];
+  REQUIRE(p.t->mr_rkey(p.ctx, tm, rkey) == WIA_SUCCESS);
+  const auto base = reinterpret_cast<std::uint64_t>(target.data());
+  wia_request_t r = nullptr;
+  // Half of it at an offset, then the whole region read back.
+  REQUIRE(p.t->put(p.ctx, a, src.data(), kSize / 2, nullptr, base + 100, rkey, &r) == WIA_SUCCESS);
+  REQUIRE_MESSAGE(wait(p, r) == WIA_SUCCESS, h.error);
+  CHECK(std::memcmp(target.data() + 100, src.data(), kSize / 2) == 0);
+  CHECK(target[99] == 0);
+  REQUIRE(p.t->get(p.ctx, a, back.data(), kSize, nullptr, base, rkey, &r) == WIA_SUCCESS);
+  REQUIRE_MESSAGE(wait(p, r) == WIA_SUCCESS, h.error);
+  CHECK(std::memcmp(back.data(), target.data(), kSize) == 0);
+  // Past the end of the region: refused before anything is posted.
+  CHECK(p.t->put(p.ctx, a, src.data(), 200, nullptr, base + kSize - 100, rkey, &r) ==
+        WIA_ERROR_INVALID_ARGUMENT);
+  CHECK_MESSAGE(h.error.find("outside the remote region") != std::string::npos, h.error);
+  // The target deregistered the region: the NIC refuses the write.
+  REQUIRE(p.t->dereg_mr(p.ctx, tm) == WIA_SUCCESS);
+  REQUIRE(p.t->put(p.ctx, a, src.data(), 64, nullptr, base, rkey, &r) == WIA_SUCCESS);
+  CHECK(wait(p, r) == WIA_ERROR_REMOTE);
+  CHECK_MESSAGE(h.error.find("IBV_WC_REM_ACCESS_ERR") != std::string::npos, h.error);
+  CHECK_MESSAGE(h.error.find("RDMA write") != std::string::npos, h.error);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
 TEST_CASE("verbs: a message over the port's max_msg_sz is refused with the sizes named") {
   Host h;
   Provider p(h);
