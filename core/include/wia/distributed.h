@@ -136,8 +136,9 @@ WIA_API wia_status_t wia_enable_gpudirect_rdma(wia_distributed_config_t* config,
  * The path taken is logged at info the first time per peer and path, and
  * the profiling report counts each as its own entry ("send", "recv" for
  * host memory, "send_staged", "recv_staged", "send_direct",
- * "recv_direct"). Bad (node, device): WIA_ERROR_INVALID_ARGUMENT naming
- * both values and the communicator's shape. */
+ * "recv_direct"), its `algorithm` the path ("host", "staged", "direct").
+ * Bad (node, device): WIA_ERROR_INVALID_ARGUMENT naming both values and
+ * the communicator's shape. */
 WIA_API wia_status_t wia_send(int dst_node, int dst_device, const void* buffer, size_t size,
                               wia_stream_t stream);
 WIA_API wia_status_t wia_recv(int src_node, int src_device, void* buffer, size_t size,

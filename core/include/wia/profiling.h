@@ -28,7 +28,9 @@ typedef struct wia_collective_profile {
   /* Extensions (latency tracking): seconds. */
   double min_time, p50_time, p99_time, max_time;
   uint64_t bytes;        /* one rank's input bytes, summed over calls */
-  const char* algorithm; /* what the tuner chose for the last call (static storage) */
+  /* What the tuner chose for the last call; point to point: the path its
+   * data took, "host", "staged" or "direct" (static storage). */
+  const char* algorithm;
 } wia_collective_profile_t;
 
 typedef struct wia_comm_profile_report {

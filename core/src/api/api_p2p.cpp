@@ -114,6 +114,11 @@ const char* path_name(Path p, bool is_send) {
   return is_send ? "send" : "recv";
 }
 
+// The profile's `algorithm` of a point-to-point operation.
+const char* path_label(Path p) {
+  return p == Path::kStaged ? "staged" : p == Path::kDirect ? "direct" : "host";
+}
+
 std::uint32_t iface_of(const std::string& provider) {
   if (provider == "cuda") return WIA_MEM_IFACE_CUDA;
   if (provider == "hip") return WIA_MEM_IFACE_ROCM;
@@ -305,7 +310,7 @@ void transfer(const char* fn, wia_communicator_t comm, bool is_send, int node, i
   const char* name = path_name(r.path, is_send);
   const auto utag = static_cast<std::uint32_t>(tag);
   if (r.path != Path::kStaged) {
-    c.post_tagged(peer, is_send, buf, size, utag, name, s);
+    c.post_tagged(peer, is_send, buf, size, utag, name, path_label(r.path), s);
     return;
   }
   StagingRef st = make_staging(*r.device, size);
@@ -317,7 +322,7 @@ void transfer(const char* fn, wia_communicator_t comm, bool is_send, int node, i
   if (is_send) {
     launch(s, &copy_in, st);
     // Should this throw, copy_in still holds its reference and drops it.
-    c.post_tagged(peer, true, st->host, size, utag, name, s);
+    c.post_tagged(peer, true, st->host, size, utag, name, path_label(r.path), s);
     try {
       launch(s, &release, st);
     } catch (const Error& e) {
@@ -328,7 +333,7 @@ void transfer(const char* fn, wia_communicator_t comm, bool is_send, int node, i
                                           fn, e.what()));
     }
   } else {
-    c.post_tagged(peer, false, st->host, size, utag, name, s);
+    c.post_tagged(peer, false, st->host, size, utag, name, path_label(r.path), s);
     try {
       launch(s, &copy_out, st);
     } catch (const Error& e) {

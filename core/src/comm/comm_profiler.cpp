@@ -26,11 +26,11 @@ void CommProfiler::reset() {
 }
 
 void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
-                          double busbw_factor) {
+                          double busbw_factor, const char* algorithm) {
   if (!on()) return;
   // The posting thread owns this slot until finished() takes it: no lock.
   Slot& slot = ring_[seq % kRing];
-  slot.p = Pending{op, bytes, busbw_factor, Clock::now()};
+  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm};
   slot.seq_plus_one.store(seq + 1, std::memory_order_release);
 }
 
@@ -62,7 +62,10 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm) {
   o.algbw_gbps.push_back(algbw);
   o.busbw_gbps.push_back(algbw * p.busbw_factor);
   o.bytes += p.bytes;
-  if (algorithm != nullptr) o.algorithm = algorithm;
+  if (p.algorithm != nullptr)
+    o.algorithm = p.algorithm;
+  else if (algorithm != nullptr)
+    o.algorithm = algorithm;
   if (intervals_.size() < kMaxIntervals) intervals_.push_back({start, now});
 }
 

@@ -49,7 +49,10 @@ class CommProfiler {
   void disable() { on_.store(false); }
   void reset();
   // busbw_factor: nccl-tests' bus bandwidth factor of the collective.
-  void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor);
+  // `algorithm` (static storage), when set, is what the report shows for
+  // this operation instead of finished()'s (point to point: its path).
+  void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
+              const char* algorithm = nullptr);
   void finished(std::uint64_t seq, const char* algorithm);
   Snapshot snapshot() const;
 
@@ -59,6 +62,7 @@ class CommProfiler {
     std::uint64_t bytes;
     double busbw_factor;
     Clock::time_point posted;
+    const char* algorithm;
   };
   std::atomic<bool> on_{false};
   mutable std::mutex mu_;

@@ -31,10 +31,12 @@ struct Call {
   bool in_place = false;
   engine::RankBuffers buffers;
   // Point to point on a process communicator (wia_send_ex): the caller's
-  // tag, and the name the profiler and the flight recorder give the
-  // operation (static storage; nullptr = "send" / "recv").
+  // tag, the name the profiler and the flight recorder give the operation
+  // (static storage; nullptr = "send" / "recv"), and the path its data
+  // takes, the profile's `algorithm` (nullptr = "host").
   std::uint32_t tag = 0;
   const char* p2p_name = nullptr;
+  const char* p2p_path = nullptr;
 };
 
 class CommunicatorBase {

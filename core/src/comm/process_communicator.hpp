@@ -130,7 +130,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   // `peer` with the caller's `tag` (< 2^31), posted like post_send;
   // `name` is the profiler's and flight recorder's (static storage).
   void post_tagged(int peer, bool is_send, void* buf, std::uint64_t bytes, std::uint32_t tag,
-                   const char* name, wia_stream_s* stream);
+                   const char* name, const char* path, wia_stream_s* stream);
   // Whether the transport of the link to `peer` registers device memory of
   // interface `iface` (WIA_MEM_IFACE_*) and takes it in isend/irecv
   // without a registration; `why` says why not.
@@ -310,7 +310,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Point to point (process_p2p.cpp).
   void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                 wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream,
-                std::uint32_t tag = 0, const char* name = nullptr);
+                std::uint32_t tag = 0, const char* name = nullptr, const char* path = nullptr);
   // A send or receive; it cannot fail: posting is retried, bounded, in
   // proceed_p2p.
   std::unique_ptr<RunningOperation> begin_p2p(std::uint64_t seq, const Call& call, int peer,

@@ -18,7 +18,8 @@ namespace wia::comm {
 // posting order with the rank's collectives.
 void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                                    wia_datatype_t dtype, std::uint32_t timeout_ms,
-                                   wia_stream_s* stream, std::uint32_t tag, const char* name) {
+                                   wia_stream_s* stream, std::uint32_t tag, const char* name,
+                                   const char* path) {
   if (rank != layout_.rank)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
@@ -36,6 +37,7 @@ void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, 
   call.buffers.send = call.buffers.recv = static_cast<char*>(buf);
   call.tag = tag;
   call.p2p_name = name;
+  call.p2p_path = path;
   if (!try_post_inline(call, stream, peer, is_send))
     post_stream_task(std::move(call), stream, peer, is_send);
 }
@@ -145,11 +147,12 @@ wia_status_t ProcessCommunicator::proceed_p2p(RunningOperation& r, Clock::time_p
 }
 
 void ProcessCommunicator::post_tagged(int peer, bool is_send, void* buf, std::uint64_t bytes,
-                                      std::uint32_t tag, const char* name, wia_stream_s* stream) {
+                                      std::uint32_t tag, const char* name, const char* path,
+                                      wia_stream_s* stream) {
   if (tag >= (1u << 31))
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {}: tag {} is outside 0 .. 2^31-1", layout_.rank, tag));
-  post_p2p(layout_.rank, peer, is_send, buf, bytes, WIA_UINT8, 0, stream, tag, name);
+  post_p2p(layout_.rank, peer, is_send, buf, bytes, WIA_UINT8, 0, stream, tag, name, path);
 }
 
 bool ProcessCommunicator::link_takes_device_memory(int peer, std::uint32_t iface,

@@ -125,6 +125,36 @@ int ring(int rank, int n, bool two_hosts) {
         return kWrong;
       }
   }
+  // Several senders, received in the opposite order: every other rank
+  // sends rank 0 1 MiB with its rank as the tag, and rank 0 receives from
+  // the highest rank first. Each sender has one operation, so nothing
+  // depends on the transport buffering a message.
+  if (n >= 3) {
+    const std::size_t size = 1 << 20;
+    if (rank > 0) {
+      std::vector<std::uint8_t> out(size);
+      fill(out, rank, 0, rank);
+      const Where zero = where(0, two_hosts);
+      if (wia_send_ex(comm, zero.node, zero.device, out.data(), size, rank, nullptr) !=
+              WIA_SUCCESS ||
+          wia_stream_synchronize(nullptr) != WIA_SUCCESS)
+        return fail(rank, "fan-in send");
+    } else {
+      std::vector<std::vector<std::uint8_t>> in(static_cast<std::size_t>(n));
+      for (int p = n - 1; p >= 1; --p) {
+        in[p].assign(size, 0xEE);
+        const Where w = where(p, two_hosts);
+        if (wia_recv_ex(comm, w.node, w.device, in[p].data(), size, p, nullptr) != WIA_SUCCESS)
+          return fail(rank, "fan-in receive");
+      }
+      if (wia_stream_synchronize(nullptr) != WIA_SUCCESS) return fail(rank, "fan-in synchronize");
+      for (int p = 1; p < n; ++p)
+        if (const long w = first_wrong(in[p], p, 0, p); w >= 0) {
+          std::fprintf(stderr, "rank 0: fan-in from rank %d: byte %ld wrong\n", p, w);
+          return kWrong;
+        }
+    }
+  }
   return wia_destroy_communicator(comm) == WIA_SUCCESS ? kOk : fail(rank, "destroy");
 }
 
@@ -244,7 +274,9 @@ TEST_CASE(
         const wia_collective_profile_t* s = entry(r, "send");
         const wia_collective_profile_t* v = entry(r, "recv");
         const bool counted = s && v && s->invocation_count == 3 && v->invocation_count == 3 &&
-                             s->bytes == 3 * size && v->bytes == 3 * size;
+                             s->bytes == 3 * size && v->bytes == 3 * size &&
+                             std::string(s->algorithm) == "host" &&
+                             std::string(v->algorithm) == "host";
         if (!counted)
           std::fprintf(stderr, "rank %d: profile without 3 sends and 3 receives of %zu B\n", rank,
                        size);
@@ -452,7 +484,8 @@ TEST_CASE(
           }
           wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
           const wia_collective_profile_t* e = entry(r, rank == 0 ? "send_staged" : "recv_staged");
-          const bool counted = e && e->invocation_count == 4;
+          const bool counted =
+              e && e->invocation_count == 4 && std::string(e->algorithm) == "staged";
           wia_free_comm_profile(r);
           if (!counted) {
             std::fprintf(stderr, "rank %d: no 4 staged transfers in the profile\n", rank);
@@ -480,5 +513,44 @@ TEST_CASE(
     std::remove((log_base + ".0").c_str());
     std::remove((log_base + ".1").c_str());
   }
+}
+TEST_CASE(
+    "a staged receive whose sender is killed fails naming it and leaves the device "
+    "buffer as it was") {
+  const auto st = run_ranks(
+      2, base_yaml(3000),
+      [](int rank, int n) {
+        const int host = device_of("host"), gpu = device_of("cuda");
+        if (host < 0 || gpu < 0 || wia_set_device(host) != WIA_SUCCESS) return kApiError;
+        wia_communicator_t comm = join(rank, n);
+        if (!comm) return kApiError;
+        if (rank == 0) {
+          usleep(300 * 1000);  // rank 1 is in its receive by now
+          raise(SIGKILL);
+        }
+        const std::size_t size = 1 << 20;
+        void* dev = nullptr;
+        if (wia_malloc_on(gpu, &dev, size) != WIA_SUCCESS || wia_memset(dev, 0x5A, size) != 0)
+          return fail(rank, "device buffer");
+        if (wia_recv(0, 0, dev, size, nullptr) != WIA_SUCCESS) return fail(rank, "recv");
+        const wia_status_t s = wia_stream_synchronize(nullptr);
+        const int r = error_naming(rank, s, wia_get_last_error(), {"rank 0"});
+        std::vector<std::uint8_t> back(size);
+        if (wia_memcpy(back.data(), dev, size) != WIA_SUCCESS) return fail(rank, "read back");
+        for (std::size_t i = 0; i < size; ++i)
+          if (back[i] != 0x5A) {
+            std::fprintf(stderr, "rank 1: byte %zu of the device buffer changed\n", i);
+            return kWrong;
+          }
+        wia_free(dev);
+        wia_destroy_communicator(comm);
+        return r;
+      },
+      {{"TEST_WIA_ID", unique_id_env()},
+       {"WIA_TRANSPORT", "tcp"},
+       {"WIA_CUDA_LIBRARY", WIA_FAKE_CUDA_FILE}},
+      {}, 60);
+  CHECK(st[0] == -SIGKILL);
+  CHECK(st[1] == kSawError);
 }
 #endif
