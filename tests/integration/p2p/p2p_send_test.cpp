@@ -332,6 +332,16 @@ TEST_CASE("bad input: unknown (node, device), NULL buffer, self, negative tag, n
         if (wia_recv(3, 3, &byte, 1, nullptr) != WIA_ERROR_INVALID_ARGUMENT ||
             !std::strstr(wia_get_last_error(), "wia_recv: (src_node 3, src_device 3)"))
           return fail(rank, "wia_recv of an unknown rank");
+        // A communicator over this process's devices is no target of
+        // wia_send_ex, and creating one does not change wia_send's.
+        const wia_device_t dev0 = 0;
+        wia_communicator_t local = nullptr;
+        if (wia_create_communicator(&dev0, 1, &local) != WIA_SUCCESS)
+          return fail(rank, "device communicator");
+        if (wia_send_ex(local, 0, 0, &byte, 1, 0, nullptr) != WIA_ERROR_NOT_SUPPORTED ||
+            !std::strstr(wia_get_last_error(), "needs a process communicator"))
+          return fail(rank, "wia_send_ex on a device communicator");
+        if (wia_destroy_communicator(local) != WIA_SUCCESS) return kApiError;
         // Zero bytes from a NULL buffer are fine, and still a message.
         if (wia_send(0, 1 - rank, nullptr, 0, nullptr) != WIA_SUCCESS ||
             wia_recv(0, 1 - rank, nullptr, 0, nullptr) != WIA_SUCCESS ||
