@@ -329,6 +329,7 @@ void on_ack(Qp* q, const Frame& f) {
 
 // Reads what the socket has; false when the peer is gone.
 bool pump(Qp* q, Chan& ch) {
+  if (ch.stalled) return true;  // a header waits for a receive (resume)
   for (int rounds = 0; rounds < 64 && ch.fd >= 0; ++rounds) {
     if (!ch.in_payload) {
       const ssize_t n =

@@ -2,7 +2,7 @@
 # The libibverbs test double (README.md in this folder), built as
 # <build>/fake-ibverbs/libibverbs.so.1 with rdma-core's symbol versions and
 # never installed: only a test that names it (WIA_VERBS_LIBRARY) loads it.
-# Its tests live with the provider's (tests/providers/verbs/tests.cmake).
+# Its own test is below; the provider's are in tests/providers/verbs/tests.cmake.
 find_path(WIA_FAKE_IBVERBS_INCLUDE_DIR infiniband/verbs.h)
 if(NOT WIA_FAKE_IBVERBS_INCLUDE_DIR)
   return()
@@ -20,3 +20,8 @@ target_link_options(wia_fake_ibverbs PRIVATE -Wl,-soname,libibverbs.so.1 -Wl,--n
   -Wl,--version-script=${_map})
 set_property(TARGET wia_fake_ibverbs APPEND PROPERTY LINK_DEPENDS ${_map})
 set(WIA_FAKE_IBVERBS_FILE ${WIA_FAKE_IBVERBS_DIR}/libibverbs.so.1)
+
+# The double's own test, linked against it (ctest fake_ibverbs).
+wia_add_unit_test(fake_ibverbs SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fake_ibverbs.cpp
+  LIBS wia_fake_ibverbs TIMEOUT 60)
+target_include_directories(test_fake_ibverbs SYSTEM PRIVATE ${WIA_FAKE_IBVERBS_INCLUDE_DIR})
