@@ -133,7 +133,10 @@ inline constexpr std::uint64_t kEagerMax = kSlotSize - sizeof(MsgHeader);
 inline constexpr std::uint32_t kRecvSlots = 512;   // posted to the SRQ
 inline constexpr std::uint32_t kSendSlots = 1024;  // eager and control sends in flight
 inline constexpr std::uint32_t kMaxSendWr = 128;   // per QP
-inline constexpr std::uint32_t kCqSize = 16384;
+inline constexpr std::uint32_t kCqSize = 65536;
+// Every QP's send WRs and the SRQ's receives complete on the one CQ: more
+// QPs than this could overrun it (a fatal async error on a NIC).
+inline constexpr std::uint32_t kMaxQps = (kCqSize - kRecvSlots) / kMaxSendWr;
 inline constexpr std::uint64_t kRecvBit = 1ull << 63;  // in a receive's wr_id
 inline constexpr std::uint32_t kMaxInline = 220;       // asked of the QP; the device may give less
 

@@ -19,12 +19,21 @@ namespace wia::verbs {
 
 namespace {
 
+// The handshake socket is also the liveness channel: keepalive probes make
+// a peer whose node died or whose link was cut (no FIN ever comes) show as
+// a failed socket after about 20 s of silence.
+void tune(int fd) {
+  int one = 1, idle = 10, interval = 2, count = 5;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
 int tcp_socket() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  }
+  if (fd >= 0) tune(fd);
   return fd;
 }
 
@@ -90,6 +99,11 @@ wia_status_t Ctx::listen(void* handle, Listener** out) {
 }
 
 wia_status_t Ctx::qp_create(Conn* c) {
+  if (by_qpn.size() >= kMaxQps)
+    return fail(WIA_ERROR_UNAVAILABLE,
+                "verbs: %s already has %zu connections, the most its completion queue of %u "
+                "entries serves",
+                dev_name.c_str(), by_qpn.size(), kCqSize);
   ibv_qp_init_attr ia{};
   ia.send_cq = cq;
   ia.recv_cq = cq;
@@ -99,6 +113,10 @@ wia_status_t Ctx::qp_create(Conn* c) {
   ia.cap.max_send_sge = 1;
   ia.cap.max_inline_data = kMaxInline;
   c->qp = lib.create_qp(pd, &ia);
+  if (c->qp == nullptr && errno == EINVAL) {  // a device with less (or no) inline room
+    ia.cap.max_inline_data = 0;
+    c->qp = lib.create_qp(pd, &ia);
+  }
   if (c->qp == nullptr)
     return fail(WIA_ERROR_IO, "verbs: ibv_create_qp (RC, %u send WRs) on %s: %s", kMaxSendWr,
                 dev_name.c_str(), errno_text(errno).c_str());
@@ -236,8 +254,7 @@ wia_status_t Ctx::connect(const void* handle, std::uint64_t cookie, Conn** conn)
 wia_status_t Ctx::accept(Listener* l, std::uint64_t* cookie, Conn** out) {
   *out = nullptr;
   for (int fd; (fd = ::accept4(l->fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    tune(fd);
     l->pending.push_back(Pending{fd, {}, nullptr});
   }
   for (std::size_t i = 0; i < l->pending.size();) {
