@@ -12,6 +12,7 @@
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
+#include "api/p2p.hpp"
 #include "common/hot_tls.hpp"
 #include "common/log.hpp"
 #include "coll/schedule.hpp"
@@ -308,6 +309,7 @@ namespace wia::api {
 void destroy_communicator(wia_communicator_t c) {
   comm::CommunicatorBase& comm = live(c);
   communicators().remove(c);
+  forget_distributed_communicator(c);
   forget_compression_state(c);
   forget_profiling(comm);
   if (!comm.drain()) {

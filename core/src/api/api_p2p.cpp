@@ -34,6 +34,7 @@ namespace {
 struct P2pState {
   std::mutex mu;
   wia_communicator_t last = nullptr;  // the process communicator created last
+  bool last_destroyed = false;        // and it was destroyed since
   wia_gpudirect_config_t gpudirect{true, true, 0, false};
   // (communicator, peer, direction, path) already logged at info.
   std::set<std::tuple<const void*, int, bool, int>> logged;
@@ -62,16 +63,16 @@ comm::ProcessCommunicator& process_comm(wia_communicator_t c, const char* fn) {
 wia_communicator_t default_comm(const char* fn) {
   std::lock_guard<std::mutex> lock(state().mu);
   const wia_communicator_t c = state().last;
+  if (c == nullptr && state().last_destroyed)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("{}: the distributed communicator this process created last was "
+                            "destroyed; create another, or name one with {}_ex",
+                            fn, fn));
   if (c == nullptr)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("{}: this process has no distributed communicator: create one with "
                             "wia_create_distributed_communicator (or name one with {}_ex)",
                             fn, fn));
-  if (!communicators().contains(c))
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("{}: the distributed communicator this process created last ({}) "
-                            "was destroyed; create another, or name one with {}_ex",
-                            fn, static_cast<const void*>(c), fn));
   return c;
 }
 
@@ -271,7 +272,11 @@ void note_path(const comm::ProcessCommunicator& c, int peer, bool is_send, const
   bool first;
   {
     std::lock_guard<std::mutex> lock(state().mu);
-    first = state().logged.emplace(&c, peer, is_send, static_cast<int>(r.path)).second;
+    first = state()
+                .logged
+                .emplace(static_cast<const comm::CommunicatorBase*>(&c), peer, is_send,
+                         static_cast<int>(r.path))
+                .second;
   }
   const char* how = r.path == Path::kDirect   ? "device memory straight to the transport"
                     : r.path == Path::kStaged ? "device memory staged through pinned host memory"
@@ -351,6 +356,17 @@ void transfer(const char* fn, wia_communicator_t comm, bool is_send, int node, i
 void note_distributed_communicator(wia_communicator_t comm) {
   std::lock_guard<std::mutex> lock(state().mu);
   state().last = comm;
+  state().last_destroyed = false;
+}
+
+void forget_distributed_communicator(wia_communicator_t comm) noexcept {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (state().last == comm) {
+    state().last = nullptr;
+    state().last_destroyed = true;
+  }
+  const void* impl = static_cast<const comm::CommunicatorBase*>(comm->impl.get());
+  std::erase_if(state().logged, [&](const auto& k) { return std::get<0>(k) == impl; });
 }
 
 }  // namespace wia::api
