@@ -78,6 +78,22 @@ void rma_put_get(Context& c) {
   constexpr std::uint64_t kTarget = 1ull << 20, kPutAt = 4099, kPutSize = 256 * 1024 + 3;
   constexpr std::uint32_t kTargetSeed = 81, kPutSeed = 82;
   run_pair(c, [&](Side& s) {
+    if ((s.props.flags & WIA_TRANSPORT_FLAG_RMA) == 0) {
+      // put/get exist but not on this endpoint: they must say so.
+      wia_conn_t conn = s.connect_pair(0x4b);
+      Buffer& b = s.buffer(4096, true);
+      std::uint8_t rkey[WIA_RKEY_SIZE] = {};
+      wia_request_t h = nullptr;
+      s.c.step("put on an endpoint without FLAG_RMA");
+      const wia_status_t st = s.ops.put(s.c.ctx(), conn, b.data, 64, b.mr, 0, rkey, &h);
+      const std::string text = s.c.take_error();
+      s.c.expect(st < 0 && h == nullptr, "put to be refused on an endpoint without FLAG_RMA",
+                 status_text(st));
+      s.c.expect(!text.empty(), "the refusal explained through host->set_error", "no message");
+      s.barrier("done");
+      throw Skip("endpoint " + std::to_string(s.endpoint) +
+                 " has no WIA_TRANSPORT_FLAG_RMA (refusal checked)");
+    }
     wia_conn_t conn = s.connect_pair(0x4a);
     if (s.role == 1) {
       Buffer& t = s.buffer(kTarget, true);

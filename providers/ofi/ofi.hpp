@@ -11,6 +11,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <wia/provider.h>
 
@@ -126,6 +127,19 @@ struct WireHandle {
 };
 static_assert(sizeof(WireHandle) == WIA_TRANSPORT_HANDLE_SIZE);
 
+// The remote key mr_rkey serialises (WIA_RKEY_SIZE bytes): the fabric key
+// and how the peer turns its virtual address into the fabric's (an offset
+// from the region's start unless the fabric uses FI_MR_VIRT_ADDR).
+inline constexpr std::uint32_t kRkeyMagic = 0x574f464bu;  // "WOFK"
+struct WireRkey {
+  std::uint32_t magic;
+  std::uint32_t virt_addr;  // 1: remote addresses are virtual addresses
+  std::uint64_t key;
+  std::uint64_t base;  // the region's virtual start
+  std::uint64_t len;
+};
+static_assert(sizeof(WireRkey) <= WIA_RKEY_SIZE);
+
 inline constexpr std::uint32_t kCtlMagic = 0x574f4643u;  // "WOFC"
 enum class CtlKind : std::uint8_t { connect = 1, ack = 2, close = 3, cts = 4 };
 // Connection setup and teardown, on the control tags (T3 in
@@ -170,6 +184,7 @@ struct EndpointInfo {
   bool sockets = false;     // tcp, sockets, udp, net, shm: no RDMA hardware under it
   bool shm = false;
   bool loopback = false;
+  bool rma = false;         // the fabric offered FI_RMA: put/get (WIA_TRANSPORT_FLAG_RMA)
   std::uint32_t flags = 0;  // WIA_TRANSPORT_FLAG_*
   std::uint64_t max_msg = 0;
   std::string pci_bus_id;
@@ -207,9 +222,10 @@ struct Request {
   enum class State : std::uint8_t { pending, done, failed };
   Kind kind = Kind::data;
   State state = State::pending;
-  bool is_send = false;
-  bool in_fabric = false;  // libfabric holds the context until its completion
-  bool user_gone = false;  // no longer reachable by the core (tested or orphaned)
+  bool is_send = false;      // sends, puts and gets: not cancellable
+  const char* op = nullptr;  // "put" / "get": what an error names
+  bool in_fabric = false;    // libfabric holds the context until its completion
+  bool user_gone = false;    // no longer reachable by the core (tested or orphaned)
   Conn* conn = nullptr;
   Listener* listener = nullptr;
   std::uint64_t size = 0;
@@ -317,6 +333,9 @@ class Endpoint {
   void close(Conn* c);
   wia_status_t post(Conn* c, bool send, void* buf, std::uint64_t size, std::uint64_t tag,
                     MrHandle* mr, wia_request_t* out);
+  wia_status_t rma(Conn* c, bool write, void* local, std::uint64_t size, MrHandle* mr,
+                   std::uint64_t remote_addr, const WireRkey& key, wia_request_t* out);
+  wia_status_t rkey(const MrHandle* mr, WireRkey* out) const;
   wia_status_t test(Request* r, int32_t* done, std::uint64_t* size);
   wia_status_t wait_fds(Conn* c, pollfd* fds, std::uint32_t capacity, std::uint32_t* count);
   void progress();
@@ -339,7 +358,8 @@ class Endpoint {
   int wait_fd = -1;
   std::uint8_t name[kMaxAddr]{};
   std::size_t namelen = 0;
-  bool mr_local = false, mr_endpoint = false, mr_prov_key = false;
+  bool mr_local = false, mr_endpoint = false, mr_prov_key = false, mr_virt_addr = false;
+  bool delivery_complete = true;  // cleared when the fabric refuses FI_DELIVERY_COMPLETE writes
   std::uint64_t next_key = 1;
   std::uint64_t mr_reg_calls = 0;
   bool rendezvous = false;  // framed messages; payloads wait for the receiver's CTS

@@ -387,8 +387,10 @@ void Endpoint::on_error(Request* r, const fi_cq_err_entry& entry) {
         std::snprintf(buf, sizeof(buf), "%s", c->failure.c_str());
       else
         std::snprintf(buf, sizeof(buf), "ofi: %s of %s (tag 0x%" PRIx64 ") with %s failed: %s",
-                      r->is_send ? "send" : "receive", size_text(r->capacity).c_str(), r->tag,
-                      peer.c_str(), detail.c_str());
+                      r->op != nullptr ? r->op
+                      : r->is_send     ? "send"
+                                       : "receive",
+                      size_text(r->capacity).c_str(), r->tag, peer.c_str(), detail.c_str());
       r->error = buf;
       // A transfer error other than truncation means the peer cannot be
       // reached: the connection as a whole has failed.

@@ -13,8 +13,9 @@
 //  - FI_MR_ENDPOINT: the region is bound to the endpoint and enabled;
 //  - FI_MR_PROV_KEY: the fabric picks the key, otherwise we hand out
 //    unique requested keys;
-//  - FI_MR_VIRT_ADDR, FI_MR_ALLOCATED: only matter for RMA, which this
-//    version does not offer; registrations always name allocated memory.
+//  - FI_MR_VIRT_ADDR: the remote key says whether the peer addresses the
+//    region by virtual address or by offset (ofi_rma.cpp);
+//  - FI_MR_ALLOCATED: registrations always name allocated memory.
 #include <cinttypes>
 
 #include "ofi.hpp"
@@ -41,6 +42,7 @@ wia_status_t Endpoint::reg(void* ptr, std::uint64_t size, std::uint32_t iface, s
   attr.mr_iov = &iov;
   attr.iov_count = 1;
   attr.access = FI_SEND | FI_RECV;
+  if (info_->rma) attr.access |= FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   attr.requested_key = mr_prov_key ? 0 : next_key++;
   attr.iface = FI_HMEM_SYSTEM;
   ++mr_reg_calls;

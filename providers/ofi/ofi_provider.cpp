@@ -341,6 +341,47 @@ wia_status_t irecv(void* ctx, wia_conn_t conn, void* buf, uint64_t size, uint64_
   return post(ctx, "irecv", false, conn, buf, size, tag, mr, request);
 }
 
+wia_status_t mr_rkey(void* ctx, wia_mr_t mr, void* rkey) {
+  return guarded(ctx, "mr_rkey", [&](Ctx& c) -> wia_status_t {
+    if (mr == nullptr || rkey == nullptr)
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT, "ofi: mr_rkey: NULL region or key");
+    auto* h = reinterpret_cast<MrHandle*>(mr);
+    WireRkey k{};
+    std::lock_guard<std::mutex> lk(h->ep->mu);
+    const wia_status_t st = h->ep->rkey(h, &k);
+    if (st != WIA_SUCCESS) return st;
+    std::memset(rkey, 0, WIA_RKEY_SIZE);
+    std::memcpy(rkey, &k, sizeof(k));
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t rma(void* ctx, const char* what, bool write, wia_conn_t conn, void* local,
+                 uint64_t size, wia_mr_t mr, uint64_t remote_addr, const void* rkey,
+                 wia_request_t* request) {
+  return guarded(ctx, what, [&](Ctx& c) -> wia_status_t {
+    if (conn == nullptr || rkey == nullptr || request == nullptr)
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT, "ofi: %s: NULL connection, key or request", what);
+    WireRkey k;
+    std::memcpy(&k, rkey, sizeof(k));
+    auto* cc = reinterpret_cast<Conn*>(conn);
+    std::lock_guard<std::mutex> lk(cc->ep()->mu);
+    return cc->ep()->rma(cc, write, local, size, reinterpret_cast<MrHandle*>(mr), remote_addr, k,
+                         request);
+  });
+}
+
+wia_status_t put(void* ctx, wia_conn_t conn, const void* local, uint64_t size, wia_mr_t mr,
+                 uint64_t remote_addr, const void* rkey, wia_request_t* request) {
+  return rma(ctx, "put", true, conn, const_cast<void*>(local), size, mr, remote_addr, rkey,
+             request);
+}
+
+wia_status_t get(void* ctx, wia_conn_t conn, void* local, uint64_t size, wia_mr_t mr,
+                 uint64_t remote_addr, const void* rkey, wia_request_t* request) {
+  return rma(ctx, "get", false, conn, local, size, mr, remote_addr, rkey, request);
+}
+
 wia_status_t test(void* ctx, wia_request_t request, int32_t* done, uint64_t* size) {
   return guarded(ctx, "test", [&](Ctx& c) -> wia_status_t {
     if (request == nullptr || done == nullptr)
@@ -410,7 +451,7 @@ const wia_param_decl_v1_t kParams[] = {
 const wia_transport_ops_v1_t kTransportOps = {
     .struct_size = sizeof(wia_transport_ops_v1_t),
     .abi_version = WIA_PROVIDER_ABI_VERSION,
-    .caps = WIA_TRANSPORT_CAP_WAIT_FD,
+    .caps = WIA_TRANSPORT_CAP_RMA | WIA_TRANSPORT_CAP_WAIT_FD,
     .must_understand = 0,
     .endpoint_count = endpoint_count,
     .endpoint_props = endpoint_props,
@@ -424,9 +465,9 @@ const wia_transport_ops_v1_t kTransportOps = {
     .irecv = irecv,
     .test = test,
     .close = close_,
-    .mr_rkey = nullptr,
-    .put = nullptr,
-    .get = nullptr,
+    .mr_rkey = mr_rkey,
+    .put = put,
+    .get = get,
     .send_inline = nullptr,
     .recv_inline = nullptr,
     .wait_fds = wait_fds,

@@ -135,8 +135,15 @@ wia_status_t discover(Ctx& ctx) {
   if (!filter.empty()) hints->fabric_attr->prov_name = ::strdup(filter.c_str());
   if (!ctx.params.domain.empty()) hints->domain_attr->name = ::strdup(ctx.params.domain.c_str());
 
+  // With RMA first (put/get); fabrics without it are still taken for
+  // messages when no fabric matching the filter offers it.
+  hints->caps = FI_TAGGED | FI_RMA;
   fi_info* list = nullptr;
-  const int rc = lib.fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
+  int rc = lib.fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
+  if (rc != 0 || list == nullptr) {
+    hints->caps = FI_TAGGED;
+    rc = lib.fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
+  }
   lib.fi_freeinfo(hints);
   if (rc != 0 || list == nullptr) {
     // Name what there is, so a typo in the provider name is obvious.
@@ -195,6 +202,8 @@ wia_status_t discover(Ctx& ctx) {
     e.shm = e.prov.substr(0, e.prov.find(';')) == "shm";
     e.loopback = e.domain == "lo" || e.fabric.rfind("127.", 0) == 0 || e.fabric == "::1/128";
     e.flags = WIA_TRANSPORT_FLAG_INTRA_NODE;
+    e.rma = (i->caps & FI_RMA) != 0;
+    if (e.rma) e.flags |= WIA_TRANSPORT_FLAG_RMA;
     if (!e.shm && !e.loopback && (!e.sockets || ctx.params.inter_node == "all"))
       e.flags |= WIA_TRANSPORT_FLAG_INTER_NODE;
     e.max_msg = i->ep_attr->max_msg_size;
@@ -204,7 +213,8 @@ wia_status_t discover(Ctx& ctx) {
       e.speed_mbps = i->nic->link_attr->speed / 1000000u;
     e.info = lib.fi_dupinfo(i);
     if (e.info == nullptr) return ctx.fail(WIA_ERROR_OUT_OF_MEMORY, "ofi: fi_dupinfo failed");
-    std::string note = e.sockets ? "sockets fabric" : "RDMA fabric";
+    std::string note =
+        std::string(e.sockets ? "sockets fabric" : "RDMA fabric") + (e.rma ? ", RMA" : ", no RMA");
     if ((e.flags & WIA_TRANSPORT_FLAG_INTER_NODE) == 0)
       note += e.shm || e.loopback ? ", this node only"
                                   : ", offered for this node only (ofi.inter_node: rdma)";
@@ -310,6 +320,7 @@ wia_status_t Endpoint::open_objects(fi_info* info, const std::string& where) {
   mr_local = (mode & FI_MR_LOCAL) != 0;
   mr_endpoint = (mode & FI_MR_ENDPOINT) != 0;
   mr_prov_key = (mode & FI_MR_PROV_KEY) != 0;
+  mr_virt_addr = (mode & FI_MR_VIRT_ADDR) != 0;
   const std::string& rdv = ctx_->params.rendezvous;
   rendezvous = rdv == "on" || (rdv == "auto" && info_->shm);
   ctx_->log(WIA_LOG_DEBUG, "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64 "%s",
