@@ -31,6 +31,13 @@ typedef struct wia_collective_profile {
   /* What the tuner chose for the last call; point to point: the path its
    * data took, "host", "staged" or "direct" (static storage). */
   const char* algorithm;
+  /* Extension: the transport(s) the last call's links used: a provider's
+   * name ("shm", "tcp", "ofi", ...), several joined by '+' in alphabetical
+   * order when its peers are reached over different ones ("shm+tcp"),
+   * "windows" when it ran through the node-shared windows (no link), "host"
+   * when it needed no other process (one rank). Storage that lives as long
+   * as the process. */
+  const char* transport;
 } wia_collective_profile_t;
 
 typedef struct wia_comm_profile_report {

@@ -197,6 +197,7 @@ wia_comm_profile_report_t* build_report(wia_communicator_t comm) {
     wia_collective_profile_t c{};
     c.name = block->strings.emplace_back(o.name).c_str();
     c.algorithm = block->strings.emplace_back(o.algorithm).c_str();
+    c.transport = o.transport;  // interned for the life of the process
     c.invocation_count = static_cast<int>(o.seconds.size());
     c.total_time = sum(o.seconds);
     c.avg_time = c.invocation_count > 0 ? c.total_time / c.invocation_count : 0.0;

@@ -2,6 +2,7 @@
 #include "comm/comm_profiler.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace wia::comm {
 
@@ -26,15 +27,15 @@ void CommProfiler::reset() {
 }
 
 void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
-                          double busbw_factor, const char* algorithm) {
+                          double busbw_factor, const char* algorithm, const char* transport) {
   if (!on()) return;
   // The posting thread owns this slot until finished() takes it: no lock.
   Slot& slot = ring_[seq % kRing];
-  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm};
+  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm, transport};
   slot.seq_plus_one.store(seq + 1, std::memory_order_release);
 }
 
-void CommProfiler::finished(std::uint64_t seq, const char* algorithm) {
+void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char* transport) {
   if (!on()) return;
   const auto now = Clock::now();
   Slot& slot = ring_[seq % kRing];
@@ -66,12 +67,24 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm) {
     o.algorithm = p.algorithm;
   else if (algorithm != nullptr)
     o.algorithm = algorithm;
+  if (p.transport != nullptr)
+    o.transport = p.transport;
+  else if (transport != nullptr)
+    o.transport = transport;
   if (intervals_.size() < kMaxIntervals) intervals_.push_back({start, now});
 }
 
 CommProfiler::Snapshot CommProfiler::snapshot() const {
   std::lock_guard lock(mu_);
   return Snapshot{ops_, intervals_, window_start_, settings_};
+}
+
+const char* CommProfiler::intern_transport(const std::string& name) {
+  // Never freed: reports and profilers of destroyed communicators point here.
+  static auto* mu = new std::mutex();
+  static auto* names = new std::set<std::string>();
+  std::lock_guard lock(*mu);
+  return names->insert(name).first->c_str();
 }
 
 }  // namespace wia::comm

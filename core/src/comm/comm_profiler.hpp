@@ -33,6 +33,7 @@ class CommProfiler {
     std::vector<double> busbw_gbps;  // algbw * the bus factor, per call
     std::uint64_t bytes = 0;
     const char* algorithm = "";  // static storage (coll::algorithm_name)
+    const char* transport = "";  // static storage (intern_transport): the last call's
   };
   struct Snapshot {
     std::vector<OpStats> ops;
@@ -50,11 +51,19 @@ class CommProfiler {
   void reset();
   // busbw_factor: nccl-tests' bus bandwidth factor of the collective.
   // `algorithm` (static storage), when set, is what the report shows for
-  // this operation instead of finished()'s (point to point: its path).
+  // this operation instead of finished()'s (point to point: its path);
+  // `transport` likewise (point to point: its link's, known when posted).
   void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
-              const char* algorithm = nullptr);
-  void finished(std::uint64_t seq, const char* algorithm);
+              const char* algorithm = nullptr, const char* transport = nullptr);
+  // `transport`: the links the operation used ("shm", "shm+tcp",
+  // "windows", "host"; static storage), unless posted() named them.
+  void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr);
   Snapshot snapshot() const;
+
+  // A transport name, or several joined by '+', in storage that lives as
+  // long as the process (a report may outlive the communicator). Thread
+  // safe; callers cache the result, it takes a lock.
+  static const char* intern_transport(const std::string& name);
 
  private:
   struct Pending {
@@ -63,6 +72,7 @@ class CommProfiler {
     double busbw_factor;
     Clock::time_point posted;
     const char* algorithm;
+    const char* transport;
   };
   std::atomic<bool> on_{false};
   mutable std::mutex mu_;

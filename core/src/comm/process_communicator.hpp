@@ -103,6 +103,8 @@ class ProcessCommunicator final : public CommunicatorBase {
 
   int size() const override { return layout_.size; }
   int rank() const { return layout_.rank; }
+  // The n-th process communicator of this process (1, 2, ...).
+  int index_in_process() const { return comm_index_; }
   int rank_of_device(wia_device_t device) const override {
     return device == device_ ? layout_.rank : -1;
   }
@@ -427,6 +429,26 @@ class ProcessCommunicator final : public CommunicatorBase {
  private:
   // Records operation `seq` as posted.
   void record_posted(std::uint64_t seq, const Call& call, int peer, bool is_send) noexcept;
+
+  // The profile's `transport` of a collective run as `plan` through
+  // `windows` or links ("shm", "shm+tcp", "windows", "host" without peers),
+  // interned; remembered for the plan last asked about (held, so its
+  // address is not reused by another).
+  const char* transports_of(const std::shared_ptr<const engine::ExecPlan>& plan, bool windows);
+  // Interned transport name of each peer's link, and of each set of the
+  // distinct ones (bit i: the i-th distinct one in peer order); filled on
+  // first use.
+  void name_link_transports();
+  // The interned transport of the link to `peer` ("host" for this rank).
+  const char* transport_to_peer(int peer) noexcept;
+  std::once_flag link_transports_named_;
+  std::vector<const char*> transport_of_peer_;
+  std::vector<std::uint32_t> transport_bit_of_peer_;
+  std::vector<const char*> transport_of_set_;
+  std::shared_ptr<const engine::ExecPlan> transport_plan_;
+  const char* transport_plan_name_ = nullptr;
+  // What the collective running now used, for release_turn's profiler call.
+  const char* op_transport_ = nullptr;
 };
 
 }  // namespace wia::comm

@@ -5,8 +5,11 @@
 // reuse between operations.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "coll/registry.hpp"
 #include "comm/node_windows.hpp"
@@ -38,6 +41,7 @@ std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begi
     b = std::move(call.buffers);  // the call is not read again
     if (call.in_place && r->mode == Mode::kNetwork) prepare_in_place(call, plan, b);
     note_selected(plan->schedule.algorithm, call.collective, estimate);
+    if (profiler_.on()) op_transport_ = transports_of(plan, r->mode == Mode::kWindow);
     if (r->mode == Mode::kNetwork) reserve_scratch_and_staging(*plan, b);
 
     // Ranks agree on collectives, not on operations: point to point
@@ -167,6 +171,56 @@ void ProcessCommunicator::note_selected(coll::Algorithm algorithm, coll::Collect
   last_selected_.estimated_time_ms = estimate;
 }
 
+void ProcessCommunicator::name_link_transports() {
+  std::vector<const char*> distinct;
+  for (std::size_t q = 0; q < peers_.size(); ++q) {
+    const char* name = static_cast<int>(q) == layout_.rank || peers_[q].transport.empty()
+                           ? nullptr
+                           : CommProfiler::intern_transport(peers_[q].transport);
+    std::uint32_t bit = 0;
+    if (name != nullptr) {
+      auto it = std::find(distinct.begin(), distinct.end(), name);
+      if (it == distinct.end()) it = distinct.insert(it, name);
+      bit = 1u << (it - distinct.begin());
+    }
+    transport_of_peer_.push_back(name);
+    transport_bit_of_peer_.push_back(bit);
+  }
+  // Every subset of the distinct transports, named in alphabetical order
+  // ("shm+tcp"): a handful of providers, so a handful of names.
+  std::vector<std::string> sorted(distinct.begin(), distinct.end());
+  transport_of_set_.assign(std::size_t{1} << distinct.size(), "host");
+  for (std::uint32_t set = 1; set < transport_of_set_.size(); ++set) {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < distinct.size(); ++i)
+      if (set & (1u << i)) names.emplace_back(distinct[i]);
+    std::sort(names.begin(), names.end());
+    std::string joined;
+    for (const std::string& n : names) joined += (joined.empty() ? "" : "+") + n;
+    transport_of_set_[set] = CommProfiler::intern_transport(joined);
+  }
+}
+
+const char* ProcessCommunicator::transports_of(const std::shared_ptr<const engine::ExecPlan>& plan,
+                                               bool windows) {
+  if (windows) return "windows";
+  if (plan == transport_plan_) return transport_plan_name_;
+  std::call_once(link_transports_named_, [this] { name_link_transports(); });
+  std::uint32_t set = 0;
+  const auto& programs = plan->schedule.programs;
+  const auto me = static_cast<std::size_t>(layout_.rank);
+  if (me < programs.size() && programs[me].built) {
+    for (const coll::Step& step : programs[me].steps)
+      if (step.peer >= 0 && static_cast<std::size_t>(step.peer) < transport_bit_of_peer_.size())
+        set |= transport_bit_of_peer_[static_cast<std::size_t>(step.peer)];
+  } else {  // not built for this rank: every link may carry it
+    for (std::uint32_t bit : transport_bit_of_peer_) set |= bit;
+  }
+  transport_plan_ = plan;
+  transport_plan_name_ = transport_of_set_[set];
+  return transport_plan_name_;
+}
+
 bool ProcessCommunicator::repeats_window_call(const Call& call) const {
   const Call& k = window_repeat_.key;
   return window_repeat_.valid && call.collective == k.collective && call.count == k.count &&
@@ -184,6 +238,7 @@ std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begi
   r->descriptor = window_repeat_.descriptor;
   r->descriptor.seq = r->index;
   note_selected(coll::Algorithm::kOneShot, call.collective, window_repeat_.estimate);
+  op_transport_ = "windows";
   r->options.deadline = deadline;
   r->options.timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   r->options.oversubscribed = oversubscribed_;

@@ -249,7 +249,8 @@ void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int
                      peer >= 0 ? (call.p2p_name ? call.p2p_name : is_send ? "send" : "recv")
                                : coll::collective_name(call.collective),
                      call.count * kernels::dtype_size(call.dtype), factor,
-                     peer >= 0 ? (call.p2p_path ? call.p2p_path : "host") : nullptr);
+                     peer >= 0 ? (call.p2p_path ? call.p2p_path : "host") : nullptr,
+                     peer >= 0 ? transport_to_peer(peer) : nullptr);
   }
   if (peer >= 0) {
     flight_.posted(seq, -1, call.p2p_name ? call.p2p_name : is_send ? "send" : "recv", call.count,
@@ -262,9 +263,19 @@ void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int
   }
 }
 
+const char* ProcessCommunicator::transport_to_peer(int peer) noexcept {
+  try {
+    std::call_once(link_transports_named_, [this] { name_link_transports(); });
+  } catch (...) {  // out of memory naming them: the profile says nothing
+    return nullptr;
+  }
+  const auto q = static_cast<std::size_t>(peer);
+  return q < transport_of_peer_.size() && transport_of_peer_[q] ? transport_of_peer_[q] : "host";
+}
+
 void ProcessCommunicator::release_turn(std::uint64_t seq) {
   flight_.finished(seq);
-  if (profiler_.on()) profiler_.finished(seq, last_selected().name);
+  if (profiler_.on()) profiler_.finished(seq, last_selected().name, op_transport_);
   executed_.store(std::max(executed_.load(), seq + 1), std::memory_order_release);
   order_signal_.notify();
 }

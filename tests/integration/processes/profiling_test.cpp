@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "process_harness.hpp"
@@ -122,7 +124,56 @@ int profile(int rank, int nranks) {
   return kOk;
 }
 
+// The transport each entry names: what WIA_TRANSPORT_EXPECT allows (a
+// '|'-separated list) for the all-reduce, and exactly the link's for send
+// and receive.
+int transport_named(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const std::string allowed = std::getenv("TEST_TRANSPORT_EXPECT");
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  std::vector<float> buf(1024, 1.0f);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, nullptr) == WIA_SUCCESS);
+  if (rank == 0)
+    EXPECT_R(wia_comm_send(comm, buf.data(), 16, WIA_FLOAT32, 1, nullptr) == WIA_SUCCESS);
+  else
+    EXPECT_R(wia_comm_recv(comm, buf.data(), 16, WIA_FLOAT32, 0, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->num_collectives == 2);
+  std::string ar, p2p;
+  for (int i = 0; i < r->num_collectives; ++i) {
+    EXPECT_R(r->collectives[i].transport != nullptr);
+    (std::string(r->collectives[i].name) == "allreduce" ? ar : p2p) = r->collectives[i].transport;
+  }
+  std::fprintf(stderr, "rank %d: allreduce over %s, point to point over %s\n", rank, ar.c_str(),
+               p2p.c_str());
+  wia_free_comm_profile(r);
+  wia_destroy_communicator(comm);
+  // Both names are one of the allowed ones; the point-to-point one is a
+  // link's, never the windows.
+  EXPECT_R(("|" + allowed + "|").find("|" + ar + "|") != std::string::npos);
+  EXPECT_R(p2p != "windows" && ("|" + allowed + "|").find("|" + p2p + "|") != std::string::npos);
+  return kOk;
+}
+
 }  // namespace
+
+TEST_CASE("profiling: each entry names the transport its last call used") {
+  // By default two processes of one node talk over shm (or the node-shared
+  // windows for an all-reduce); WIA_TRANSPORT=tcp forces tcp everywhere.
+  for (const char* forced : {"", "tcp"}) {
+    INFO("WIA_TRANSPORT=" << forced);
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"TEST_WIA_ID", unique_id_env()},
+        {"TEST_TRANSPORT_EXPECT", *forced ? "tcp" : "shm|windows"}};
+    if (*forced) env.emplace_back("WIA_TRANSPORT", forced);
+    check_all(run_ranks(2, base_yaml(), transport_named, env));
+  }
+}
 
 TEST_CASE("profiling: counts, times, compute, overlap near 0 and near 1, disable") {
   const auto st = run_ranks(2, base_yaml(), profile, {{"TEST_WIA_ID", unique_id_env()}});
