@@ -419,6 +419,36 @@ TEST_CASE("a peer killed while a rank waits in wia_recv: an error naming it with
   CHECK(secs < 20);
 }
 
+TEST_CASE("a receive whose sender never sends times out naming it") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto st = run_ranks(
+      2, base_yaml(1500),
+      [](int rank, int n) {
+        wia_communicator_t comm = join(rank, n);
+        if (!comm) return kApiError;
+        int r = kOk;
+        if (rank == 0) {
+          std::vector<char> buf(4096);
+          if (wia_recv_ex(comm, 0, 1, buf.data(), buf.size(), 42, nullptr) != WIA_SUCCESS)
+            return fail(rank, "recv");
+          const wia_status_t s = wia_stream_synchronize(nullptr);
+          r = s == WIA_ERROR_TIMEOUT ? error_naming(rank, s, wia_get_last_error(),
+                                                    {"timed out after 1500 ms: rank 1 has not "
+                                                     "posted the matching send"})
+                                     : kWrong;
+        } else {
+          usleep(2500 * 1000);  // never sends
+        }
+        wia_destroy_communicator(comm);
+        return r;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "tcp"}}, {}, 60);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(st[0] == kSawError);
+  CHECK(st[1] == kOk);
+  CHECK(secs < 15);
+}
+
 #ifdef WIA_FAKE_CUDA_FILE
 namespace {
 
