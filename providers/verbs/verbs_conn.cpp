@@ -379,11 +379,12 @@ void Ctx::check_liveness() {
     if (fds[i].revents == 0) continue;
     char b;
     const ssize_t n = ::recv(fds[i].fd, &b, 1, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    const int err = errno;
+    if (n > 0 || (n < 0 && (err == EAGAIN || err == EINTR))) continue;  // nothing is sent here
     while (progress()) {
     }
     fail_conn(who[i], n == 0 ? "the peer closed the connection or its process ended"
-                             : "the handshake socket failed: " + errno_text(errno));
+                             : "the handshake socket failed: " + errno_text(err));
   }
 }
 
