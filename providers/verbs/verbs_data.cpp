@@ -315,7 +315,9 @@ void Ctx::deliver(Request* r, Unexpected& u) {
     const wia_status_t st = reg(r->buf, u.size, &e);
     if (st != WIA_SUCCESS) {
       it.hdr.kind = Kind::cts_truncated;
-      finish(r, st, "verbs: cannot register the receive of a large message from peer " + c->peer);
+      finish(r, st,
+             "verbs: cannot register the receive of a " + size_text(u.size) +
+                 " message from peer " + c->peer + ": " + reg_error);
     } else {
       r->mr = e;
       r->size = u.size;
@@ -402,7 +404,7 @@ void Ctx::on_message(Conn* c, const MsgHeader& h, const char* payload) {
       if (r->mr == nullptr) {
         MrEntry* e = nullptr;
         if (reg(r->buf, r->size, &e) != WIA_SUCCESS) {
-          fail_conn(c, "cannot register the " + size_text(r->size) + " source of a large send");
+          fail_conn(c, "cannot register the source of a large send: " + reg_error);
           return;
         }
         r->mr = e;

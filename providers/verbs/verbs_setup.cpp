@@ -203,9 +203,10 @@ wia_status_t Ctx::reg(void* ptr, std::uint64_t size, MrEntry** out) {
   ++reg_calls;
   ibv_mr* mr = lib.reg_mr(
       pd, ptr, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  if (mr == nullptr)
-    return fail(WIA_ERROR_IO, "verbs: ibv_reg_mr(%p, %s) on %s: %s", ptr, size_text(size).c_str(),
-                dev_name.c_str(), errno_text(errno).c_str());
+  if (mr == nullptr) {
+    reg_error = "ibv_reg_mr(" + size_text(size) + ") on " + dev_name + ": " + errno_text(errno);
+    return fail(WIA_ERROR_IO, "verbs: %s", reg_error.c_str());
+  }
   log(WIA_LOG_DEBUG, "verbs: ibv_reg_mr(%p, %s) = lkey 0x%x", ptr, size_text(size).c_str(),
       mr->lkey);
   auto* e = new MrEntry{mr, key.first, size, 1};

@@ -116,6 +116,7 @@ struct Faults {
   long qp_error_after = -1;    // FAKE_IBV_QP_ERROR_AFTER
   long retry_exc_after = -1;   // FAKE_IBV_RETRY_EXC_AFTER
   bool remote_access = false;  // FAKE_IBV_REMOTE_ACCESS_ERROR
+  long reg_limit = -1;         // FAKE_IBV_REG_MR_LIMIT: larger registrations fail
 };
 
 struct Ctx {
@@ -613,6 +614,7 @@ FAKE_EXPORT ibv_context* ibv_open_device(ibv_device* dev) {
   c->faults.qp_error_after = env_long("FAKE_IBV_QP_ERROR_AFTER", -1);
   c->faults.retry_exc_after = env_long("FAKE_IBV_RETRY_EXC_AFTER", -1);
   c->faults.remote_access = env_long("FAKE_IBV_REMOTE_ACCESS_ERROR", 0) != 0;
+  c->faults.reg_limit = env_long("FAKE_IBV_REG_MR_LIMIT", -1);
   // A link-local GID whose interface id names this process and context.
   c->gid.raw[0] = 0xfe;
   c->gid.raw[1] = 0x80;
@@ -686,6 +688,10 @@ FAKE_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, std::size_t length, int a
   Ctx* c = ctx_of(pd->context);
   std::lock_guard<std::mutex> lk(c->mu);
   g_reg_mr_calls.fetch_add(1);
+  if (c->faults.reg_limit >= 0 && length > static_cast<std::size_t>(c->faults.reg_limit)) {
+    errno = ENOMEM;  // what a NIC out of translation entries (or a locked-memory limit) says
+    return nullptr;
+  }
   auto* m = new Mr;
   m->mr.context = pd->context;
   m->mr.pd = pd;

@@ -389,6 +389,37 @@ TEST_CASE("verbs: a remote access error on the rendezvous write is WIA_ERROR_REM
                "IBV_WC_REM_ACCESS_ERR");
 }
 
+TEST_CASE("verbs: a registration the NIC refuses fails reg_mr and a large message on both sides") {
+  // The provider's own slots (4 and 8 MiB) fit; a 16 MiB user buffer does not.
+  Env env("FAKE_IBV_REG_MR_LIMIT", "8388608");
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  auto [a, b] = self_pair(p);
+  std::vector<char> big(16 << 20, 1), dst(16 << 20, 0);
+  wia_mr_desc_v1_t desc{sizeof(desc),       WIA_MR_HOST, big.data(), big.size(),
+                        WIA_MEM_IFACE_HOST, -1,          0,          0};
+  wia_mr_t m = nullptr;
+  CHECK(p.t->reg_mr(p.ctx, 0, &desc, &m) == WIA_ERROR_IO);
+  CHECK_MESSAGE(h.error.find("ibv_reg_mr") != std::string::npos, h.error);
+  CHECK_MESSAGE(h.error.find("16 MiB") != std::string::npos, h.error);
+  CHECK_MESSAGE(h.error.find("Cannot allocate memory") != std::string::npos, h.error);
+  // A rendezvous needs the receive registered: it fails there naming the
+  // cause; the receiver drops the message, so the send ends; nothing hangs.
+  wia_request_t rr = nullptr, sr = nullptr;
+  REQUIRE(p.t->irecv(p.ctx, b, dst.data(), dst.size(), 3, nullptr, &rr) == WIA_SUCCESS);
+  REQUIRE(p.t->isend(p.ctx, a, big.data(), big.size(), 3, nullptr, &sr) == WIA_SUCCESS);
+  const wia_status_t rs = wait(p, rr);
+  CHECK_MESSAGE(rs == WIA_ERROR_IO, "the receive ended with " << rs << ": " << h.error);
+  CHECK_MESSAGE(h.error.find("ibv_reg_mr") != std::string::npos, h.error);
+  const wia_status_t ss = wait(p, sr);
+  CHECK_MESSAGE(ss != WIA_ERROR_TIMEOUT, "the send neither completed nor failed in 10 s");
+  // Small messages still flow on the connection.
+  roundtrip(p, a, b, 100, 4);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
 TEST_CASE("verbs: a killed peer fails the survivor's receive with WIA_ERROR_REMOTE naming it") {
   int to_child[2], to_parent[2];
   REQUIRE(pipe(to_child) == 0);
