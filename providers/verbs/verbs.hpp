@@ -148,6 +148,7 @@ struct Params {
   int gid_index = -1;  // -1: 0 (the default GID)
   std::string library = "libibverbs.so.1";
   std::int64_t connect_timeout_ms = 30000;
+  std::string ifname;  // handshake interface(s), name prefixes; empty: WIA_SOCKET_IFNAME, else any
 };
 
 // --- requests, connections, listeners -----------------------------------------------

@@ -99,6 +99,7 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     Params& p = ctx->params;
     p.device = param(host, "device", "");
     p.library = param(host, "library", "libibverbs.so.1");
+    p.ifname = param(host, "ifname", "");
     struct {
       const char* key;
       const char* fallback;
@@ -371,6 +372,10 @@ const wia_param_decl_v1_t kParams[] = {
     {kDeclSize, WIA_PARAM_STRING, "library", "libibverbs.so.1", "libibverbs to dlopen", 0, 0},
     {kDeclSize, WIA_PARAM_INT, "connect_timeout_ms", "30000",
      "connect() gives up with WIA_ERROR_TIMEOUT after this long", 10, 3600000},
+    {kDeclSize, WIA_PARAM_STRING, "ifname", "",
+     "interface(s) of the connection handshake socket, name prefixes (\"ib0\", \"eth,en\"); "
+     "empty: WIA_SOCKET_IFNAME, else the first non-loopback IPv4 interface",
+     0, 0},
 };
 
 const wia_transport_ops_v1_t kTransportOps = {

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 
 #include "verbs.hpp"
@@ -51,23 +52,42 @@ wia_status_t Ctx::load_library() {
 
 namespace {
 
+bool name_matches(const std::string& filter, const char* name) {
+  if (filter.empty()) return true;
+  std::size_t pos = 0;
+  while (pos <= filter.size()) {
+    std::size_t comma = filter.find(',', pos);
+    if (comma == std::string::npos) comma = filter.size();
+    const std::string token(common::trim(filter.substr(pos, comma - pos)));
+    if (!token.empty() && std::strncmp(name, token.c_str(), token.size()) == 0) return true;
+    pos = comma + 1;
+  }
+  return false;
+}
+
 // The address peers reach the handshake socket at: the first IPv4 address
-// of an interface that is up and not loopback; loopback on a host without one.
-std::uint32_t oob_address(std::string* text) {
+// of an interface that is up, matches `filter` (name prefixes, "ib,eth")
+// and, without a filter, is not loopback; loopback on a host without one.
+std::uint32_t oob_address(const std::string& filter, std::string* text) {
   std::uint32_t pick = htonl(INADDR_LOOPBACK);
+  std::string name = "lo";
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) == 0) {
     for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
       if (ifa->ifa_addr == nullptr || ifa->ifa_addr->sa_family != AF_INET) continue;
-      if (!(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK)) continue;
+      if (!(ifa->ifa_flags & IFF_UP)) continue;
+      if (filter.empty() ? (ifa->ifa_flags & IFF_LOOPBACK) != 0
+                         : !name_matches(filter, ifa->ifa_name))
+        continue;
       pick = reinterpret_cast<const sockaddr_in*>(ifa->ifa_addr)->sin_addr.s_addr;
+      name = ifa->ifa_name;
       break;
     }
     ::freeifaddrs(list);
   }
   char buf[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &pick, buf, sizeof buf);
-  *text = buf;
+  *text = std::string(buf) + " (" + name + ")";
   return pick;
 }
 
@@ -155,7 +175,15 @@ wia_status_t Ctx::open_device() {
     if (st != WIA_SUCCESS) return st;
   }
   for (int i = static_cast<int>(kSendSlots) - 1; i >= 0; --i) free_send_slots.push_back(i);
-  oob_ipv4 = oob_address(&oob_text);
+  std::string filter = params.ifname;
+  if (const char* env = std::getenv("WIA_SOCKET_IFNAME"); filter.empty() && env != nullptr)
+    filter = env;
+  oob_ipv4 = oob_address(filter, &oob_text);
+  if (!filter.empty() && oob_text.find("(lo)") != std::string::npos && !name_matches(filter, "lo"))
+    log(WIA_LOG_WARN,
+        "verbs: no IPv4 interface that is up matches ifname '%s': the handshake "
+        "uses loopback, which peers on other nodes cannot reach",
+        filter.c_str());
   next_psn = static_cast<std::uint64_t>(now_ns());
   log(WIA_LOG_INFO, "verbs: %s port %u (%s, MTU %d, LID %u), handshake address %s",
       dev_name.c_str(), port,

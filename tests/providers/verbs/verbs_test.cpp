@@ -490,6 +490,23 @@ TEST_CASE("verbs: a killed peer fails the survivor's receive with WIA_ERROR_REMO
   for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) close(fd);
 }
 
+TEST_CASE("verbs: ifname picks the handshake interface the handle carries") {
+  Host h;
+  h.params["ifname"] = "lo";
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
+  wia_listener_t l = nullptr;
+  REQUIRE(p.t->listen(p.ctx, 0, handle, &l) == WIA_SUCCESS);
+  const std::uint8_t loopback[4] = {127, 0, 0, 1};  // bytes 8-11, network order
+  CHECK(std::memcmp(handle + 8, loopback, 4) == 0);
+  CHECK(p.t->close_listener(p.ctx, l) == WIA_SUCCESS);
+  auto [a, b] = self_pair(p);
+  roundtrip(p, a, b, 64, 1);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
 TEST_CASE("verbs: init without a device, with an unknown device or a foreign library says why") {
   {
     Env env("FAKE_IBV_DEVICES", "0");
