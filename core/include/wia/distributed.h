@@ -117,10 +117,11 @@ WIA_API wia_status_t wia_enable_gpudirect_rdma(wia_distributed_config_t* config,
  *     before the rank's next operation starts: post them in an order in
  *     which every one can complete (as with MPI's blocking calls, never
  *     count on the transport buffering a message).
- *   - size: bytes, the same on both sides; a receive of another size than
- *     the send is WIA_ERROR_MISMATCH naming both sizes on the receiver, and
- *     breaks the communicator, so the sender's next operation fails with
- *     that message (its send may have completed).
+ *   - size: bytes, the same on both sides. A receive of another size is
+ *     an error naming both sizes on the receiver (WIA_ERROR_MISMATCH for a
+ *     smaller message; a larger one does not fit and is the transport's
+ *     WIA_ERROR_REMOTE) and breaks the communicator, so the sender's next
+ *     operation fails with that message (its send may have completed).
  *   - completion: posted on `stream` (a stream of the communicator's
  *     device; NULL = its default stream) and returns at once, like a
  *     collective; the data has left / arrived once the stream has passed
