@@ -67,4 +67,26 @@ WIA_API wia_status_t wia_reset_comm_profile(wia_communicator_t comm);
 WIA_API wia_comm_profile_report_t* wia_get_comm_profile(wia_communicator_t comm);
 WIA_API void wia_free_comm_profile(wia_comm_profile_report_t* report);
 
+/* Extension: writes this rank's timeline of `comm` to `path` as Chrome /
+ * Perfetto trace JSON (load it in ui.perfetto.dev or chrome://tracing; the
+ * files of all ranks can be loaded together). One complete event ("ph":"X")
+ * per operation recorded while profiling was enabled or WIA_TRACE set, ts
+ * and dur in microseconds (ts since the Unix epoch), pid = rank, tid = the
+ * communicator's number in its process, args: bytes, algorithm, transport,
+ * and nranks (collectives) or peer (send/receive). At most 65536 events are
+ * kept; later ones are counted in "otherData": {"dropped_events": N}.
+ * Blocks while writing; call it from any thread. The file is written whole
+ * under `path`.tmp and renamed. Returns WIA_ERROR_INVALID_ARGUMENT for a
+ * NULL or empty path, WIA_ERROR_IO (naming the path and the system's
+ * reason) when it cannot be written, WIA_ERROR_NOT_SUPPORTED for a device
+ * communicator.
+ *
+ * WIA_TRACE=pattern in the environment: each process communicator records
+ * its timeline from creation and writes it when destroyed (wia_finalize
+ * included), to `pattern` with "%r" replaced by the rank and "%c" by the
+ * communicator's number; without "%r", ".rank<N>" is appended (and, for a
+ * process's second and later communicators without "%c", ".comm<K>" before
+ * it). A failure to write is logged, not returned. docs/profiling.md. */
+WIA_API wia_status_t wia_profile_write_trace(wia_communicator_t comm, const char* path);
+
 #endif /* WIA_PROFILING_H */

@@ -321,6 +321,7 @@ void destroy_communicator(wia_communicator_t c) {
                             "them; the communicator is abandoned, not freed",
                             pending));
   }
+  write_trace_at_destroy(comm);
   delete c;
 }
 

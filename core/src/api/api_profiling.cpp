@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -21,6 +23,7 @@
 #include "api/guard.hpp"
 #include "comm/comm_profiler.hpp"
 #include "comm/process_communicator.hpp"
+#include "common/log.hpp"
 
 namespace wia::api {
 namespace {
@@ -57,13 +60,14 @@ void timed_host_fn(void* arg) {
   if (log.runs.size() < kMaxRuns) log.runs.push_back({t.device, {start, end}});
 }
 
-CommProfiler& profiler_of(wia_communicator_t c) {
-  CommProfiler* p = live(c).profiler();
+CommProfiler& profiler_of(comm::CommunicatorBase& c) {
+  CommProfiler* p = c.profiler();
   if (p == nullptr)
     throw Error(WIA_ERROR_NOT_SUPPORTED,
                 "profiling covers process communicators (one rank per process) in this release");
   return *p;
 }
+CommProfiler& profiler_of(wia_communicator_t c) { return profiler_of(live(c)); }
 
 // Length of the parts of [a, b] covered by the merged, sorted `runs`.
 double covered(const std::vector<CommProfiler::Interval>& runs, Clock::time_point a,
@@ -108,7 +112,150 @@ void discard_profiled_host_fn(void* user_data) noexcept { delete static_cast<Tim
 
 }  // namespace wia::api
 
+namespace wia::api {
+namespace {
+
+// JSON string contents: names come from providers and callers.
+std::string json_escape(const char* s) {
+  std::string out;
+  for (; s != nullptr && *s != '\0'; ++s) {
+    const auto c = static_cast<unsigned char>(*s);
+    if (c == '"' || c == '\\')
+      out += {'\\', static_cast<char>(c)};
+    else if (c < 0x20)
+      out += fmt::format("\\u{:04x}", c);
+    else
+      out += static_cast<char>(c);
+  }
+  return out;
+}
+
+// Chrome/Perfetto trace JSON (docs/profiling.md): one complete event per
+// operation on track (pid = rank, tid = the communicator's number in this
+// process). ts counts microseconds from 00:00 UTC of the day of the first
+// event, by the wall clock, so the files of all ranks line up when loaded
+// together; not from the Unix epoch, because readers parse ts as a double,
+// which at 1.8e15 us keeps only quarter-microsecond steps.
+std::string trace_json(const CommProfiler::Trace& t, const comm::ProcessCommunicator& pc) {
+  using std::chrono::nanoseconds;
+  const int rank = pc.rank();
+  const int tid = pc.index_in_process();
+  // The steady clock times the operations; the wall clock places them.
+  const auto steady_now = Clock::now();
+  const std::int64_t wall_now_ns =
+      std::chrono::duration_cast<nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  auto wall_ns = [&](Clock::time_point tp) {
+    return wall_now_ns + std::chrono::duration_cast<nanoseconds>(tp - steady_now).count();
+  };
+  constexpr std::int64_t kDayNs = 86'400'000'000'000;
+  const std::int64_t first_ns = t.events.empty() ? wall_now_ns : wall_ns(t.events.front().start);
+  const std::int64_t origin_ns = first_ns - first_ns % kDayNs;
+  auto ts_us = [&](Clock::time_point tp) {
+    return static_cast<double>(wall_ns(tp) - origin_ns) / 1e3;
+  };
+  std::string out = "{\"traceEvents\":[\n";
+  out += fmt::format(
+      "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":{1},"
+      "\"args\":{{\"name\":\"rank {0}\"}}}},\n"
+      "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":{1},"
+      "\"args\":{{\"name\":\"communicator {1} ({2} ranks)\"}}}}",
+      rank, tid, pc.size());
+  for (const CommProfiler::TraceEvent& e : t.events) {
+    const bool p2p = e.peer >= 0;
+    out += fmt::format(
+        ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
+        "\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"algorithm\":\"{}\","
+        "\"transport\":\"{}\",\"{}\":{}}}}}",
+        json_escape(e.name), p2p ? "p2p" : "collective", ts_us(e.start),
+        std::chrono::duration<double, std::micro>(e.end - e.start).count(), rank, tid, e.bytes,
+        json_escape(e.algorithm), json_escape(e.transport), p2p ? "peer" : "nranks",
+        p2p ? e.peer : pc.size());
+  }
+  out += fmt::format(
+      "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{\"rank\":{},\"nranks\":{},"
+      "\"communicator\":{},\"events\":{},\"dropped_events\":{},\"max_events\":{},"
+      "\"ts_origin_unix_us\":{}}}}}\n",
+      rank, pc.size(), tid, t.events.size(), t.dropped, CommProfiler::kMaxTraceEvents,
+      origin_ns / 1000);
+  return out;
+}
+
+void write_trace(comm::CommunicatorBase& c, const std::string& path) {
+  CommProfiler& p = profiler_of(c);
+  const auto& pc = dynamic_cast<const comm::ProcessCommunicator&>(c);
+  const std::string json = trace_json(p.trace(), pc);
+  // Written whole to a temporary name, then renamed: a reader never sees
+  // half a trace.
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr)
+    throw Error(WIA_ERROR_IO,
+                fmt::format("trace {}: cannot create it: {}", path, std::strerror(errno)));
+  const bool written = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  const int write_errno = errno;
+  if (std::fclose(f) != 0 || !written) {
+    std::remove(tmp.c_str());
+    throw Error(WIA_ERROR_IO, fmt::format("trace {}: writing: {}", path,
+                                          std::strerror(written ? errno : write_errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    throw Error(WIA_ERROR_IO, fmt::format("trace {}: {}", path, std::strerror(e)));
+  }
+}
+
+// WIA_TRACE's file for this rank: "%r" becomes the rank and "%c" the
+// communicator's number in the process; without "%r", ".rank<N>" is
+// appended, and without "%c", ".comm<K>" for communicators after the
+// process's first.
+std::string trace_path_for(const std::string& pattern, const comm::ProcessCommunicator& pc) {
+  std::string out;
+  bool has_rank = false, has_comm = false;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() &&
+        (pattern[i + 1] == 'r' || pattern[i + 1] == 'c')) {
+      const bool rank = pattern[++i] == 'r';
+      (rank ? has_rank : has_comm) = true;
+      out += std::to_string(rank ? pc.rank() : pc.index_in_process());
+    } else {
+      out += pattern[i];
+    }
+  }
+  if (!has_comm && pc.index_in_process() > 1)
+    out += ".comm" + std::to_string(pc.index_in_process());
+  if (!has_rank) out += ".rank" + std::to_string(pc.rank());
+  return out;
+}
+
+}  // namespace
+}  // namespace wia::api
+
+namespace wia::api {
+
+void write_trace_at_destroy(comm::CommunicatorBase& c) noexcept {
+  CommProfiler* p = c.profiler();
+  if (p == nullptr || p->trace_at_destroy().empty()) return;
+  const auto& pc = dynamic_cast<const comm::ProcessCommunicator&>(c);
+  try {
+    write_trace(c, trace_path_for(p->trace_at_destroy(), pc));
+  } catch (const std::exception& e) {
+    log::error("profile", "rank {}: WIA_TRACE: {}", pc.rank(), e.what());
+  }
+}
+
+}  // namespace wia::api
+
 using namespace wia;
+
+WIA_API wia_status_t wia_profile_write_trace(wia_communicator_t comm, const char* path) {
+  return api::guard(__func__, [&] {
+    api::require_non_null(path, "path");
+    if (*path == '\0') throw Error(WIA_ERROR_INVALID_ARGUMENT, "path: empty");
+    api::write_trace(api::live(comm), path);
+  });
+}
 
 WIA_API wia_status_t wia_enable_comm_profiling(wia_communicator_t comm,
                                                const wia_comm_profiling_t* profiling) {

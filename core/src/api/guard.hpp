@@ -75,6 +75,9 @@ class CommunicatorBase;
 }
 namespace wia::api {
 void forget_profiling(comm::CommunicatorBase& c) noexcept;
+// WIA_TRACE: writes the timeline of a communicator being destroyed, once its
+// operations have drained; a failure is logged, not returned.
+void write_trace_at_destroy(comm::CommunicatorBase& c) noexcept;
 // Waits for checkpoint saves still being written (api_checkpoint.cpp).
 void wait_for_pending_checkpoints() noexcept;
 // Drops the compression residuals and errors of a communicator (api_compress.cpp).

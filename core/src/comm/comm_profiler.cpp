@@ -2,6 +2,7 @@
 #include "comm/comm_profiler.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 namespace wia::comm {
@@ -10,6 +11,13 @@ namespace {
 // Intervals kept for the overlap analysis; the statistics keep every call.
 constexpr std::size_t kMaxIntervals = 1u << 20;
 }  // namespace
+
+CommProfiler::CommProfiler() {
+  if (const char* path = std::getenv("WIA_TRACE"); path != nullptr && *path != '\0') {
+    trace_at_destroy_ = path;
+    traced_always_ = true;
+  }
+}
 
 void CommProfiler::enable(const wia_comm_profiling_t& settings) {
   std::lock_guard lock(mu_);
@@ -22,16 +30,19 @@ void CommProfiler::reset() {
   for (Slot& slot : ring_) slot.seq_plus_one.store(0);
   ops_.clear();
   intervals_.clear();
+  trace_.clear();
+  trace_dropped_ = 0;
   window_start_ = Clock::now();
   last_end_ = {};
 }
 
 void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
-                          double busbw_factor, const char* algorithm, const char* transport) {
+                          double busbw_factor, const char* algorithm, const char* transport,
+                          std::int32_t peer) {
   if (!on()) return;
   // The posting thread owns this slot until finished() takes it: no lock.
   Slot& slot = ring_[seq % kRing];
-  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm, transport};
+  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm, transport, peer};
   slot.seq_plus_one.store(seq + 1, std::memory_order_release);
 }
 
@@ -48,6 +59,16 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
   // when that one ends, not when it was posted.
   const auto start = std::max(p.posted, last_end_);
   last_end_ = now;
+  const char* const algo = p.algorithm != nullptr ? p.algorithm : algorithm;
+  const char* const via = p.transport != nullptr ? p.transport : transport;
+  if (trace_.size() < kMaxTraceEvents) {
+    if (trace_.capacity() == 0) trace_.reserve(1024);
+    trace_.push_back({start, now, p.op, algo != nullptr ? algo : "", via != nullptr ? via : "",
+                      p.bytes, p.peer});
+  } else {
+    ++trace_dropped_;
+  }
+  if (!on_.load(std::memory_order_relaxed)) return;  // the timeline only (WIA_TRACE)
   const double s = std::chrono::duration<double>(now - start).count();
   OpStats* found = nullptr;
   for (OpStats& o : ops_)  // a handful of kinds: a scan beats a map
@@ -63,20 +84,19 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
   o.algbw_gbps.push_back(algbw);
   o.busbw_gbps.push_back(algbw * p.busbw_factor);
   o.bytes += p.bytes;
-  if (p.algorithm != nullptr)
-    o.algorithm = p.algorithm;
-  else if (algorithm != nullptr)
-    o.algorithm = algorithm;
-  if (p.transport != nullptr)
-    o.transport = p.transport;
-  else if (transport != nullptr)
-    o.transport = transport;
+  if (algo != nullptr) o.algorithm = algo;
+  if (via != nullptr) o.transport = via;
   if (intervals_.size() < kMaxIntervals) intervals_.push_back({start, now});
 }
 
 CommProfiler::Snapshot CommProfiler::snapshot() const {
   std::lock_guard lock(mu_);
   return Snapshot{ops_, intervals_, window_start_, settings_};
+}
+
+CommProfiler::Trace CommProfiler::trace() const {
+  std::lock_guard lock(mu_);
+  return Trace{trace_, trace_dropped_};
 }
 
 const char* CommProfiler::intern_transport(const std::string& name) {

@@ -35,6 +35,23 @@ class CommProfiler {
     const char* algorithm = "";  // static storage (coll::algorithm_name)
     const char* transport = "";  // static storage (intern_transport): the last call's
   };
+  // One operation on the timeline (wia_profile_write_trace, WIA_TRACE).
+  struct TraceEvent {
+    Clock::time_point start, end;
+    const char* name;       // as OpStats::name
+    const char* algorithm;  // static storage
+    const char* transport;  // static storage
+    std::uint64_t bytes;
+    std::int32_t peer;  // point to point: the other rank; collectives: -1
+  };
+  struct Trace {
+    std::vector<TraceEvent> events;  // in end order (and start order: operations run in turn)
+    std::uint64_t dropped = 0;       // operations that ended with the buffer full
+  };
+  // Events kept: 65536 (about 3.5 MiB). Later operations are counted as
+  // dropped, not recorded: the start of a run is kept whole.
+  static constexpr std::size_t kMaxTraceEvents = 1u << 16;
+
   struct Snapshot {
     std::vector<OpStats> ops;
     std::vector<Interval> intervals;  // every operation's, in end order
@@ -42,7 +59,16 @@ class CommProfiler {
     wia_comm_profiling_t settings{};
   };
 
-  bool on() const { return on_.load(std::memory_order_relaxed); }
+  // WIA_TRACE (read once per communicator, here): when set, the timeline
+  // is recorded from creation on, whatever enable/disable say.
+  CommProfiler();
+  // Whether operations are to be reported to posted()/finished(): profiling
+  // enabled, or the timeline always on.
+  bool on() const {
+    return on_.load(std::memory_order_relaxed) || traced_always_;
+  }
+  // The WIA_TRACE pattern this communicator writes at destroy ("" = none).
+  const std::string& trace_at_destroy() const { return trace_at_destroy_; }
   // Whether this profiler counts in the API's "time host functions" switch
   // (overlap analysis on); set by the API only.
   std::atomic<bool> counts_compute{false};
@@ -52,13 +78,16 @@ class CommProfiler {
   // busbw_factor: nccl-tests' bus bandwidth factor of the collective.
   // `algorithm` (static storage), when set, is what the report shows for
   // this operation instead of finished()'s (point to point: its path);
-  // `transport` likewise (point to point: its link's, known when posted).
+  // `transport` likewise (point to point: its link's, known when posted);
+  // `peer`: point to point's other rank, for the timeline.
   void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
-              const char* algorithm = nullptr, const char* transport = nullptr);
+              const char* algorithm = nullptr, const char* transport = nullptr,
+              std::int32_t peer = -1);
   // `transport`: the links the operation used ("shm", "shm+tcp",
   // "windows", "host"; static storage), unless posted() named them.
   void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr);
   Snapshot snapshot() const;
+  Trace trace() const;
 
   // A transport name, or several joined by '+', in storage that lives as
   // long as the process (a report may outlive the communicator). Thread
@@ -73,8 +102,11 @@ class CommProfiler {
     Clock::time_point posted;
     const char* algorithm;
     const char* transport;
+    std::int32_t peer;
   };
   std::atomic<bool> on_{false};
+  std::string trace_at_destroy_;
+  bool traced_always_ = false;  // set once, in the constructor
   mutable std::mutex mu_;
   wia_comm_profiling_t settings_{};
   Clock::time_point window_start_ = Clock::now();
@@ -90,6 +122,8 @@ class CommProfiler {
   std::vector<Slot> ring_ = std::vector<Slot>(kRing);
   std::vector<OpStats> ops_;
   std::vector<Interval> intervals_;
+  std::vector<TraceEvent> trace_;  // reserved lazily, up to kMaxTraceEvents
+  std::uint64_t trace_dropped_ = 0;
 };
 
 }  // namespace wia::comm

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <wia/wia.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -160,7 +161,130 @@ int transport_named(int rank, int nranks) {
   return kOk;
 }
 
+// Writes this rank's timeline to TEST_TRACE_DIR/explicit.<rank>.json after
+// 7 all-reduces, 3 broadcasts and one send/receive, and checks the errors.
+int trace_explicit(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const std::string dir = std::getenv("TEST_TRACE_DIR");
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  std::vector<float> buf(1 << 16, 1.0f);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int i = 0; i < 7; ++i)
+    EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), std::size_t{16} << i, &cfg, nullptr) ==
+             WIA_SUCCESS);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_R(wia_broadcast(comm, buf.data(), 1000, 0, WIA_FLOAT32, nullptr) == WIA_SUCCESS);
+  if (rank == 0)
+    EXPECT_R(wia_comm_send(comm, buf.data(), 16, WIA_FLOAT32, 1, nullptr) == WIA_SUCCESS);
+  else
+    EXPECT_R(wia_comm_recv(comm, buf.data(), 16, WIA_FLOAT32, 0, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  // Not recorded: profiling is off again.
+  EXPECT_R(wia_disable_comm_profiling(comm) == WIA_SUCCESS);
+  EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), 16, &cfg, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+
+  const std::string path = dir + "/explicit." + std::to_string(rank) + ".json";
+  EXPECT_R(wia_profile_write_trace(comm, path.c_str()) == WIA_SUCCESS);
+  EXPECT_R(wia_profile_write_trace(comm, nullptr) == WIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_R(wia_profile_write_trace(comm, "") == WIA_ERROR_INVALID_ARGUMENT);
+  const std::string bad = dir + "/no-such-dir/trace.json";
+  EXPECT_R(wia_profile_write_trace(comm, bad.c_str()) == WIA_ERROR_IO);
+  const std::string why = wia_get_last_error();
+  EXPECT_R(why.find(bad) != std::string::npos);
+  EXPECT_R(why.find(std::strerror(ENOENT)) != std::string::npos);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
+// No profiling, WIA_TRACE set: every operation is on the timeline written
+// at destroy, up to the bound; 5 more are counted as dropped.
+int trace_from_env(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  float x = 1.0f;
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int i = 0; i < 65536 + 5; ++i)
+    EXPECT_R(wia_all_reduce(comm, &x, &x, 1, &cfg, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
+// Checks a trace file with Python's json module (CI and this machine have
+// python3): the events of each name, ts/dur, one track, ts monotonic on it,
+// args present, and the metadata. Prints OK or what is wrong.
+constexpr const char* kTraceCheck = R"PY(
+import json, sys
+path, rank, nranks, dropped = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+want = dict(a.split('=') for a in sys.argv[5:])
+t = json.load(open(path))
+ev = [e for e in t['traceEvents'] if e['ph'] == 'X']
+got = {}
+for e in ev:
+    got[e['name']] = got.get(e['name'], 0) + 1
+assert got == {k: int(v) for k, v in want.items()}, ('counts', got, want)
+assert len({(e['pid'], e['tid']) for e in ev}) == 1, 'one track'
+last_end = 0
+for e in ev:
+    assert e['pid'] == rank and e['dur'] >= 0 and 0 <= e['ts'] < 2 * 86400e6, e
+    assert e['ts'] >= last_end - 2e-3, ('ts not monotonic', e)
+    last_end = e['ts'] + e['dur']
+    a = e['args']
+    assert a['bytes'] > 0 and a['algorithm'] and a['transport'], e
+    if e['cat'] == 'p2p':
+        assert a['peer'] == 1 - rank, e
+    else:
+        assert a['nranks'] == nranks, e
+o = t['otherData']
+assert o['rank'] == rank and o['events'] == len(ev) and o['dropped_events'] == dropped, o
+assert o['ts_origin_unix_us'] % 86400000000 == 0 and o['ts_origin_unix_us'] > 1.5e15, o
+assert any(e['ph'] == 'M' and e['name'] == 'process_name' for e in t['traceEvents'])
+print('OK')
+)PY";
+
+std::string check_trace(const std::string& dir, const std::string& file, int rank,
+                        std::uint64_t dropped, const std::string& counts) {
+  const std::string script = dir + "/check_trace.py";
+  if (FILE* f = std::fopen(script.c_str(), "w")) {
+    std::fputs(kTraceCheck, f);
+    std::fclose(f);
+  }
+  return run_command("python3 " + script + " " + dir + "/" + file + " " + std::to_string(rank) +
+                     " 2 " + std::to_string(dropped) + " " + counts + " 2>&1");
+}
+
 }  // namespace
+
+TEST_CASE("profiling: the timeline trace is Chrome/Perfetto JSON, one event per operation") {
+  char tmpl[] = "/tmp/wia-trace-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  SUBCASE("wia_profile_write_trace, while profiling is enabled") {
+    check_all(run_ranks(2, base_yaml(), trace_explicit,
+                        {{"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", dir}}));
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      CHECK(check_trace(dir, "explicit." + std::to_string(r) + ".json", r, 0,
+                        std::string("allreduce=7 broadcast=3 ") + (r == 0 ? "send=1" : "recv=1")) ==
+            "OK\n");
+    }
+  }
+  SUBCASE("WIA_TRACE, written at destroy, one file per rank, bounded") {
+    check_all(run_ranks(2, base_yaml(), trace_from_env,
+                        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRACE", dir + "/env.json"}}));
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      CHECK(check_trace(dir, "env.json.rank" + std::to_string(r), r, 5, "allreduce=65536") ==
+            "OK\n");
+    }
+  }
+  run_command("rm -rf " + dir);
+}
 
 TEST_CASE("profiling: each entry names the transport its last call used") {
   // By default two processes of one node talk over shm (or the node-shared
