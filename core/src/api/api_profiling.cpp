@@ -16,14 +16,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
+#include "coll/schedule.hpp"
 #include "comm/comm_profiler.hpp"
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
+#include "tuner/cost_model.hpp"
 
 namespace wia::api {
 namespace {
@@ -287,6 +290,7 @@ struct ReportBlock {
   wia_comm_profile_report_t report{};
   std::vector<wia_collective_profile_t> list;
   std::deque<std::string> strings;  // stable c_str()s
+  std::vector<const char*> suggestions;
 };
 std::mutex& reports_mu() {
   static auto* mu = new std::mutex();
@@ -330,6 +334,73 @@ void overlap(const CommProfiler::Snapshot& s, comm::ProcessCommunicator& pc,
   r.overlap_efficiency = r.total_comm_time > 0 ? hidden / r.total_comm_time : 0.0;
 }
 
+// Suggestions (docs/profiling.md): each costed by the communicator's own
+// model (core/src/tuner), the estimated speedup in its text.
+
+// All-reduces below this size are fusion candidates; buckets are filled up
+// to kFusionBucketBytes (PyTorch DDP's default bucket). A suggestion is made
+// when the model expects the fused run kMinSpeedup times faster or more.
+constexpr std::uint64_t kFusionCandidateBytes = 1u << 20;
+constexpr std::uint64_t kFusionBucketBytes = 25u << 20;
+constexpr double kMinSpeedup = 1.2;
+
+// The model's time for one all-reduce of `bytes` (float32 elements).
+double allreduce_us(tuner::Selector& model, std::uint64_t bytes) {
+  const std::uint64_t count = std::max<std::uint64_t>(1, bytes / 4);
+  return model.select(coll::Collective::kAllReduce, count, WIA_FLOAT32).estimated_ms * 1e3;
+}
+
+std::string fmt_bytes(double b) {
+  if (b >= 1 << 20) return fmt::format("{:.1f} MiB", b / (1 << 20));
+  if (b >= 1 << 10) return fmt::format("{:.1f} KiB", b / (1 << 10));
+  return fmt::format("{:.0f} B", b);
+}
+
+// Many small all-reduces: the model's time for them one by one against the
+// same bytes fused into buckets.
+void suggest_fusion(const CommProfiler::OpStats& o, tuner::Selector& model,
+                    std::vector<std::string>& out) {
+  std::map<std::uint64_t, std::uint64_t> calls_of_size;
+  std::uint64_t calls = 0, total = 0;
+  double measured_s = 0;
+  for (std::size_t i = 0; i < o.call_bytes.size(); ++i) {
+    if (o.call_bytes[i] >= kFusionCandidateBytes) continue;
+    ++calls_of_size[o.call_bytes[i]];
+    ++calls;
+    total += o.call_bytes[i];
+    measured_s += o.seconds[i];
+  }
+  if (calls < 2) return;
+  double separate_us = 0;
+  for (const auto& [bytes, n] : calls_of_size)
+    separate_us += static_cast<double>(n) * allreduce_us(model, bytes);
+  const std::uint64_t buckets = (total + kFusionBucketBytes - 1) / kFusionBucketBytes;
+  const double fused_us =
+      static_cast<double>(buckets - 1) * allreduce_us(model, kFusionBucketBytes) +
+      allreduce_us(model, total - (buckets - 1) * kFusionBucketBytes);
+  if (fused_us <= 0 || separate_us < kMinSpeedup * fused_us) return;
+  out.push_back(fmt::format(
+      "{}: {} calls under {} (average {}, {:.3f} ms measured in all): fuse them into {} "
+      "bucket{} of up to {}: estimated {:.1f}x faster (cost model: {:.3f} ms one by one, "
+      "{:.3f} ms fused)",
+      o.name, calls, fmt_bytes(kFusionCandidateBytes),
+      fmt_bytes(static_cast<double>(total) / static_cast<double>(calls)), measured_s * 1e3, buckets,
+      buckets == 1 ? "" : "s", fmt_bytes(kFusionBucketBytes), separate_us / fused_us,
+      separate_us / 1e3, fused_us / 1e3));
+}
+
+std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
+                                     comm::ProcessCommunicator& pc) {
+  std::vector<std::string> out;
+  std::optional<tuner::LinkModel> m = pc.cost_model();
+  if (!m || pc.size() < 2) return out;
+  tuner::Selector model(std::move(*m));
+  for (const auto& o : s.ops)
+    if (std::strcmp(o.name, coll::collective_name(coll::Collective::kAllReduce)) == 0)
+      suggest_fusion(o, model, out);
+  return out;
+}
+
 wia_comm_profile_report_t* build_report(wia_communicator_t comm) {
   CommProfiler& p = profiler_of(comm);
   auto& pc = dynamic_cast<comm::ProcessCommunicator&>(live(comm));
@@ -367,8 +438,10 @@ wia_comm_profile_report_t* build_report(wia_communicator_t comm) {
   if (s.settings.enable_overlap_analysis) overlap(s, pc, r);
   r.num_collectives = static_cast<int>(block->list.size());
   r.collectives = block->list.data();
-  r.num_suggestions = 0;
-  r.suggestions = nullptr;
+  for (const std::string& text : suggestions(s, pc))
+    block->suggestions.push_back(block->strings.emplace_back(text).c_str());
+  r.num_suggestions = static_cast<int>(block->suggestions.size());
+  r.suggestions = block->suggestions.empty() ? nullptr : block->suggestions.data();
   wia_comm_profile_report_t* out = &block->report;
   std::lock_guard lock(reports_mu());
   reports()[out] = std::move(block);

@@ -83,6 +83,7 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
   const double algbw = s > 0 ? static_cast<double>(p.bytes) / s / 1e9 : 0.0;
   o.algbw_gbps.push_back(algbw);
   o.busbw_gbps.push_back(algbw * p.busbw_factor);
+  o.call_bytes.push_back(p.bytes);
   o.bytes += p.bytes;
   if (algo != nullptr) o.algorithm = algo;
   if (via != nullptr) o.transport = via;

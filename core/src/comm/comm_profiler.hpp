@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // What wia_enable_comm_profiling records for a process communicator: each
 // operation's start (its turn, or its posting when later) and end, its
-// collective, bytes and chosen algorithm. Off, it costs one relaxed load
-// per operation; on, two clock reads and a lock at completion, with no
-// allocation on the way (a ring of pending operations; statistics keyed by
-// the static name of the collective).
+// collective, bytes, chosen algorithm and transport, as statistics and as
+// a bounded timeline (wia_profile_write_trace; WIA_TRACE records the
+// timeline alone). Off, it costs one relaxed load and one flag read per
+// operation; on, two clock reads and a lock at completion (a ring of
+// pending operations; statistics keyed by the static name of the
+// collective; per-call vectors and the timeline grow by appending).
 #pragma once
 
 #include <wia/wia.h>
@@ -31,6 +33,7 @@ class CommProfiler {
     std::vector<double> seconds;     // one per call
     std::vector<double> algbw_gbps;  // bytes / time, per call
     std::vector<double> busbw_gbps;  // algbw * the bus factor, per call
+    std::vector<std::uint64_t> call_bytes;  // per call (the suggestions cost them)
     std::uint64_t bytes = 0;
     const char* algorithm = "";  // static storage (coll::algorithm_name)
     const char* transport = "";  // static storage (intern_transport): the last call's

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "bootstrap/bootstrap.hpp"
 #include "comm/node_windows.hpp"
@@ -160,6 +161,12 @@ double ProcessCommunicator::slowest_link_gbps() {
       }
   }
   return slowest;
+}
+
+std::optional<tuner::LinkModel> ProcessCommunicator::cost_model() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!selector_) return std::nullopt;
+  return selector_->model();
 }
 
 wia_algorithm_t ProcessCommunicator::last_selected() const {

@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -425,6 +426,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   // The slowest link's GB/s in the cost model (the bound of profiling's
   // bandwidth utilization).
   double slowest_link_gbps();
+  // A copy of the cost model the tuner selects with (profiling's
+  // suggestions); none before the links are set up.
+  std::optional<tuner::LinkModel> cost_model();
 
  private:
   // Records operation `seq` as posted.

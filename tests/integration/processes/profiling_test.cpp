@@ -215,6 +215,45 @@ int trace_from_env(int rank, int nranks) {
   return kOk;
 }
 
+// The fusion suggestion: made for 200 all-reduces of 8 B, with an
+// estimated speedup > 1 in its text, and not for 3 of 64 MiB.
+int fusion_suggested(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  std::vector<float> small(2, 1.0f);
+  for (int i = 0; i < 200; ++i)
+    EXPECT_R(wia_all_reduce(comm, small.data(), small.data(), 2, &cfg, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->num_suggestions == 1 && r->suggestions != nullptr);
+  const std::string text = r->suggestions[0];
+  std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
+  EXPECT_R(text.find("allreduce: 200 calls") == 0 && text.find("fuse") != std::string::npos);
+  const std::size_t at = text.find("estimated ");
+  EXPECT_R(at != std::string::npos);
+  const double speedup = std::strtod(text.c_str() + at + 10, nullptr);
+  EXPECT_R(speedup > 1.2 && std::isfinite(speedup));
+  EXPECT_R(text.compare(at + 10 + text.substr(at + 10).find('x'), 8, "x faster") == 0);
+  wia_free_comm_profile(r);
+
+  EXPECT_R(wia_reset_comm_profile(comm) == WIA_SUCCESS);
+  std::vector<float> large(std::size_t{16} << 20, 1.0f);  // 64 MiB
+  for (int i = 0; i < 3; ++i)
+    EXPECT_R(wia_all_reduce(comm, large.data(), large.data(), large.size(), &cfg, nullptr) ==
+             WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->num_collectives == 1 && r->collectives[0].invocation_count == 3);
+  EXPECT_R(r->num_suggestions == 0);
+  wia_free_comm_profile(r);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
 // Checks a trace file with Python's json module (CI and this machine have
 // python3): the events of each name, ts/dur, one track, ts monotonic on it,
 // args present, and the metadata. Prints OK or what is wrong.
@@ -284,6 +323,10 @@ TEST_CASE("profiling: the timeline trace is Chrome/Perfetto JSON, one event per 
     }
   }
   run_command("rm -rf " + dir);
+}
+
+TEST_CASE("profiling: many small all-reduces are told to fuse, with the model's speedup") {
+  check_all(run_ranks(2, base_yaml(), fusion_suggested, {{"TEST_WIA_ID", unique_id_env()}}));
 }
 
 TEST_CASE("profiling: each entry names the transport its last call used") {
