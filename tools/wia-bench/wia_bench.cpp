@@ -71,6 +71,7 @@ struct Options {
   bool procs_from_env = false;  // one rank of a launched job
   bool compressed = false;      // --compress
   bool profile_overhead = false;  // --profile-overhead
+  std::string trace;              // --trace FILE: WIA_TRACE for every rank
   std::string compress_name;
   wia_compression_config_t compress{};
 };
@@ -86,7 +87,7 @@ struct Options {
       "                 direct|pairwise|one_shot|hierarchical] [--ranks N] [-n ITERS]\n"
       "                 [-w WARMUP] [-c 0|1] [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
       "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16]\n"
-      "                 [--profile-overhead]\n"
+      "                 [--profile-overhead] [--trace FILE]\n"
       "--op also takes the spec's spellings: all_reduce, all_gather, reduce_scatter, all_to_all.\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
       "--sizes lists the sizes to run instead of the -b/-e/-f sweep.\n"
@@ -97,7 +98,10 @@ struct Options {
       "with error feedback for topk, onebit and lowrank; R is k_ratio (topk, randomk) or\n"
       "the rank (lowrank); compared with the plain all-reduce timed in the same run.\n"
       "--profile-overhead: each size with and without wia_enable_comm_profiling\n"
-      "(process communicators: --procs N), alternating, and the difference.\n");
+      "(process communicators: --procs N), alternating, and the difference.\n"
+      "--trace FILE: each rank writes its timeline as Chrome/Perfetto JSON to\n"
+      "FILE.rank<N> ('%%r' in FILE: replaced by the rank instead), with --procs N or\n"
+      "--procs-from-env (docs/profiling.md).\n");
   std::exit(2);
 }
 
@@ -190,6 +194,7 @@ Options parse(int argc, char** argv) {
     }
     else if (a == "--procs-from-env") o.procs_from_env = true;
     else if (a == "--profile-overhead") o.profile_overhead = true;
+    else if (a == "--trace") o.trace = next();
     else if (a == "--compress") {
       o.compress_name = next();
       o.compress = compress_arg(o.compress_name);
@@ -237,6 +242,8 @@ Options parse(int argc, char** argv) {
   if (o.procs < 0 || o.procs > 256) usage("--procs must be 1..256");
   if ((o.procs > 0) + o.procs_from_env + o.ranks_given > 1)
     usage("--ranks, --procs and --procs-from-env exclude each other");
+  if (!o.trace.empty() && o.procs == 0 && !o.procs_from_env)
+    usage("--trace records process communicators: use --procs N or --procs-from-env");
   if (o.factor <= 1) usage("-f must be > 1");
   if (o.min_bytes > o.max_bytes) usage("-b must not exceed -e");
   if (o.compressed) {
@@ -818,6 +825,8 @@ int run_rank(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  // Inherited by the spawned ranks; each writes its file at wia_finalize.
+  if (!o.trace.empty()) setenv("WIA_TRACE", o.trace.c_str(), 1);
   if (o.procs > 0) return wia::tools::spawn_local_ranks("wia-bench", o.procs, argc, argv);
   if (o.procs_from_env || (!o.ranks_given && wia::tools::launched_by_launcher()))
     return run_rank(o);

@@ -161,3 +161,21 @@ add_test(NAME tool_wia_bench_profile_overhead COMMAND sh -c "\
     grep -Eq '^ +65536 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-?[0-9.]+%$' && \
   ${_wia_bench} --profile-overhead --sizes 64 2>&1 | grep -q 'use --procs N'")
 set_tests_properties(tool_wia_bench_profile_overhead PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
+# wia-bench --trace: each of 2 processes writes FILE.rank<N>, trace JSON with
+# an all-reduce event per call, the tool's own small ones included: more
+# than the 3 timed calls of 64 KiB, each with its args; in-process it is
+# refused with the reason.
+add_test(NAME tool_wia_bench_trace COMMAND sh -c "\
+  rm -f bench-trace.json.rank0 bench-trace.json.rank1 && \
+  ${_wia_bench} --procs 2 --trace bench-trace.json --sizes 64K -n 3 -w 1 > /dev/null && \
+  for r in 0 1; do python3 -c 'import json, sys; \
+t = json.load(open(sys.argv[1])); \
+ev = [e for e in t[\"traceEvents\"] if e[\"ph\"] == \"X\"]; \
+big = [e for e in ev if e[\"args\"][\"bytes\"] == 65536]; \
+assert len(big) > 3 and all(e[\"name\"] == \"allreduce\" for e in ev), ev; \
+assert all(e[\"args\"][\"algorithm\"] and e[\"args\"][\"transport\"] for e in ev), ev; \
+assert t[\"otherData\"][\"rank\"] == int(sys.argv[2]), t[\"otherData\"]' \
+    bench-trace.json.rank$r $r || exit 1; done && \
+  ${_wia_bench} --trace x.json --sizes 64 2>&1 | grep -q 'use --procs N'")
+set_tests_properties(tool_wia_bench_trace PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
