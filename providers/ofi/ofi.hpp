@@ -344,6 +344,11 @@ class Endpoint {
   wia_status_t reg(void* ptr, std::uint64_t size, std::uint32_t iface, std::uint64_t device,
                    MrEntry** out);
   void unreg(MrEntry* e);
+  // The descriptor a transfer of [buf, +len) passes: the caller's
+  // registration, or under FI_MR_LOCAL one made for it (*auto_mr, released
+  // with the request), else none.
+  wia_status_t local_desc(void* buf, std::uint64_t len, MrHandle* mr, MrEntry** auto_mr,
+                          void** desc);
 
   Ctx* ctx() const { return ctx_; }
   const EndpointInfo& info() const { return *info_; }

@@ -155,6 +155,16 @@ void Endpoint::forget_released(Conn* c) {
 
 // --- data -----------------------------------------------------------------------
 
+wia_status_t Endpoint::local_desc(void* buf, std::uint64_t len, MrHandle* mr, MrEntry** auto_mr,
+                                  void** desc) {
+  *auto_mr = nullptr;
+  *desc = mr != nullptr ? mr->entry->desc : nullptr;
+  if (*desc != nullptr || !mr_local || len == 0) return WIA_SUCCESS;
+  const wia_status_t st = reg(buf, len, WIA_MEM_IFACE_HOST, 0, auto_mr);
+  if (st == WIA_SUCCESS) *desc = (*auto_mr)->desc;
+  return st;
+}
+
 wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, std::uint64_t tag,
                             MrHandle* mr, wia_request_t* out) {
   *out = nullptr;
@@ -177,12 +187,9 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
                       size_text(size).c_str());
   std::uint64_t len = send ? size : std::min(size, info_->max_msg);
   MrEntry* auto_mr = nullptr;
-  void* desc = mr != nullptr ? mr->entry->desc : nullptr;
-  if (desc == nullptr && mr_local && len > 0) {
-    const wia_status_t st = reg(buf, len, WIA_MEM_IFACE_HOST, 0, &auto_mr);
-    if (st != WIA_SUCCESS) return st;
-    desc = auto_mr->desc;
-  }
+  void* desc = nullptr;
+  if (const wia_status_t st = local_desc(buf, len, mr, &auto_mr, &desc); st != WIA_SUCCESS)
+    return st;
   Request* r = new_request(Request::Kind::data, c);
   r->is_send = send;
   r->capacity = size;

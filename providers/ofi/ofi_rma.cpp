@@ -57,12 +57,9 @@ wia_status_t Endpoint::rma(Conn* c, bool write, void* local, std::uint64_t size,
     return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT, "ofi: %s of %s at NULL", op,
                       size_text(size).c_str());
   MrEntry* auto_mr = nullptr;
-  void* desc = mr != nullptr ? mr->entry->desc : nullptr;
-  if (desc == nullptr && mr_local && size > 0) {
-    const wia_status_t st = reg(local, size, WIA_MEM_IFACE_HOST, 0, &auto_mr);
-    if (st != WIA_SUCCESS) return st;
-    desc = auto_mr->desc;
-  }
+  void* desc = nullptr;
+  if (const wia_status_t st = local_desc(local, size, mr, &auto_mr, &desc); st != WIA_SUCCESS)
+    return st;
   Request* r = new_request(Request::Kind::data, c);
   r->is_send = true;
   r->op = op;
