@@ -79,6 +79,14 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
   oversubscribed_ = local_size > cores;
   if (const char* e = std::getenv("WIA_PROBE_LINKS")) probe_inter_node_ = std::string(e) != "0";
   connect_mesh(exchange, setup_timeout, preferred_inter_node);
+  if (layout_.size > 1) {
+    heartbeat_ms_ = static_cast<std::uint32_t>(rt.config().get_int("collectives.heartbeat_ms"));
+    heartbeat_timeout_ms_ =
+        static_cast<std::uint32_t>(rt.config().get_int("collectives.heartbeat_timeout_ms"));
+    // Fewer than two periods would declare a peer dead for one late tick.
+    heartbeat_timeout_ms_ = std::max(heartbeat_timeout_ms_, 2 * heartbeat_ms_);
+  }
+  start_heartbeat();
 }
 
 std::unique_ptr<ProcessCommunicator> ProcessCommunicator::create(
@@ -99,6 +107,7 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::create(
 }
 
 ProcessCommunicator::~ProcessCommunicator() {
+  stop_heartbeat();  // from here on this thread alone uses the connections
   // Aborted while idle: tell the peers (every operation has drained, so
   // this thread may use the connections) rather than say goodbye.
   if (abort_requested_.load() && !broken_.load())

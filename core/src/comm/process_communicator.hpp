@@ -173,9 +173,14 @@ class ProcessCommunicator final : public CommunicatorBase {
     bool has_reply = false;
     ControlHeader reply{};
     bool said_bye = false;
+    // Heartbeats (process_control.cpp): when a control message last came
+    // from the peer, and when this rank last sent it a heartbeat.
+    std::chrono::steady_clock::time_point last_heard{}, last_beat{};
+    bool watched = false;  // a ring neighbour whose silence counts
   };
   // Defined in process_internal.hpp, private to process_*.cpp:
-  class Control;            // the control channel (abort, query, reply, bye)
+  class Control;            // the control channel (abort, query, reply, bye, heartbeat)
+  struct Heartbeat;         // the heartbeat thread (process_control.cpp)
   struct MeshSetup;         // what connect_mesh's steps gather and share
   struct RunningOperation;  // the operation this rank runs now, in one of four modes
   struct StreamTask;        // the work item a stream runs: one operation, in sequence
@@ -239,6 +244,22 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Makes the communicator unusable and tells the peers why.
   void break_communicator(wia_status_t status, const std::string& reason);
   void close_all() noexcept;
+  // Heartbeats (process_control.cpp, docs/fault-tolerance.md): a thread
+  // that, while no operation uses the connections, polls the control
+  // channel, sends this rank's heartbeats to its ring neighbours and
+  // breaks the communicator when a peer failed; an operation that runs
+  // does the same in its own polls.
+  void start_heartbeat();
+  void stop_heartbeat() noexcept;
+  void heartbeat_tick();
+  // Held while this rank's transports are used on the connections (an
+  // operation's begin and proceed, the heartbeat thread, breaking):
+  // entries on one connection must not run on two threads at once
+  // (docs/provider-abi.md 1.6). Not taken when heartbeats are off.
+  std::unique_lock<std::recursive_mutex> wire_lock() {
+    return heartbeat_ms_ ? std::unique_lock<std::recursive_mutex>(wire_mu_)
+                         : std::unique_lock<std::recursive_mutex>();
+  }
 
   // Ordering and posting (process_order.cpp).
   // The host function a StreamTask is posted as.
@@ -406,6 +427,16 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::string error_message_;
   std::vector<int> failed_ranks_;  // sorted, under err_mu_
   std::atomic<bool> abort_requested_{false};
+  // collectives.heartbeat_ms and heartbeat_timeout_ms (0: no heartbeats).
+  std::uint32_t heartbeat_ms_ = 0;
+  std::uint32_t heartbeat_timeout_ms_ = 0;
+  std::recursive_mutex wire_mu_;  // wire_lock()
+  // The first failure the control channel reported (a peer's abort, a
+  // lost connection, a silent peer), under wire_mu_: whoever polls next
+  // (an operation or the heartbeat thread) reports it again.
+  std::string control_failure_;
+  bool control_failure_told_ = false;  // it came in a peer's abort message
+  std::unique_ptr<Heartbeat> heartbeat_;
   // `st`, or WIA_ERROR_ABORTED for a failure after wia_comm_abort.
   wia_status_t unless_aborted(wia_status_t st) const {
     return st != WIA_SUCCESS && abort_requested_.load() ? WIA_ERROR_ABORTED : st;

@@ -23,14 +23,66 @@ namespace wia::comm {
 //   reply  the answer: the collective being run, and how many completed
 //   bye    the peer destroyed the communicator after finishing its work:
 //          its connection closing next is not a failure
+//   heartbeat  nothing but "I am alive" (collectives.heartbeat_ms)
 namespace {
 constexpr std::uint32_t kControlMagic = 0x57494158;  // "WIAX"
-enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4 };
+enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4, kHeartbeat = 5 };
+// A reply's `running` when the rank runs no operation at all.
+constexpr std::int64_t kIdle = -2;
 }  // namespace
 
 std::string ProcessCommunicator::Control::poll() {
   if (c_.abort_requested_.load(std::memory_order_relaxed))
     return fmt::format("wia_comm_abort was called on rank {}", c_.layout_.rank);
+  // A failure is reported to every poll after the one that found it: the
+  // heartbeat thread may have read a peer's abort message that the next
+  // operation must fail with.
+  if (!c_.control_failure_.empty()) return c_.control_failure_;
+  std::string reason = poll_once();
+  if (reason.empty() && c_.heartbeat_ms_) reason = heartbeat();
+  if (!reason.empty()) c_.control_failure_ = reason;
+  return reason;
+}
+
+std::string ProcessCommunicator::Control::heartbeat() {
+  // Each rank sends heartbeats to its two ring neighbours and watches
+  // them: 2 messages per rank and period whatever the size (all-to-all
+  // would be p - 1), and every rank is watched by two others. The rank
+  // that notices a silent neighbour breaks the communicator, which tells
+  // every other rank at once (the abort message names the failed rank).
+  const int p = c_.layout_.size, me = c_.layout_.rank;
+  if (p < 2) return {};
+  const auto now = Clock::now();
+  const auto period = std::chrono::milliseconds(c_.heartbeat_ms_);
+  const auto limit = std::chrono::milliseconds(c_.heartbeat_timeout_ms_);
+  for (const int q : {(me + p - 1) % p, (me + 1) % p}) {
+    Peer& peer = c_.peers_[static_cast<std::size_t>(q)];
+    // A peer that said goodbye is gone on purpose.
+    if (!peer.link.conn || peer.said_bye) continue;
+    if (!peer.watched) {
+      peer.watched = true;
+      peer.last_heard = now;
+    }
+    if (now - peer.last_beat >= period) {
+      ControlHeader h;
+      h.type = kHeartbeat;
+      send(peer, h);  // skipped while the last message is in flight: that one says as much
+      peer.last_beat = now;
+    }
+    const auto silent =
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - peer.last_heard);
+    if (silent > limit) {
+      c_.note_failed(q);
+      return fmt::format(
+          "rank {} failed: no heartbeat for {} ms (collectives.heartbeat_timeout_ms {}, link "
+          "over {}): it died, hangs, or is unreachable",
+          q, silent.count(), c_.heartbeat_timeout_ms_, peer.transport);
+    }
+  }
+  return {};
+}
+
+std::string ProcessCommunicator::Control::poll_once() {
   for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
     Peer& p = c_.peers_[q];
     progress_send(p);
@@ -50,6 +102,7 @@ std::string ProcessCommunicator::Control::poll() {
     }
     if (!done) continue;
     p.control_req = nullptr;
+    if (c_.heartbeat_ms_) p.last_heard = Clock::now();  // any message says it is alive
     ControlHeader h;
     if (size < sizeof(h))
       return fmt::format("rank {} sent a truncated control message ({} B)", q, size);
@@ -64,6 +117,7 @@ std::string ProcessCommunicator::Control::poll() {
         std::memcpy(&r, p.control_buf.data() + at, 4);
         c_.note_failed(r);
       }
+      c_.control_failure_told_ = true;
       return fmt::format("rank {} aborted the communicator: {}", q,
                          std::string(p.control_buf.data() + at, size - at));
     }
@@ -77,6 +131,10 @@ std::string ProcessCommunicator::Control::poll() {
       r.seq = h.seq;
       r.completed = c_.collectives_done_.load();
       r.running = c_.running_.load();
+      // Answered by the heartbeat thread with no collective running: this
+      // rank is not inside any operation (what no answer meant before
+      // there were heartbeats).
+      if (idle_ && r.running < 0) r.running = kIdle;
       send(p, r);
     } else if (h.type == kReply) {
       p.reply = h;
@@ -94,7 +152,7 @@ void ProcessCommunicator::Control::goodbye(std::chrono::milliseconds bound) {
     if (p.link.conn) send(p, h);
   const auto until = Clock::now() + bound;
   for (;;) {
-    poll();  // failures no longer matter here
+    poll_once();  // failures no longer matter here
     bool all = true;
     for (const Peer& p : c_.peers_) all &= !p.link.conn || p.said_bye || !p.control_req;
     for (Peer& p : c_.peers_) progress_send(p);
@@ -124,7 +182,7 @@ std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
     if (all) break;
     sleep_us(200);
   }
-  std::string absent, behind, inside;
+  std::string absent, idle, behind, inside;
   auto add = [](std::string& list, const std::string& item) {
     list += (list.empty() ? "" : ", ") + item;
   };
@@ -134,8 +192,10 @@ std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
     if (!p.has_reply) {
       add(absent, std::to_string(q));
       c_.note_failed(static_cast<int>(q));  // no answer within the timeout
-    }
-    else if (p.reply.running == static_cast<std::int64_t>(seq))
+    } else if (p.reply.running == kIdle && p.reply.completed <= seq) {
+      add(idle, std::to_string(q));
+      c_.note_failed(static_cast<int>(q));  // alive, but elsewhere
+    } else if (p.reply.running == static_cast<std::int64_t>(seq))
       add(inside, std::to_string(q));
     else if (p.reply.completed <= seq)
       add(behind, fmt::format("{} (completed {} collective(s){})", q, p.reply.completed,
@@ -150,6 +210,11 @@ std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
         "rank(s) {} have not reached collective #{} (no answer within 300 ms: not inside any "
         "collective of this communicator, or unreachable)",
         absent, seq);
+  if (!idle.empty())
+    out += fmt::format(
+        "{}rank(s) {} have not reached collective #{} (their heartbeat thread answered: alive, "
+        "but not inside any operation of this communicator)",
+        out.empty() ? "" : "; ", idle, seq);
   if (!behind.empty())
     out += fmt::format("{}rank(s) {} have not reached it", out.empty() ? "" : "; ", behind);
   if (!inside.empty())
@@ -189,6 +254,7 @@ void ProcessCommunicator::post_control_recv(Peer& peer) {
 
 void ProcessCommunicator::break_communicator(wia_status_t status, const std::string& reason) {
   status = unless_aborted(status);
+  const auto wire = wire_lock();  // closes the connections the heartbeat thread polls
   {
     std::lock_guard<std::mutex> lock(err_mu_);
     // error_message_ is set only here: not empty = breaking or broken.
@@ -254,6 +320,67 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
   std::lock_guard<std::mutex> lock(err_mu_);
   error_ = status;
   broken_.store(true);
+}
+
+void ProcessCommunicator::start_heartbeat() {
+  if (heartbeat_ms_ == 0) return;
+  heartbeat_ = std::make_unique<Heartbeat>();
+  // Ticks of a fifth of the period (5..100 ms): a heartbeat goes out
+  // within a tick of being due, and a silent peer is named within a tick
+  // of heartbeat_timeout_ms.
+  const auto tick = std::chrono::milliseconds(std::clamp<std::uint32_t>(heartbeat_ms_ / 5, 5, 100));
+  Heartbeat& hb = *heartbeat_;
+  hb.thread = std::thread([this, &hb, tick] {
+    std::unique_lock<std::mutex> lock(hb.mu);
+    while (!hb.cv.wait_for(lock, tick, [&] { return hb.stop; })) {
+      lock.unlock();
+      heartbeat_tick();
+      lock.lock();
+    }
+  });
+}
+
+void ProcessCommunicator::stop_heartbeat() noexcept {
+  if (!heartbeat_) return;
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_->mu);
+    heartbeat_->stop = true;
+  }
+  heartbeat_->cv.notify_all();
+  if (heartbeat_->thread.joinable()) heartbeat_->thread.join();
+  heartbeat_.reset();
+}
+
+void ProcessCommunicator::heartbeat_tick() {
+  if (broken_.load() || abort_requested_.load()) return;  // the failure path has it
+  std::unique_lock<std::recursive_mutex> wire(wire_mu_, std::try_to_lock);
+  // An operation uses the connections: its own polls send the heartbeats
+  // and watch the neighbours meanwhile.
+  if (!wire.owns_lock() || broken_.load()) return;
+  std::string reason;
+  try {
+    Control control(*this);
+    control.idle_ = true;
+    reason = control.poll();
+  } catch (const std::exception& e) {  // re-posting a control receive failed
+    reason = fmt::format("the control channel failed: {}", e.what());
+    control_failure_ = reason;
+  }
+  // A peer's abort message: that peer told every rank, and the failed
+  // ranks it named are listed. The communicator breaks at this rank's
+  // next operation, as without heartbeats (its flight recorder dump then
+  // shows that operation).
+  if (reason.empty() || control_failure_told_) return;
+  // Found here (a silent neighbour, a lost connection): break the
+  // communicator now, so that every other rank hears of it, if no
+  // operation of this rank is pending: claim the next turn as a posting
+  // thread does. Otherwise the pending operation meets the failure at its
+  // next poll and breaks it.
+  std::uint64_t seq = executed_.load(std::memory_order_acquire);
+  if (!next_seq_.compare_exchange_strong(seq, seq + 1)) return;
+  break_communicator(WIA_ERROR_REMOTE, reason);
+  executed_.store(seq + 1, std::memory_order_release);
+  order_signal_.notify();
 }
 
 }  // namespace wia::comm

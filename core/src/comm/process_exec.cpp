@@ -25,6 +25,7 @@ std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begi
     std::string& error) {
   using Mode = RunningOperation::Mode;
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
+  const auto wire = wire_lock();
   try {
     const int me = layout_.rank;
     double estimate = 0;
@@ -231,6 +232,7 @@ bool ProcessCommunicator::repeats_window_call(const Call& call) const {
 std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begin_window_repeat(
     std::uint64_t seq, const Call& call, Clock::time_point deadline, wia_status_t& status,
     std::string& error) try {
+  const auto wire = wire_lock();
   std::unique_ptr<RunningOperation> r = take_spare_operation();
   r->seq = seq;
   r->mode = RunningOperation::Mode::kWindow;
@@ -285,6 +287,7 @@ void ProcessCommunicator::recycle(std::unique_ptr<RunningOperation> r) {
 
 wia_status_t ProcessCommunicator::proceed(RunningOperation& r, Clock::time_point give_up_at,
                                           std::string& error) {
+  const auto wire = wire_lock();
   wia_status_t st;
   switch (r.mode) {
     case RunningOperation::Mode::kPointToPoint:

@@ -8,10 +8,12 @@
 #include <time.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -113,12 +115,28 @@ class ProcessCommunicator::Control final : public engine::ControlChannel {
   // still reads from (a finalize barrier, as MPI_Finalize has).
   void goodbye(std::chrono::milliseconds bound);
   std::string diagnose(std::uint64_t seq) override;
+  // Polled by the heartbeat thread: no operation of this rank is running.
+  bool idle_ = false;
 
  private:
+  // One look at every peer's control receive (and the heartbeats):
+  // the failure it found, or "".
+  std::string poll_once();
+  // Sends the heartbeats that are due; the failure of a watched peer
+  // silent for longer than heartbeat_timeout_ms, or "".
+  std::string heartbeat();
   void progress_send(Peer& p);
   void send(Peer& p, const ControlHeader& h);
 
   ProcessCommunicator& c_;
+};
+
+// The heartbeat thread: heartbeat_tick() every tick until stopped.
+struct ProcessCommunicator::Heartbeat {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread thread;
 };
 
 // One operation being run by this rank and everything its engine object

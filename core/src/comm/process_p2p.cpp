@@ -56,6 +56,7 @@ void ProcessCommunicator::post_recv(int rank, int peer, void* buf, std::uint64_t
 
 std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begin_p2p(
     std::uint64_t seq, const Call& call, int peer, bool is_send, Clock::time_point deadline) {
+  const auto wire = wire_lock();
   std::unique_ptr<RunningOperation> r = take_spare_operation();
   r->seq = seq;
   r->mode = RunningOperation::Mode::kPointToPoint;

@@ -40,3 +40,8 @@ add_dependencies(test_spec_distributed_c wia-provider-host)
 add_test(NAME spec_distributed_c COMMAND test_spec_distributed_c)
 set_tests_properties(spec_distributed_c PROPERTIES TIMEOUT 120
   ENVIRONMENT "WIA_HOST_DEVICES=1;WIA_RANK=0;WIA_WORLD_SIZE=1;WIA_LOG_LEVEL=warn")
+
+# Heartbeats: an idle communicator notices a dead rank (docs/fault-tolerance.md).
+wia_add_unit_test(heartbeat SOURCES ${CMAKE_CURRENT_LIST_DIR}/heartbeat_test.cpp
+                  LIBS wia::core TIMEOUT 300)
+wia_test_loads_providers(test_heartbeat)
