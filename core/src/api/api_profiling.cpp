@@ -22,6 +22,7 @@
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
+#include "coll/registry.hpp"
 #include "coll/schedule.hpp"
 #include "comm/comm_profiler.hpp"
 #include "comm/process_communicator.hpp"
@@ -389,15 +390,69 @@ void suggest_fusion(const CommProfiler::OpStats& o, tuner::Selector& model,
       separate_us / 1e3, fused_us / 1e3));
 }
 
+// Calls that ran an algorithm the model rates slower than its own choice
+// for their sizes (a configuration rule, WIA_ALGO or the call's config
+// forced it): the model's time of each call with the algorithm it ran
+// against with the algorithm the tuner would pick. Calls through the
+// node-shared windows are left out: the model costs messages on links,
+// and the windows are chosen over its choice on purpose.
+void suggest_algorithm(const CommProfiler::OpStats& o, coll::Collective c,
+                       const tuner::LinkModel& links, tuner::Selector& model,
+                       std::vector<std::string>& out) {
+  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> calls;  // (ran, bytes) -> n
+  for (std::size_t i = 0; i < o.call_bytes.size(); ++i)
+    if (std::strcmp(o.call_transport[i], "windows") != 0)
+      ++calls[{o.call_algorithm[i], o.call_bytes[i]}];
+  double ran_us = 0, best_us = 0;
+  std::uint64_t n_calls = 0;
+  std::string ran_names, best_names;
+  auto note = [](std::string& names, const char* name) {
+    if (("," + names + ",").find("," + std::string(name) + ",") == std::string::npos)
+      names += (names.empty() ? "" : ",") + std::string(name);
+  };
+  for (const auto& [key, n] : calls) {
+    const coll::AlgorithmInfo* info = coll::find_algorithm(c, key.first);
+    if (info == nullptr) return;  // not one the model knows: nothing to compare
+    coll::CollArgs args;
+    args.collective = c;
+    args.count = std::max<std::uint64_t>(1, key.second / 4);
+    args.nranks = links.nranks;
+    const tuner::Selection& best = model.select(c, args.count, WIA_FLOAT32);
+    ran_us += static_cast<double>(n) *
+              tuner::select_chunks(args, info->algorithm, links).estimated_ms * 1e3;
+    best_us += static_cast<double>(n) * best.estimated_ms * 1e3;
+    n_calls += n;
+    note(ran_names, info->name);
+    note(best_names, best.name);
+  }
+  if (best_us <= 0 || ran_us < kMinSpeedup * best_us) return;
+  out.push_back(fmt::format(
+      "{}: {} calls ran as {}; the cost model's choice for their sizes, {}, is estimated "
+      "{:.1f}x faster (cost model: {:.3f} ms -> {:.3f} ms): let the tuner choose (remove the "
+      "forced algorithm: configuration rule, WIA_ALGO or the call's config)",
+      o.name, n_calls, ran_names, best_names, ran_us / best_us, ran_us / 1e3, best_us / 1e3));
+}
+
 std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
                                      comm::ProcessCommunicator& pc) {
   std::vector<std::string> out;
   std::optional<tuner::LinkModel> m = pc.cost_model();
   if (!m || pc.size() < 2) return out;
+  const tuner::LinkModel links = *m;
   tuner::Selector model(std::move(*m));
-  for (const auto& o : s.ops)
-    if (std::strcmp(o.name, coll::collective_name(coll::Collective::kAllReduce)) == 0)
-      suggest_fusion(o, model, out);
+  for (const auto& o : s.ops) {
+    for (int i = 0; i < coll::kCollectiveCount; ++i) {
+      const auto c = static_cast<coll::Collective>(i);
+      if (c == coll::Collective::kSendRecv || std::strcmp(o.name, coll::collective_name(c)) != 0)
+        continue;
+      if (c == coll::Collective::kAllReduce) suggest_fusion(o, model, out);
+      try {
+        suggest_algorithm(o, c, links, model, out);
+      } catch (const Error& e) {  // a size the model cannot cost: no suggestion
+        log::debug("profile", "{}: no algorithm suggestion: {}", o.name, e.what());
+      }
+    }
+  }
   return out;
 }
 

@@ -84,6 +84,8 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
   o.algbw_gbps.push_back(algbw);
   o.busbw_gbps.push_back(algbw * p.busbw_factor);
   o.call_bytes.push_back(p.bytes);
+  o.call_algorithm.push_back(algo != nullptr ? algo : "");
+  o.call_transport.push_back(via != nullptr ? via : "");
   o.bytes += p.bytes;
   if (algo != nullptr) o.algorithm = algo;
   if (via != nullptr) o.transport = via;

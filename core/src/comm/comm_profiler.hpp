@@ -34,6 +34,8 @@ class CommProfiler {
     std::vector<double> algbw_gbps;  // bytes / time, per call
     std::vector<double> busbw_gbps;  // algbw * the bus factor, per call
     std::vector<std::uint64_t> call_bytes;  // per call (the suggestions cost them)
+    std::vector<const char*> call_algorithm;  // per call, static storage ("" unknown)
+    std::vector<const char*> call_transport;  // per call, as `transport`
     std::uint64_t bytes = 0;
     const char* algorithm = "";  // static storage (coll::algorithm_name)
     const char* transport = "";  // static storage (intern_transport): the last call's
@@ -67,9 +69,7 @@ class CommProfiler {
   CommProfiler();
   // Whether operations are to be reported to posted()/finished(): profiling
   // enabled, or the timeline always on.
-  bool on() const {
-    return on_.load(std::memory_order_relaxed) || traced_always_;
-  }
+  bool on() const { return on_.load(std::memory_order_relaxed) || traced_always_; }
   // The WIA_TRACE pattern this communicator writes at destroy ("" = none).
   const std::string& trace_at_destroy() const { return trace_at_destroy_; }
   // Whether this profiler counts in the API's "time host functions" switch
