@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "comm/process_internal.hpp"
@@ -29,6 +32,17 @@ constexpr std::uint32_t kControlMagic = 0x57494158;  // "WIAX"
 enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4, kHeartbeat = 5 };
 // A reply's `running` when the rank runs no operation at all.
 constexpr std::int64_t kIdle = -2;
+
+// A process that calls exit() with communicators alive runs the static
+// destructors (the transport providers' among them) while heartbeat
+// threads still tick: from exit on, ticks do nothing, and exit waits
+// (bounded) for the ones under way.
+std::atomic<bool> g_exiting{false};
+std::atomic<int> g_ticking{0};
+void stop_ticks_at_exit() {
+  g_exiting.store(true);
+  for (int i = 0; i < 1000 && g_ticking.load() > 0; ++i) sleep_us(1000);
+}
 }  // namespace
 
 std::string ProcessCommunicator::Control::poll() {
@@ -324,6 +338,8 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
 
 void ProcessCommunicator::start_heartbeat() {
   if (heartbeat_ms_ == 0) return;
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(stop_ticks_at_exit); });
   heartbeat_ = std::make_unique<Heartbeat>();
   // Ticks of a fifth of the period (5..100 ms): a heartbeat goes out
   // within a tick of being due, and a silent peer is named within a tick
@@ -352,6 +368,11 @@ void ProcessCommunicator::stop_heartbeat() noexcept {
 }
 
 void ProcessCommunicator::heartbeat_tick() {
+  g_ticking.fetch_add(1);
+  struct Ticked {
+    ~Ticked() { g_ticking.fetch_sub(1); }
+  } ticked;
+  if (g_exiting.load()) return;
   if (broken_.load() || abort_requested_.load()) return;  // the failure path has it
   std::unique_lock<std::recursive_mutex> wire(wire_mu_, std::try_to_lock);
   // An operation uses the connections: its own polls send the heartbeats

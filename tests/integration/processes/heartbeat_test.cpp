@@ -131,6 +131,51 @@ TEST_CASE("heartbeats: every idle survivor names a SIGKILLed rank within the hea
   }
 }
 
+TEST_CASE("heartbeats: a collective waiting on a SIGKILLed rank fails within seconds, naming it") {
+  // Ranks 0 and 1 wait in a small all-reduce (on one node: through the
+  // node-shared windows, which poll no connection) for rank 2, which is
+  // killed; collectives.timeout_ms is 60 s, so only the heartbeats (polled
+  // by the waiting operation itself) can end the wait.
+  const auto st = run_ranks(
+      3, base_yaml(60000),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        if (const int rc = checked_all_reduce(comm, rank, nranks); rc != kOk) return rc;
+        if (rank == 2) {
+          std::this_thread::sleep_for(std::chrono::seconds(30));  // killed meanwhile
+          return kNoError;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<float> b(8, 1.0f);
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        if (wia_all_reduce(comm, b.data(), b.data(), b.size(), &cfg, nullptr) == WIA_SUCCESS &&
+            wia_stream_synchronize(nullptr) == WIA_SUCCESS)
+          return kNoError;
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const std::string msg = wia_get_last_error();
+        int failed[4] = {-1, -1, -1, -1};
+        int n = -1;
+        const bool listed = wia_comm_get_failed(comm, failed, 4, &n) == WIA_SUCCESS && n == 1 &&
+                            failed[0] == 2 && wia_detect_device_failure(comm);
+        wia_destroy_communicator(comm);
+        std::fprintf(stderr, "rank %d failed after %.2f s: %s\n", rank, secs, msg.c_str());
+        // The kill comes 1.5 s in; the heartbeat timeout is 1.5 s.
+        return listed && secs < 8 && msg.find("rank 2") != std::string::npos ? kSawError : kWrong;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}},
+      [](std::vector<pid_t>& pids) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        kill(pids[2], SIGKILL);
+      },
+      60);
+  CHECK(st[2] == -SIGKILL);
+  CHECK(st[0] == kSawError);
+  CHECK(st[1] == kSawError);
+}
+
 TEST_CASE("heartbeats: a rank busy 3 s outside the library is not declared failed") {
   // Rank 1 sleeps 3 s (twice the default heartbeat timeout) without calling
   // the library; rank 0 waits idle meanwhile, rank 2 inside an all-reduce
