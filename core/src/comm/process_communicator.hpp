@@ -173,6 +173,7 @@ class ProcessCommunicator final : public CommunicatorBase {
     bool has_reply = false;
     ControlHeader reply{};
     bool said_bye = false;
+    bool said_abort = false;  // it broke the communicator and told us why
     // Heartbeats (process_control.cpp): when a control message last came
     // from the peer, and when this rank last sent it a heartbeat.
     std::chrono::steady_clock::time_point last_heard{}, last_beat{};

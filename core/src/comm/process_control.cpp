@@ -132,6 +132,7 @@ std::string ProcessCommunicator::Control::poll_once() {
         c_.note_failed(r);
       }
       c_.control_failure_told_ = true;
+      p.said_abort = true;
       return fmt::format("rank {} aborted the communicator: {}", q,
                          std::string(p.control_buf.data() + at, size - at));
     }
@@ -186,13 +187,18 @@ std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
     q.seq = seq;
     send(p, q);
   }
-  // Peers inside a collective answer within their next poll; the others
-  // (stuck elsewhere, or busy before calling) do not answer at all.
+  // Peers inside a collective answer within their next poll, idle ones
+  // from their heartbeat thread (kIdle) within a tick; without heartbeats
+  // the others (stuck elsewhere, or busy before calling) do not answer.
   const auto until = Clock::now() + std::chrono::milliseconds(300);
+  // A peer's abort (it timed out too, and told us first) does not end the
+  // wait for the others' answers, and that peer is alive: not absent.
   while (Clock::now() < until) {
-    if (!poll().empty()) break;
+    const std::string reason = poll_once();
+    if (!reason.empty() && c_.control_failure_.empty()) c_.control_failure_ = reason;
     bool all = true;
-    for (const Peer& p : c_.peers_) all &= !p.link.conn || p.has_reply;
+    for (const Peer& p : c_.peers_)
+      all &= !p.link.conn || p.has_reply || p.said_abort || !p.control_req;
     if (all) break;
     sleep_us(200);
   }
@@ -203,6 +209,7 @@ std::string ProcessCommunicator::Control::diagnose(std::uint64_t seq) {
   for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
     const Peer& p = c_.peers_[q];
     if (!p.link.conn) continue;
+    if (p.said_abort) continue;  // alive; its reason is the communicator's error
     if (!p.has_reply) {
       add(absent, std::to_string(q));
       c_.note_failed(static_cast<int>(q));  // no answer within the timeout
@@ -248,6 +255,12 @@ void ProcessCommunicator::Control::progress_send(Peer& p) {
 
 void ProcessCommunicator::Control::send(Peer& p, const ControlHeader& h) {
   progress_send(p);
+  // A query, reply or goodbye must not be lost behind a heartbeat still in
+  // flight: give that one up to 10 ms.
+  for (int i = 0; h.type != kHeartbeat && p.send_req && i < 100; ++i) {
+    sleep_us(100);
+    progress_send(p);
+  }
   if (p.send_req || !p.link.conn) return;
   p.send_buf.assign(reinterpret_cast<const char*>(&h),
                     reinterpret_cast<const char*>(&h) + sizeof(h));
