@@ -155,7 +155,12 @@ std::string ProcessCommunicator::Control::poll_once() {
       p.reply = h;
       p.has_reply = true;
     }
-    c_.post_control_recv(p);
+    try {
+      c_.post_control_recv(p);
+    } catch (const Error& e) {  // the connection failed under it
+      c_.note_failed(static_cast<int>(q));
+      return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
+    }
   }
   return {};
 }
