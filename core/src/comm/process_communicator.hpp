@@ -29,12 +29,15 @@
 // every other rank fails its current or next collective with that reason
 // instead of hanging, and posting fails at once afterwards. Pending
 // requests die with their connections, so no late message can land in a
-// user buffer.
+// user buffer. Heartbeats (collectives.heartbeat_ms) find a dead or cut-off
+// peer while this rank is idle: a thread per communicator exchanges them
+// with the ring neighbours on the control channel and breaks the
+// communicator on silence (docs/fault-tolerance.md, "Heartbeats").
 //
 // The code, by lifetime: process_communicator.cpp (construction and
 // destruction), process_mesh.cpp (set-up: listen, exchange, connect),
 // process_links.cpp (the link model the tuner costs with),
-// process_control.cpp (control channel, failure), process_order.cpp
+// process_control.cpp (control channel, failure, heartbeats), process_order.cpp
 // (posting and the order operations run in), process_exec.cpp (running
 // one collective), process_plan.cpp (plans), process_p2p.cpp (send and
 // receive), process_split.cpp (split and topology).
