@@ -146,10 +146,12 @@ std::string ProcessCommunicator::Control::poll_once() {
       r.seq = h.seq;
       r.completed = c_.collectives_done_.load();
       r.running = c_.running_.load();
-      // Answered by the heartbeat thread with no collective running: this
+      // Answered by the heartbeat thread with no operation running or
+      // pending (a send or receive handed to a stream is not idle): this
       // rank is not inside any operation (what no answer meant before
       // there were heartbeats).
-      if (idle_ && r.running < 0) r.running = kIdle;
+      if (idle_ && r.running < 0 && c_.next_seq_.load() == c_.executed_.load())
+        r.running = kIdle;
       send(p, r);
     } else if (h.type == kReply) {
       p.reply = h;
