@@ -135,9 +135,12 @@ cut_test() {
     esac
     awk -v d="$dt" -v lim="$deadline_s" 'BEGIN { exit !(d <= lim) }' ||
       wrong "$name: rank $r needed ${dt} s from the cut to exit (limit ${deadline_s} s: timeout ${timeout_ms} ms + ${margin_s} s)"
-    # The error names a peer rank and the cause.
-    grep -A1 '^wia-bench: ' "$work/$name.$r" | grep -Eq \
-      'timed out after [0-9]+ ms on rank [0-9].*rank\(s\) [0-9]|lost the connection to rank [0-9]|rank [0-9] aborted the communicator|rank [0-9] failed: no heartbeat for [0-9]+ ms' ||
+    # The error names a peer and the cause: the known texts, or a status
+    # with a peer named by rank or by its fabric address and pid (a
+    # provider's own text reaching the caller first; seen once in 8 runs,
+    # its text not kept).
+    grep -A1 '^wia-bench: ' "$work/$name.$r" | tr '\n' ' ' | grep -Eq \
+      'timed out after [0-9]+ ms on rank [0-9].*rank\(s\) [0-9]|lost the connection to rank [0-9]|rank [0-9] aborted the communicator|rank [0-9] failed: no heartbeat for [0-9]+ ms|WIA_ERROR_[A-Z_]+: .*(rank [0-9]|://[0-9.]+:[0-9]+ \(pid [0-9]+\))' ||
       wrong "$name: rank $r's error names no peer and cause: ${msg:-nothing; last lines: $(tail -n 3 "$work/$name.$r")}"
     if grep -Eq 'ERROR: (Address|Leak|Thread|Undefined)Sanitizer|runtime error:' "$work/$name.$r"; then
       wrong "$name: rank $r has a sanitizer report: $(grep -Em1 'Sanitizer|runtime error:' "$work/$name.$r")"
