@@ -26,7 +26,7 @@ set_tests_properties(spec_gpudirect_c PROPERTIES TIMEOUT 120
 # The seed's 6.10 example forced onto ofi by YAML (issue 21), when this tree
 # builds the ofi provider.
 if(TARGET wia-provider-ofi)
-  add_test(NAME p2p_send_ofi COMMAND test_p2p_send "--test-case=*forced onto ofi*")
+  wia_add_filtered_test(p2p_send_ofi test_p2p_send "*forced onto ofi*")
   set_tests_properties(p2p_send_ofi PROPERTIES TIMEOUT 300 ENVIRONMENT "WIA_TEST_OFI=1")
   add_dependencies(test_p2p_send wia-provider-ofi)
 endif()

@@ -39,8 +39,7 @@ cat \"$2.log\"; grep -q \"highest level fully passed: L5\" \"$2.log\" && [ $rc -
 endif()
 
 if(TARGET test_process_comm)
-  add_test(NAME process_comm_ofi
-    COMMAND test_process_comm "--test-case=*over ofi*")
+  wia_add_filtered_test(process_comm_ofi test_process_comm "*over ofi*")
   set_tests_properties(process_comm_ofi PROPERTIES TIMEOUT 600
     ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_OFI=1")
   add_dependencies(test_process_comm wia-provider-ofi)

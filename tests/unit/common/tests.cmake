@@ -9,7 +9,7 @@ wia_add_unit_test(common
 # first use. That needs a fresh process with those variables set, so the
 # test case is skipped in the run above and run here on its own.
 set(WIA_LOG_ENV_TEST_FILE ${CMAKE_CURRENT_BINARY_DIR}/log_env_test.log)
-add_test(NAME common_log_env
-  COMMAND test_common --no-skip "--test-case=log: first use honours WIA_LOG_LEVEL and WIA_LOG_FILE")
+wia_add_filtered_test(common_log_env test_common
+  "log: first use honours WIA_LOG_LEVEL and WIA_LOG_FILE" --no-skip)
 set_tests_properties(common_log_env PROPERTIES TIMEOUT 60
   ENVIRONMENT "WIA_LOG_LEVEL=debug;WIA_LOG_FILE=${WIA_LOG_ENV_TEST_FILE}")
