@@ -16,28 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "support/recording_host.hpp"
+
 namespace {
 
-struct Host {
-  std::map<std::string, std::string> params;
-  std::vector<std::string> logs;
-  std::string error;
-  wia_host_services_v1_t table{};
-};
-
-Host* g_host = nullptr;
-
-void host_log(void*, wia_log_level_t, const char* m) { g_host->logs.emplace_back(m); }
-void host_error(void*, const char* m) { g_host->error = m; }
-const char* host_param(void*, const char* key) {
-  auto it = g_host->params.find(key);
-  return it == g_host->params.end() ? nullptr : it->second.c_str();
-}
-uint64_t host_clock(void*) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
+using Host = wia::test::RecordingHost;
 
 struct Provider {
   void* so = nullptr;
@@ -47,15 +30,6 @@ struct Provider {
   wia_status_t init_status = WIA_ERROR_INTERNAL;
 
   explicit Provider(Host& h) {
-    g_host = &h;
-    h.table = {sizeof(wia_host_services_v1_t),
-               WIA_HOST_SERVICES_VERSION,
-               nullptr,
-               host_log,
-               host_error,
-               host_param,
-               host_clock,
-               nullptr};  // log_enabled: absent, every level formatted
     so = dlopen(WIA_OFI_PROVIDER_FILE, RTLD_NOW | RTLD_LOCAL);
     REQUIRE_MESSAGE(so != nullptr, dlerror());
     d = static_cast<const wia_provider_v1_t*>(dlsym(so, WIA_PROVIDER_SYMBOL_V1));

@@ -12,7 +12,7 @@ if(NOT TARGET wia-provider-ofi)
 endif()
 
 wia_add_unit_test(provider_ofi SOURCES ${CMAKE_CURRENT_LIST_DIR}/ofi_test.cpp
-  LIBS wia::plugin_api ${CMAKE_DL_LIBS} TIMEOUT 120)
+  LIBS wia_test_provider_host ${CMAKE_DL_LIBS} TIMEOUT 120)
 target_compile_definitions(test_provider_ofi PRIVATE
   WIA_OFI_PROVIDER_FILE="$<TARGET_FILE:wia-provider-ofi>")
 add_dependencies(test_provider_ofi wia-provider-ofi)

@@ -43,7 +43,7 @@ fi"
 endif()
 
 wia_add_unit_test(provider_verbs_fake SOURCES ${CMAKE_CURRENT_LIST_DIR}/verbs_test.cpp
-  LIBS wia::plugin_api ${CMAKE_DL_LIBS} TIMEOUT 300)
+  LIBS wia_test_provider_host ${CMAKE_DL_LIBS} TIMEOUT 300)
 target_compile_definitions(test_provider_verbs_fake PRIVATE
   WIA_VERBS_PROVIDER_FILE="$<TARGET_FILE:wia-provider-verbs>"
   WIA_FAKE_IBVERBS_FILE="${WIA_FAKE_IBVERBS_FILE}")

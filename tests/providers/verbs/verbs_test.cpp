@@ -23,40 +23,14 @@
 #include <utility>
 #include <vector>
 
+#include "support/recording_host.hpp"
+
 namespace {
 
 constexpr std::uint64_t kEagerMax = 8192 - 48;  // providers/verbs/verbs.hpp
 
-struct Host {
-  std::map<std::string, std::string> params;
-  std::vector<std::string> logs;
-  std::string error;
-  wia_host_services_v1_t table{};
-};
-
-Host* g_host = nullptr;
-
-void host_log(void*, wia_log_level_t, const char* m) { g_host->logs.emplace_back(m); }
-void host_error(void*, const char* m) { g_host->error = m; }
-const char* host_param(void*, const char* key) {
-  auto it = g_host->params.find(key);
-  return it == g_host->params.end() ? nullptr : it->second.c_str();
-}
-uint64_t host_clock(void*) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-void fill_table(Host& h) {
-  h.table = {};
-  h.table.struct_size = sizeof(wia_host_services_v1_t);
-  h.table.abi_version = WIA_HOST_SERVICES_VERSION;
-  h.table.log = host_log;
-  h.table.set_error = host_error;
-  h.table.get_param = host_param;
-  h.table.clock_ns = host_clock;
-}
+using Host = wia::test::RecordingHost;
+Host* g_host = nullptr;  // the one the last Provider was made with, for failure messages
 
 // Sets an environment variable for one scope (the double reads its faults
 // at ibv_open_device, i.e. in the provider's init).
@@ -76,7 +50,6 @@ struct Provider {
   explicit Provider(Host& h, bool use_double = true) {
     g_host = &h;
     if (use_double && h.params.count("library") == 0) h.params["library"] = WIA_FAKE_IBVERBS_FILE;
-    fill_table(h);
     so = dlopen(WIA_VERBS_PROVIDER_FILE, RTLD_NOW | RTLD_LOCAL);
     REQUIRE_MESSAGE(so != nullptr, dlerror());
     d = static_cast<const wia_provider_v1_t*>(dlsym(so, WIA_PROVIDER_SYMBOL_V1));
@@ -434,7 +407,6 @@ TEST_CASE("verbs: a killed peer fails the survivor's receive with WIA_ERROR_REMO
     void* so = dlopen(WIA_VERBS_PROVIDER_FILE, RTLD_NOW | RTLD_LOCAL);
     auto* d =
         so ? static_cast<const wia_provider_v1_t*>(dlsym(so, WIA_PROVIDER_SYMBOL_V1)) : nullptr;
-    fill_table(h);
     void* ctx = nullptr;
     if (d == nullptr || d->init(&h.table, &ctx) != WIA_SUCCESS) _exit(2);
     std::uint8_t handle[WIA_TRANSPORT_HANDLE_SIZE];
