@@ -60,23 +60,31 @@ void encode(Job& j) {
     if (j.k) std::memcpy(payload(j.buf->send, 0, 0), pairs.data(), j.k * sizeof(Pair));
     return;
   }
-  j.buf->work.resize(n);
-  to_float(j.in, j.dtype, j.buf->work);
+  // x: the input as fp32 (the caller's buffer itself when it is fp32: the
+  // codecs read it once and fuse the residual into the same pass).
+  std::span<const float> x;
+  if (j.dtype == WIA_FLOAT32) {
+    x = std::span<const float>(static_cast<const float*>(j.in), n);
+  } else {
+    j.buf->work.resize(n);
+    to_float(j.in, j.dtype, j.buf->work);
+    x = j.buf->work;
+  }
   std::unique_lock lock(j.state->mutex, std::defer_lock);
   if (j.ef) {
     lock.lock();
     if (j.state->residual.size() != n) j.state->residual.assign(n, 0.0f);
-    add_residual(j.buf->work, j.state->residual);
   }
+  // With error feedback every codec below encodes x + r and leaves in r
+  // what its message does not carry.
   std::span<float> r = j.ef ? std::span<float>(j.state->residual) : std::span<float>();
   switch (j.method) {
     case WIA_COMPRESS_TOPK: {
       std::vector<Pair> pairs(j.k);
-      topk_select(j.buf->work, j.k, j.magnitude, pairs);
-      if (j.ef) {
-        std::copy(j.buf->work.begin(), j.buf->work.end(), r.begin());
-        for (const Pair& p : pairs) r[p.index] = 0;
-      }
+      if (j.ef)
+        topk_select_ef(x, r, j.k, j.magnitude, pairs);
+      else
+        topk_select(x, j.k, j.magnitude, pairs);
       if (j.exchange == Exchange::kReduceFloat) {
         std::fill(j.buf->fsend.begin(), j.buf->fsend.end(), 0.0f);
         scatter_add(pairs, j.buf->fsend);
@@ -89,11 +97,7 @@ void encode(Job& j) {
     case WIA_COMPRESS_RANDOMK: {
       j.buf->idx.resize(j.k);
       randomk_indices(n, j.k, derive_seed(j.seed, j.step, 0x524b), j.buf->idx);
-      for (std::size_t i = 0; i < j.k; ++i) j.buf->fsend[i] = j.buf->work[j.buf->idx[i]];
-      if (j.ef) {
-        std::copy(j.buf->work.begin(), j.buf->work.end(), r.begin());
-        for (std::uint32_t i : j.buf->idx) r[i] = 0;
-      }
+      randomk_gather(x, r, j.buf->idx, std::span<float>(j.buf->fsend).first(j.k));
       break;
     }
     case WIA_COMPRESS_QUANTIZE:
@@ -102,8 +106,8 @@ void encode(Job& j) {
         for (int s = 0; s < j.nranks; ++s) {
           std::byte* m = j.buf->send.data() + static_cast<std::size_t>(s) * j.slot;
           std::memcpy(m, &j.header, sizeof(Header));
-          const std::span<const float> x = shard_of(j, j.buf->work, s);
-          quantize_encode(x, j.bits, j.chunk,
+          const std::size_t begin = std::min(n, static_cast<std::size_t>(s) * j.shard);
+          quantize_encode(x.subspan(begin, std::min(j.shard, n - begin)), j.bits, j.chunk,
                           derive_seed(static_cast<std::uint64_t>(j.rank), j.step,
                                       0x51550000u + static_cast<std::uint64_t>(s)),
                           std::span<std::byte>(m + sizeof(Header), j.slot - sizeof(Header)));
@@ -114,25 +118,21 @@ void encode(Job& j) {
     case WIA_COMPRESS_ONEBIT: {
       std::memcpy(j.buf->send.data(), &j.header, sizeof(Header));
       const std::span<std::byte> msg(payload(j.buf->send, 0, 0), j.msg_bytes - sizeof(Header));
-      const bool q = j.method == WIA_COMPRESS_QUANTIZE;
-      if (q)
-        quantize_encode(j.buf->work, j.bits, j.chunk,
-                        derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x5155), msg);
+      if (j.method == WIA_COMPRESS_QUANTIZE)
+        quantize_encode(x, j.bits, j.chunk,
+                        derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x5155), msg, r);
       else
-        onebit_encode(j.buf->work, j.scale_type, msg);
-      if (j.ef) {
-        std::vector<float>& sent = j.buf->sent;
-        sent.assign(n, 0.0f);
-        if (q)
-          quantize_decode_add(msg, j.bits, j.chunk, sent);
-        else
-          onebit_decode_add(msg, j.scale_type, sent);
-        update_residual(j.buf->work, sent, r);
-      }
+        onebit_encode(x, j.scale_type, msg, r);
       break;
     }
     case WIA_COMPRESS_LOWRANK: {
       if (!lock.owns_lock()) lock.lock();
+      // The middle step needs the corrected gradient again: kept in work.
+      j.buf->work.resize(n);
+      if (j.ef)
+        for (std::size_t i = 0; i < n; ++i) j.buf->work[i] = x[i] + r[i];
+      else if (x.data() != j.buf->work.data())
+        std::copy(x.begin(), x.end(), j.buf->work.begin());
       std::vector<float>& q = j.state->lowrank_q;
       if (q.size() != j.shape.cols * j.shape.rank) {
         q.resize(j.shape.cols * j.shape.rank);
@@ -143,13 +143,7 @@ void encode(Job& j) {
     }
     default: {  // FP16 / BF16
       const wia_datatype_t t = j.method == WIA_COMPRESS_FP16 ? WIA_FLOAT16 : WIA_BFLOAT16;
-      from_float(j.buf->work, t, j.buf->hsend.data());
-      if (j.ef) {
-        std::vector<float>& sent = j.buf->sent;
-        sent.resize(n);
-        to_float(j.buf->hsend.data(), t, sent);
-        update_residual(j.buf->work, sent, r);
-      }
+      cast_encode(x, r, t, j.buf->hsend.data());
     }
   }
 }
@@ -160,11 +154,8 @@ void lowrank_middle(Job& j) {
   compress::lowrank_orthonormalise(j.buf->frecv, j.shape);
   compress::lowrank_back_project(j.buf->work, j.shape, j.buf->frecv, j.buf->qsend);
   if (j.ef) {
-    std::vector<float>& sent = j.buf->sent;
-    sent.resize(j.n);
-    compress::lowrank_expand(j.buf->frecv, j.buf->qsend, j.shape, sent);
     std::lock_guard lock(j.state->mutex);
-    compress::update_residual(j.buf->work, sent, j.state->residual);
+    compress::lowrank_residual(j.buf->frecv, j.buf->qsend, j.shape, j.buf->work, j.state->residual);
   }
 }
 
@@ -182,12 +173,11 @@ void quantize_shards_middle(Job& j) {
   }
   std::vector<float>& acc = j.buf->acc;
   const std::span<float> mine = shard_of(j, acc, j.rank);
-  std::fill(mine.begin(), mine.end(), 0.0f);
-  for (int r = 0; r < j.nranks; ++r) {
-    const std::byte* m = j.buf->recv.data() + static_cast<std::size_t>(r) * j.slot;
-    quantize_decode_add(std::span<const std::byte>(m + sizeof(Header), j.slot - sizeof(Header)),
-                        j.bits, j.chunk, mine);
-  }
+  std::vector<const std::byte*> msgs(static_cast<std::size_t>(j.nranks));
+  for (int r = 0; r < j.nranks; ++r)
+    msgs[static_cast<std::size_t>(r)] =
+        j.buf->recv.data() + static_cast<std::size_t>(r) * j.slot + sizeof(Header);
+  quantize_decode_sum(msgs, j.bits, j.chunk, mine);
   quantize_encode(mine, j.bits, j.chunk,
                   derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x52510000u),
                   std::span<std::byte>(out + sizeof(Header), j.slot - sizeof(Header)));
@@ -214,12 +204,6 @@ bool headers_agree(Job& j) {
     }
   }
   return true;
-}
-
-void write_out(Job& j, std::vector<float>& acc) {
-  if (j.avg)
-    for (float& v : acc) v /= static_cast<float>(j.nranks);
-  compress::from_float(acc, j.dtype, j.out);
 }
 
 void fill_nan(Job& j, std::size_t entries) {
@@ -259,21 +243,30 @@ void decode(Job& j) {
     compress::from_float(sums, j.dtype, j.out);
     return;
   }
-  std::vector<float>& acc = j.buf->acc;
-  acc.assign(n, 0.0f);
+  // The sum is formed in the output itself when it is fp32 (each entry
+  // written once), else in acc and narrowed at the end.
+  std::span<float> acc;
+  if (j.dtype == WIA_FLOAT32) {
+    acc = std::span<float>(static_cast<float*>(j.out), n);
+  } else {
+    j.buf->acc.resize(n);
+    acc = j.buf->acc;
+  }
   switch (j.exchange) {
-    case Exchange::kGatherBytes:
-      for (int r = 0; r < j.nranks; ++r) {
-        const std::span<const std::byte> msg(
-            payload(j.buf->recv, static_cast<std::size_t>(r), j.msg_bytes),
-            j.msg_bytes - sizeof(Header));
-        if (j.method == WIA_COMPRESS_QUANTIZE) {
-          quantize_decode_add(msg, j.bits, j.chunk, acc);
-        } else if (j.method == WIA_COMPRESS_ONEBIT) {
-          onebit_decode_add(msg, j.scale_type, acc);
-        } else {
-          std::vector<Pair> pairs(j.k);
-          if (j.k) std::memcpy(pairs.data(), msg.data(), j.k * sizeof(Pair));
+    case Exchange::kGatherBytes: {
+      std::vector<const std::byte*> msgs(static_cast<std::size_t>(j.nranks));
+      for (int r = 0; r < j.nranks; ++r)
+        msgs[static_cast<std::size_t>(r)] =
+            payload(j.buf->recv, static_cast<std::size_t>(r), j.msg_bytes);
+      if (j.method == WIA_COMPRESS_QUANTIZE) {
+        quantize_decode_sum(msgs, j.bits, j.chunk, acc);
+      } else if (j.method == WIA_COMPRESS_ONEBIT) {
+        onebit_decode_sum(msgs, j.scale_type, acc);
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        std::vector<Pair> pairs(j.k);
+        for (int r = 0; r < j.nranks; ++r) {
+          if (j.k) std::memcpy(pairs.data(), msgs[static_cast<std::size_t>(r)], j.k * sizeof(Pair));
           if (const std::size_t dropped = scatter_add(pairs, acc))
             compress::states().record_error(
                 j.owner, fmt::format("rank {} gave {} index(es) >= dense_count {} to "
@@ -282,14 +275,16 @@ void decode(Job& j) {
         }
       }
       break;
+    }
     case Exchange::kReduceFloat:
       if (j.method == WIA_COMPRESS_RANDOMK) {
         const float scale =
             j.scale_randomk ? static_cast<float>(static_cast<double>(n) / static_cast<double>(j.k))
                             : 1.0f;
+        std::fill(acc.begin(), acc.end(), 0.0f);
         for (std::size_t i = 0; i < j.k; ++i) acc[j.buf->idx[i]] = j.buf->frecv[i] * scale;
       } else {
-        acc = j.buf->frecv;
+        std::copy_n(j.buf->frecv.begin(), n, acc.begin());
       }
       break;
     case Exchange::kReduceHalf:
@@ -298,9 +293,11 @@ void decode(Job& j) {
       break;
     case Exchange::kQuantizeShards:
       for (int s = 0; s < j.nranks; ++s) {
-        const std::byte* m = j.buf->recv2.data() + static_cast<std::size_t>(s) * j.slot;
-        quantize_decode_add(std::span<const std::byte>(m + sizeof(Header), j.slot - sizeof(Header)),
-                            j.bits, j.chunk, shard_of(j, acc, s));
+        const std::byte* m =
+            j.buf->recv2.data() + static_cast<std::size_t>(s) * j.slot + sizeof(Header);
+        const std::size_t begin = std::min(n, static_cast<std::size_t>(s) * j.shard);
+        quantize_decode_sum(std::span<const std::byte* const>(&m, 1), j.bits, j.chunk,
+                            acc.subspan(begin, std::min(j.shard, n - begin)));
       }
       break;
     case Exchange::kLowrank: {
@@ -310,7 +307,9 @@ void decode(Job& j) {
       break;
     }
   }
-  write_out(j, acc);
+  if (j.avg)
+    for (float& v : acc) v /= static_cast<float>(j.nranks);
+  if (j.dtype != WIA_FLOAT32) compress::from_float(acc, j.dtype, j.out);
 }
 
 }  // namespace

@@ -19,6 +19,15 @@ namespace wia::compress {
 // Entries per scale of the quantize and 1-bit codecs (per-chunk range).
 inline constexpr std::size_t kChunk = 256;
 
+// Error feedback, fused: the encoders below that take a `residual` span
+// encode w = x + residual and leave residual = w - (what the message
+// decodes to), in the same pass; an empty span means no error feedback.
+// The hot loops exist as a baseline x86-64 copy and an AVX2 copy that give
+// the same bits (compress/simd.hpp). codec_force_baseline(true) makes the
+// baseline copies run (tests, wia-compress-bench); false restores the
+// default, the widest the CPU has. Returns whether the CPU has AVX2.
+bool codec_force_baseline(bool on) noexcept;
+
 // --- random numbers: counter-based, so every rank derives the same stream ---
 
 // SplitMix64's finaliser: a strong 64-bit mix of x.
@@ -74,6 +83,10 @@ inline constexpr std::size_t kTopkSample = 4096;
 // increasing index order. Ties are broken by the lower index. NaNs are
 // never selected over numbers. Requires k <= x.size() < 2^32.
 void topk_select(std::span<const float> x, std::size_t k, bool magnitude, std::span<Pair> out);
+// The same selection over w = x + residual; residual becomes w with the k
+// selected entries set to 0 (what was not sent).
+void topk_select_ef(std::span<const float> x, std::span<float> residual, std::size_t k,
+                    bool magnitude, std::span<Pair> out);
 // Whether topk_select takes the sampled-threshold path for n entries.
 bool topk_uses_sampling(std::size_t n) noexcept;
 
@@ -81,6 +94,10 @@ bool topk_uses_sampling(std::size_t n) noexcept;
 // algorithm) from `seed`: the same on every rank for the same seed.
 void randomk_indices(std::size_t n, std::size_t k, std::uint64_t seed,
                      std::span<std::uint32_t> out);
+// out[j] = w[idx[j]] with w = x (+ residual); with a residual, it becomes
+// w with the entries at idx set to 0.
+void randomk_gather(std::span<const float> x, std::span<float> residual,
+                    std::span<const std::uint32_t> idx, std::span<float> out) noexcept;
 
 // acc[p.index] += p.value for every pair (indices >= acc.size() are
 // skipped and counted: the return value).
@@ -94,12 +111,17 @@ std::size_t scatter_add(std::span<const Pair> pairs, std::span<float> acc) noexc
 std::size_t quantize_bytes(std::size_t n, int bits, std::size_t chunk) noexcept;
 // Stochastic rounding to 2^bits - 1 steps over [min, max] of each chunk:
 // E[decoded] = x, |decoded - x| < (max - min) / (2^bits - 1) of its chunk.
-// bits is 1, 4, 8 or 16.
+// bits is 1, 4, 8 or 16. The noise of entry i is a hash of (seed, i).
 void quantize_encode(std::span<const float> x, int bits, std::size_t chunk, std::uint64_t seed,
-                     std::span<std::byte> out);
+                     std::span<std::byte> out, std::span<float> residual = {});
 // acc[i] += decoded entry i of a message of acc.size() entries.
 void quantize_decode_add(std::span<const std::byte> msg, int bits, std::size_t chunk,
                          std::span<float> acc);
+// out[i] = 0 + (entry i of msgs[0]) + (entry i of msgs[1]) + ..., summed in
+// that order (the same bits as zeroing out and quantize_decode_add of each
+// message in turn), each output entry written once.
+void quantize_decode_sum(std::span<const std::byte* const> msgs, int bits, std::size_t chunk,
+                         std::span<float> out);
 
 // --- 1-bit -------------------------------------------------------------------
 
@@ -108,9 +130,15 @@ void quantize_decode_add(std::span<const std::byte> msg, int bits, std::size_t c
 std::size_t onebit_bytes(std::size_t n, wia_datatype_t scale_type) noexcept;
 // Entry i becomes +s or -s (s = mean |x| of its chunk, the s that
 // minimises the chunk's squared error for fixed signs; x >= 0 is +).
-void onebit_encode(std::span<const float> x, wia_datatype_t scale_type, std::span<std::byte> out);
+// With a residual, the scale is taken over w = x + residual and the
+// residual is taken against the scale as rounded to scale_type.
+void onebit_encode(std::span<const float> x, wia_datatype_t scale_type, std::span<std::byte> out,
+                   std::span<float> residual = {});
 void onebit_decode_add(std::span<const std::byte> msg, wia_datatype_t scale_type,
                        std::span<float> acc);
+// As quantize_decode_sum.
+void onebit_decode_sum(std::span<const std::byte* const> msgs, wia_datatype_t scale_type,
+                       std::span<float> out);
 
 // --- low rank (PowerSGD) -----------------------------------------------------
 
@@ -134,6 +162,9 @@ void lowrank_back_project(std::span<const float> x, const LowrankShape& s, std::
 // out (the first out.size() entries of the matrix view) = p q^T.
 void lowrank_expand(std::span<const float> p, std::span<const float> q, const LowrankShape& s,
                     std::span<float> out);
+// residual = w - (p q^T), entry by entry as lowrank_expand computes it.
+void lowrank_residual(std::span<const float> p, std::span<const float> q, const LowrankShape& s,
+                      std::span<const float> w, std::span<float> residual);
 
 // --- casts -------------------------------------------------------------------
 
@@ -141,6 +172,10 @@ void lowrank_expand(std::span<const float> p, std::span<const float> q, const Lo
 void to_float(const void* in, wia_datatype_t dtype, std::span<float> out) noexcept;
 void from_float(std::span<const float> in, wia_datatype_t dtype, void* out) noexcept;
 std::size_t float_type_size(wia_datatype_t dtype) noexcept;
+// out = the half (dtype WIA_FLOAT16 or WIA_BFLOAT16) of w = x (+ residual),
+// residual = w - its half widened back.
+void cast_encode(std::span<const float> x, std::span<float> residual, wia_datatype_t dtype,
+                 void* out) noexcept;
 
 // --- error feedback ----------------------------------------------------------
 

@@ -27,4 +27,17 @@ void randomk_indices(std::size_t n, std::size_t k, std::uint64_t seed,
       out[o++] = static_cast<std::uint32_t>(w * 64 + static_cast<unsigned>(__builtin_ctzll(b)));
 }
 
+void randomk_gather(std::span<const float> x, std::span<float> residual,
+                    std::span<const std::uint32_t> idx, std::span<float> out) noexcept {
+  if (residual.empty()) {
+    for (std::size_t j = 0; j < idx.size(); ++j) out[j] = x[idx[j]];
+    return;
+  }
+  add_residual(residual, x);  // w = x + r, kept in r
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    out[j] = residual[idx[j]];
+    residual[idx[j]] = 0;
+  }
+}
+
 }  // namespace wia::compress

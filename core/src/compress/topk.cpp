@@ -1,32 +1,176 @@
 // SPDX-License-Identifier: Apache-2.0
 // Top-k sparsification: the k entries with the largest key (|x| or x).
+//
+// Speed: keys are int32 images of the floats that order as the floats do
+// (NaN as -inf), so comparing them is branch-free. Above kTopkExactMax
+// entries a threshold from a sample keeps about 1.25 k candidates in one
+// streaming pass: each block of 256 keys is compared to it in a vectorised
+// loop, and only a block holding a candidate is walked again to collect
+// them (about 1 block in 40 at k = 1 %). With error feedback the same
+// pass adds the residual (w = x + r, stored in r). The final selection
+// runs over (key, index) packed into one uint64, so ties go to the lower
+// index with a single integer compare.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <limits>
-#include <numeric>
+#include <memory>
 
 #include "compress/codec.hpp"
+#include "compress/simd.hpp"
 
 namespace wia::compress {
 namespace {
 
-// NaN sorts below every number, so it is never preferred to one.
-inline float key_of(float v, bool magnitude) noexcept {
-  if (std::isnan(v)) return -std::numeric_limits<float>::infinity();
-  return magnitude ? std::fabs(v) : v;
+constexpr std::size_t kBlock = 256;
+
+// The key of v as an int32 that orders as key_of(v) did as a float:
+// |v| (magnitude) or v, NaN as -inf, -0 as +0.
+WIA_CODEC_INLINE std::int32_t key_bits(float v, bool magnitude) noexcept {
+  std::uint32_t b;
+  std::memcpy(&b, &v, 4);
+  const std::uint32_t a = b & 0x7fffffffu;
+  const bool nan = a > 0x7f800000u;
+  if (magnitude) return nan ? -1 : static_cast<std::int32_t>(a);
+  // Negative floats: larger magnitude is smaller, so flip their magnitude
+  // bits below the sign; -0 (a == 0) is +0.
+  const std::int32_t s =
+      (b >> 31) && a ? static_cast<std::int32_t>(~a) : static_cast<std::int32_t>(a);
+  constexpr std::int32_t kMinusInf = ~std::int32_t{0x7f800000};
+  return nan ? kMinusInf : s;
 }
 
-// The k best of `idx` (by key, then lower index) into out, by index.
-void select_among(std::span<const float> x, bool magnitude, std::vector<std::uint32_t>& idx,
-                  std::size_t k, std::span<Pair> out) {
-  auto better = [&](std::uint32_t a, std::uint32_t b) {
-    const float ka = key_of(x[a], magnitude), kb = key_of(x[b], magnitude);
-    return ka > kb || (ka == kb && a < b);
-  };
-  if (k < idx.size()) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), better);
-  idx.resize(k);
-  std::sort(idx.begin(), idx.end());
-  for (std::size_t j = 0; j < k; ++j) out[j] = Pair{idx[j], x[idx[j]]};
+// Larger is better: the key, then the lower index.
+WIA_CODEC_INLINE std::uint64_t rank_of(std::int32_t key, std::uint32_t index) noexcept {
+  return (std::uint64_t{static_cast<std::uint32_t>(key) ^ 0x80000000u} << 32) |
+         (0xffffffffu - index);
+}
+WIA_CODEC_INLINE std::uint32_t index_of(std::uint64_t rank) noexcept {
+  return 0xffffffffu - static_cast<std::uint32_t>(rank);
+}
+
+// One streaming pass: with r, w = x + r is stored in r first; every entry
+// whose key is >= t is appended to cand as its rank. Returns false (and
+// stops collecting) if more than cap pass: the caller then takes the
+// exact path.
+template <bool kEf>
+WIA_CODEC_INLINE bool collect_body(const float* __restrict x, float* __restrict r, std::size_t n,
+                                   bool magnitude, std::int32_t t, std::uint64_t* __restrict cand,
+                                   std::size_t cap, std::size_t& found) noexcept {
+  std::size_t m = 0;
+  bool ok = true;
+  for (std::size_t base = 0; base < n; base += kBlock) {
+    const std::size_t len = std::min(kBlock, n - base);
+    const float* w = x + base;
+    if constexpr (kEf) {
+      float* rr = r + base;
+      const float* xx = x + base;
+      for (std::size_t i = 0; i < len; ++i) rr[i] = xx[i] + rr[i];
+      w = rr;
+    }
+    int any = 0;
+    if (magnitude)
+      for (std::size_t i = 0; i < len; ++i) any |= key_bits(w[i], true) >= t;
+    else
+      for (std::size_t i = 0; i < len; ++i) any |= key_bits(w[i], false) >= t;
+    if (!any || !ok) continue;
+    for (std::size_t i = 0; i < len; ++i) {
+      const std::int32_t key = key_bits(w[i], magnitude);
+      if (key < t) continue;
+      if (m == cap) {
+        ok = false;  // keep adding the residual, stop collecting
+        break;
+      }
+      cand[m++] = rank_of(key, static_cast<std::uint32_t>(base + i));
+    }
+  }
+  found = m;
+  return ok;
+}
+
+WIA_CODEC_INLINE bool collect_fn_body(const float* x, float* r, std::size_t n, bool magnitude,
+                                      std::int32_t t, std::uint64_t* cand, std::size_t cap,
+                                      std::size_t* found) noexcept {
+  return r ? collect_body<true>(x, r, n, magnitude, t, cand, cap, *found)
+           : collect_body<false>(x, nullptr, n, magnitude, t, cand, cap, *found);
+}
+
+WIA_CODEC_DISPATCH(bool, collect_fn,
+                   (const float* x, float* r, std::size_t n, bool magnitude, std::int32_t t,
+                    std::uint64_t* cand, std::size_t cap, std::size_t* found) noexcept,
+                   (x, r, n, magnitude, t, cand, cap, found))
+
+// The k best ranks of cand (reordered) into out by increasing index,
+// values from w.
+void finish(std::span<std::uint64_t> cand, std::size_t k, const float* w, std::span<Pair> out) {
+  if (k < cand.size())
+    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
+                     std::greater<std::uint64_t>());
+  // Increasing index is decreasing low word: sort by the low word alone.
+  std::sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k),
+            [](std::uint64_t a, std::uint64_t b) {
+              return static_cast<std::uint32_t>(a) > static_cast<std::uint32_t>(b);
+            });
+  for (std::size_t j = 0; j < k; ++j) {
+    const std::uint32_t i = index_of(cand[j]);
+    out[j] = Pair{i, w[i]};
+  }
+}
+
+// x, or with r (error feedback) w = x + r, which is left in r with the
+// selected entries zeroed.
+void select(std::span<const float> x, std::span<float> r, std::size_t k, bool magnitude,
+            std::span<Pair> out) {
+  const std::size_t n = x.size();
+  const bool ef = !r.empty();
+  if (k == 0) {
+    if (ef) add_residual(r, x);
+    return;
+  }
+  std::unique_ptr<std::uint64_t[]> cand;  // not zero-filled: only what is found is touched
+  bool summed = false;                    // r already holds w
+  if (topk_uses_sampling(n) && k < n) {
+    // The sample's key at rank ~1.25 k/n from the top (plus a few), so that
+    // usually somewhat more than k entries pass and one small nth_element
+    // finishes; an unlucky sample falls back to the exact path below.
+    Rng rng(derive_seed(n, k, 0x70706bULL));
+    std::vector<std::int32_t> sample(kTopkSample);
+    for (auto& s : sample) {
+      const std::size_t i = rng.below(n);
+      s = key_bits(ef ? x[i] + r[i] : x[i], magnitude);
+    }
+    const double want = 1.25 * static_cast<double>(k) / static_cast<double>(n);
+    const std::size_t q = static_cast<std::size_t>(want * kTopkSample) + 8;
+    if (q < kTopkSample) {
+      std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(q),
+                       sample.end(), std::greater<std::int32_t>());
+      const std::int32_t t = sample[q];
+      const std::size_t cap = std::max<std::size_t>(4 * k, k + 4096);
+      cand = std::make_unique_for_overwrite<std::uint64_t[]>(cap);
+      std::size_t found = 0;
+      const bool ok =
+          collect_fn(x.data(), ef ? r.data() : nullptr, n, magnitude, t, cand.get(), cap, &found);
+      summed = ef;
+      // Every entry left out has a key < t <= every candidate's, so when at
+      // least k passed the top k are all among them: still exact.
+      if (ok && found >= k) {
+        const float* w = ef ? r.data() : x.data();
+        finish({cand.get(), found}, k, w, out);
+        if (ef)
+          for (std::size_t j = 0; j < k; ++j) r[out[j].index] = 0;
+        return;
+      }
+    }
+  }
+  if (ef && !summed) add_residual(r, x);
+  const float* w = ef ? r.data() : x.data();
+  cand = std::make_unique_for_overwrite<std::uint64_t[]>(n);
+  for (std::size_t i = 0; i < n; ++i)
+    cand[i] = rank_of(key_bits(w[i], magnitude), static_cast<std::uint32_t>(i));
+  finish({cand.get(), n}, k, w, out);
+  if (ef)
+    for (std::size_t j = 0; j < k; ++j) r[out[j].index] = 0;
 }
 
 }  // namespace
@@ -42,32 +186,12 @@ std::size_t k_of(std::size_t n, double ratio) noexcept {
 bool topk_uses_sampling(std::size_t n) noexcept { return n > kTopkExactMax; }
 
 void topk_select(std::span<const float> x, std::size_t k, bool magnitude, std::span<Pair> out) {
-  const std::size_t n = x.size();
-  if (k == 0) return;
-  std::vector<std::uint32_t> idx;
-  if (topk_uses_sampling(n) && k < n) {
-    // The sample's key at rank ~1.25 k/n from the top (plus a few), so that
-    // usually somewhat more than k entries pass and one small nth_element
-    // finishes; an unlucky sample falls back to the exact path below.
-    Rng rng(derive_seed(n, k, 0x70706bULL));
-    std::vector<float> sample(kTopkSample);
-    for (float& s : sample) s = key_of(x[rng.below(n)], magnitude);
-    const double want = 1.25 * static_cast<double>(k) / static_cast<double>(n);
-    const std::size_t q = static_cast<std::size_t>(want * kTopkSample) + 8;
-    if (q < kTopkSample) {
-      std::nth_element(sample.begin(), sample.begin() + q, sample.end(), std::greater<float>());
-      const float t = sample[q];
-      idx.reserve(static_cast<std::size_t>(1.5 * static_cast<double>(k)) + 64);
-      for (std::size_t i = 0; i < n; ++i)
-        if (key_of(x[i], magnitude) >= t) idx.push_back(static_cast<std::uint32_t>(i));
-      // Every entry left out has a key < t <= every candidate's, so when at
-      // least k passed the top k are all among them: still exact.
-      if (idx.size() >= k) return select_among(x, magnitude, idx, k, out);
-    }
-  }
-  idx.resize(n);
-  std::iota(idx.begin(), idx.end(), std::uint32_t{0});
-  select_among(x, magnitude, idx, k, out);
+  select(x, {}, k, magnitude, out);
+}
+
+void topk_select_ef(std::span<const float> x, std::span<float> residual, std::size_t k,
+                    bool magnitude, std::span<Pair> out) {
+  select(x, residual, k, magnitude, out);
 }
 
 std::size_t scatter_add(std::span<const Pair> pairs, std::span<float> acc) noexcept {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -362,4 +364,229 @@ TEST_CASE("low rank: orthonormal P, dependent columns dropped, expand = P Q^T") 
   CHECK(d.rows == 32);
   CHECK(d.cols == 32);
   CHECK(d.rank == 32);
+}
+
+// --- the fast paths (compress/simd.hpp) ---------------------------------------
+
+namespace {
+
+// Runs f with the baseline copies of the hot loops forced, then restores
+// the default (the widest the CPU has).
+template <typename F>
+void with_baseline(F&& f) {
+  codec_force_baseline(true);
+  f();
+  codec_force_baseline(false);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("the baseline and AVX2 copies of every codec loop give the same bits") {
+  const bool avx2 = codec_force_baseline(false);
+  if (!avx2) MESSAGE("this CPU has no AVX2: both runs take the baseline copies");
+  // 2000 entries: whole chunks, a short last chunk, and for chunk 1000 the
+  // one-range-over-a-long-chunk path.
+  const std::size_t n = 2000 + 77;
+  const auto x = gaussian(n, 31, 2.0f);
+  const auto r0 = gaussian(n, 32, 0.1f);
+  for (int bits : {1, 4, 8, 16})
+    for (std::size_t chunk : {kChunk, std::size_t{1000}})
+      for (bool ef : {false, true}) {
+        INFO("quantize bits " << bits << " chunk " << chunk << " ef " << ef);
+        std::vector<std::byte> m1(quantize_bytes(n, bits, chunk)), m2(m1.size());
+        std::vector<float> r1 = r0, r2 = r0, d1(n), d2(n);
+        quantize_encode(x, bits, chunk, 5, m1, ef ? std::span<float>(r1) : std::span<float>());
+        with_baseline([&] {
+          quantize_encode(x, bits, chunk, 5, m2, ef ? std::span<float>(r2) : std::span<float>());
+        });
+        CHECK(m1 == m2);
+        CHECK(same_bits(r1, r2));
+        const std::byte* msgs[] = {m1.data(), m1.data(), m1.data()};
+        quantize_decode_sum(msgs, bits, chunk, d1);
+        with_baseline([&] { quantize_decode_sum(msgs, bits, chunk, d2); });
+        CHECK(same_bits(d1, d2));
+      }
+  for (wia_datatype_t t : {WIA_FLOAT32, WIA_FLOAT16, WIA_BFLOAT16}) {
+    INFO("1-bit scale type " << int(t));
+    std::vector<std::byte> m1(onebit_bytes(n, t)), m2(m1.size());
+    std::vector<float> r1 = r0, r2 = r0, d1(n), d2(n);
+    onebit_encode(x, t, m1, r1);
+    with_baseline([&] { onebit_encode(x, t, m2, r2); });
+    CHECK(m1 == m2);
+    CHECK(same_bits(r1, r2));
+    const std::byte* msgs[] = {m1.data(), m1.data()};
+    onebit_decode_sum(msgs, t, d1);
+    with_baseline([&] { onebit_decode_sum(msgs, t, d2); });
+    CHECK(same_bits(d1, d2));
+  }
+  {
+    const std::size_t big = kTopkExactMax * 3 + 5, k = k_of(big, 0.01);
+    const auto xb = gaussian(big, 33), rb = gaussian(big, 34, 0.5f);
+    std::vector<float> r1 = rb, r2 = rb;
+    std::vector<Pair> p1(k), p2(k);
+    topk_select_ef(xb, r1, k, true, p1);
+    with_baseline([&] { topk_select_ef(xb, r2, k, true, p2); });
+    bool same = true;
+    for (std::size_t j = 0; j < k; ++j)
+      same = same && p1[j].index == p2[j].index && p1[j].value == p2[j].value;
+    CHECK(same);
+    CHECK(same_bits(r1, r2));
+  }
+  {
+    const LowrankShape s = lowrank_shape(n, 0, 4);
+    std::vector<float> q = gaussian(s.cols * s.rank, 35), p1(s.rows * s.rank), p2(p1.size()),
+                       q1(q.size()), q2(q.size()), e1(n), e2(n);
+    lowrank_project(x, s, q, p1);
+    lowrank_back_project(x, s, p1, q1);
+    lowrank_residual(p1, q1, s, x, e1);
+    with_baseline([&] {
+      lowrank_project(x, s, q, p2);
+      lowrank_back_project(x, s, p2, q2);
+      lowrank_residual(p2, q2, s, x, e2);
+    });
+    CHECK(same_bits(p1, p2));
+    CHECK(same_bits(q1, q2));
+    CHECK(same_bits(e1, e2));
+  }
+}
+
+TEST_CASE("fused error feedback: the message of x + r, and r = (x + r) - its decoding, exactly") {
+  const std::size_t n = 1000;
+  const auto x = gaussian(n, 41, 1.5f);
+  const auto r0 = gaussian(n, 42, 0.2f);
+  std::vector<float> w(n);
+  for (std::size_t i = 0; i < n; ++i) w[i] = x[i] + r0[i];
+  // quantize (both range modes) and 1-bit: same message as encoding w
+  // alone, residual bit-exact against the separate decode.
+  for (int bits : {1, 4, 8, 16})
+    for (std::size_t chunk : {kChunk, n}) {
+      INFO("quantize bits " << bits << " chunk " << chunk);
+      std::vector<std::byte> fused(quantize_bytes(n, bits, chunk)), plain(fused.size());
+      std::vector<float> r = r0, sent(n, 0.0f), want(n);
+      quantize_encode(x, bits, chunk, 77, fused, r);
+      quantize_encode(w, bits, chunk, 77, plain);
+      CHECK(fused == plain);
+      quantize_decode_add(plain, bits, chunk, sent);
+      for (std::size_t i = 0; i < n; ++i) want[i] = w[i] - sent[i];
+      CHECK(same_bits(r, want));
+    }
+  for (wia_datatype_t t : {WIA_FLOAT32, WIA_FLOAT16, WIA_BFLOAT16}) {
+    INFO("1-bit scale type " << int(t));
+    std::vector<std::byte> fused(onebit_bytes(n, t)), plain(fused.size());
+    std::vector<float> r = r0, sent(n, 0.0f), want(n);
+    onebit_encode(x, t, fused, r);
+    onebit_encode(w, t, plain);
+    CHECK(fused == plain);
+    onebit_decode_add(plain, t, sent);
+    for (std::size_t i = 0; i < n; ++i) want[i] = w[i] - sent[i];
+    CHECK(same_bits(r, want));
+  }
+  // top-k on both paths: the pairs of w, and w with the selected zeroed.
+  for (std::size_t m : {n, kTopkExactMax + 1000}) {
+    INFO("top-k n " << m);
+    const auto xm = gaussian(m, 43), rm = gaussian(m, 44, 0.3f);
+    std::vector<float> wm(m);
+    for (std::size_t i = 0; i < m; ++i) wm[i] = xm[i] + rm[i];
+    const std::size_t k = k_of(m, 0.01);
+    std::vector<Pair> fused(k), plain(k);
+    std::vector<float> r = rm;
+    topk_select_ef(xm, r, k, true, fused);
+    topk_select(wm, k, true, plain);
+    bool same = true;
+    for (std::size_t j = 0; j < k; ++j) {
+      same = same && fused[j].index == plain[j].index && fused[j].value == plain[j].value;
+      wm[plain[j].index] = 0;
+    }
+    CHECK(same);
+    CHECK(same_bits(r, wm));
+  }
+  // random-k: the values at idx, the residual w with them zeroed.
+  {
+    std::vector<std::uint32_t> idx(10);
+    randomk_indices(n, 10, 9, idx);
+    std::vector<float> r = r0, vals(10), want = w;
+    randomk_gather(x, r, idx, vals);
+    for (std::size_t j = 0; j < 10; ++j) {
+      CHECK(vals[j] == w[idx[j]]);
+      want[idx[j]] = 0;
+    }
+    CHECK(same_bits(r, want));
+  }
+  // casts: the half of w, r = w - the half widened.
+  for (wia_datatype_t t : {WIA_FLOAT16, WIA_BFLOAT16}) {
+    std::vector<std::uint16_t> fused(n), plain(n);
+    std::vector<float> r = r0, back(n), want(n);
+    cast_encode(x, r, t, fused.data());
+    from_float(w, t, plain.data());
+    CHECK(fused == plain);
+    to_float(plain.data(), t, back);
+    for (std::size_t i = 0; i < n; ++i) want[i] = w[i] - back[i];
+    CHECK(same_bits(r, want));
+  }
+  // low rank: residual = w - expand, entry by entry.
+  {
+    const LowrankShape s = lowrank_shape(n, 0, 3);
+    const auto p = gaussian(s.rows * s.rank, 45), q = gaussian(s.cols * s.rank, 46);
+    std::vector<float> e(n), r(n), want(n);
+    lowrank_expand(p, q, s, e);
+    lowrank_residual(p, q, s, w, r);
+    for (std::size_t i = 0; i < n; ++i) want[i] = w[i] - e[i];
+    CHECK(same_bits(r, want));
+  }
+}
+
+TEST_CASE("decode_sum equals zeroing and adding each message in rank order, bit for bit") {
+  const std::size_t n = 700;
+  for (int bits : {1, 4, 8, 16}) {
+    INFO("bits " << bits);
+    std::vector<std::vector<std::byte>> m(3,
+                                          std::vector<std::byte>(quantize_bytes(n, bits, kChunk)));
+    std::vector<const std::byte*> ptrs;
+    for (std::size_t k = 0; k < m.size(); ++k) {
+      quantize_encode(gaussian(n, 50 + k), bits, kChunk, k, m[k]);
+      ptrs.push_back(m[k].data());
+    }
+    std::vector<float> sum(n, 123.0f), want(n, 0.0f);
+    quantize_decode_sum(ptrs, bits, kChunk, sum);
+    for (auto& msg : m) quantize_decode_add(msg, bits, kChunk, want);
+    CHECK(same_bits(sum, want));
+  }
+  std::vector<std::vector<std::byte>> m(4, std::vector<std::byte>(onebit_bytes(n, WIA_FLOAT16)));
+  std::vector<const std::byte*> ptrs;
+  for (std::size_t k = 0; k < m.size(); ++k) {
+    onebit_encode(gaussian(n, 60 + k), WIA_FLOAT16, m[k]);
+    ptrs.push_back(m[k].data());
+  }
+  std::vector<float> sum(n, -1.0f), want(n, 0.0f);
+  onebit_decode_sum(ptrs, WIA_FLOAT16, sum);
+  for (auto& msg : m) onebit_decode_add(msg, WIA_FLOAT16, want);
+  CHECK(same_bits(sum, want));
+}
+
+TEST_CASE("top-k by signed value: -0 ties +0, NaN ties -inf, ties to the lower index") {
+  const float inf = std::numeric_limits<float>::infinity();
+  // Reference order (key desc, index asc), NaN as -inf:
+  //   3.0 (5), 0.0 (1), -0.0 (2) [tie: lower index first], -1 (0),
+  //   -inf (3), NaN (4) [tie with -inf: lower index first].
+  const std::vector<float> x{-1.0f, 0.0f, -0.0f, -inf, NAN, 3.0f};
+  const std::vector<std::vector<std::uint32_t>> want{
+      {5}, {1, 5}, {1, 2, 5}, {0, 1, 2, 5}, {0, 1, 2, 3, 5}, {0, 1, 2, 3, 4, 5}};
+  for (std::size_t k = 1; k <= x.size(); ++k) {
+    INFO("k " << k);
+    std::vector<Pair> out(k);
+    topk_select(x, k, false, out);
+    std::vector<std::uint32_t> got;
+    for (auto& p : out) got.push_back(p.index);
+    CHECK(got == want[k - 1]);
+  }
+  // Magnitude: NaN below 0, -0 ties +0.
+  std::vector<Pair> out(3);
+  topk_select(std::vector<float>{NAN, -0.0f, 0.0f, -2.0f}, 3, true, out);
+  CHECK(out[0].index == 1);
+  CHECK(out[1].index == 2);
+  CHECK(out[2].index == 3);
 }

@@ -21,3 +21,11 @@ endif()
 add_test(NAME spec_compression_c COMMAND test_spec_compression_c)
 set_tests_properties(spec_compression_c PROPERTIES TIMEOUT 120
   ENVIRONMENT "WIA_HOST_DEVICES=2;WIA_LOG_LEVEL=warn")
+
+# wia-compress-bench at a small size: it exits 1 when an int8 decoding
+# leaves its bound or the baseline and AVX2 copies disagree. Its speeds are
+# printed, never asserted.
+if(TARGET wia-compress-bench)
+  add_test(NAME tool_wia_compress_bench COMMAND wia-compress-bench --size 1M --reps 1)
+  set_tests_properties(tool_wia_compress_bench PROPERTIES TIMEOUT 120)
+endif()
