@@ -23,7 +23,6 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace wia::ofi {
@@ -216,6 +215,11 @@ class Conn;
 struct Listener;
 struct MrEntry;
 
+inline constexpr std::uint32_t kNotPending = ~0u;
+
+// Requests come from the endpoint's pool (new_request / finish) and are
+// reset to this default state when they go back to it: a message costs no
+// heap allocation once the pool has grown to the peak number in flight.
 struct Request {
   fi_context2 fctx{};  // first: FI_CONTEXT / FI_CONTEXT2 modes
   enum class Kind : std::uint8_t { data, ctl_recv, ctl_send, listen_recv };
@@ -252,6 +256,8 @@ struct Request {
   std::uint64_t owner_id = 0;
   // Announced sends under clear-to-send: the id the receiver's CTS names.
   std::uint64_t send_id = 0;
+  // Position in conn->pending (kNotPending: not there).
+  std::uint32_t pending_index = kNotPending;
 };
 
 struct Peer {
@@ -282,7 +288,22 @@ class Conn {
   std::uint64_t deadline_ns = 0;  // connect
   std::uint64_t next_check_ns = 0;
   Request* ctl_recv = nullptr;
-  std::unordered_set<Request*> pending;  // the core's requests still running
+  // The core's requests not yet reported done by test(); a flat vector
+  // with each request's index in it, so adding and removing (once per
+  // message) allocate nothing and cost O(1).
+  std::vector<Request*> pending;
+  void add_pending(Request* r) {
+    r->pending_index = static_cast<std::uint32_t>(pending.size());
+    pending.push_back(r);
+  }
+  void remove_pending(Request* r) {
+    if (r->pending_index == kNotPending) return;
+    Request* last = pending.back();
+    pending[r->pending_index] = last;
+    last->pending_index = r->pending_index;
+    pending.pop_back();
+    r->pending_index = kNotPending;
+  }
   // Announced sends whose header is out and whose CTS has not come.
   std::unordered_map<std::uint64_t, Request*> awaiting_cts;
 };
@@ -368,10 +389,16 @@ class Endpoint {
   std::uint64_t next_key = 1;
   std::uint64_t mr_reg_calls = 0;
   bool rendezvous = false;  // framed messages; payloads wait for the receiver's CTS
+  // The fabric's inject_size: a send whose wire message fits goes out with
+  // fi_tinject (copied by the fabric, no completion to reap).
+  std::uint64_t inject_size = 0;
 
  private:
-  Request* new_request(Request::Kind kind, Conn* c);
-  void finish(Request* r);  // free when both libfabric and the core are done with it
+  Request* new_request(Request::Kind kind, Conn* c);  // from the pool
+  void finish(Request* r);  // back to the pool when both libfabric and the core are done with it
+  void release_all_requests();  // ~Endpoint, after the fabric endpoint is closed
+  wia_status_t post_inject(Conn* c, const void* buf, std::uint64_t size, std::uint64_t tag,
+                           wia_request_t* out);
   std::unique_ptr<char[]> take_bounce();
   void give_bounce(Request* r);
   wia_status_t post_ctl(Request* r);  // a control send or receive, queued on -FI_EAGAIN
@@ -387,7 +414,7 @@ class Endpoint {
   void send_released();           // payloads whose CTS came, in order
   void forget_released(Conn* c);  // c fails or closes: drop its queued payloads
   void fail_conn(Conn* c, const std::string& why);
-  void check_liveness(Conn* c);
+  void check_liveness(Conn* c, std::uint64_t now);
   std::string addr_text(const void* raw) const;
   Conn* make_conn(const void* raw, std::uint64_t id, std::string* error);
   std::uint64_t new_id();
@@ -397,9 +424,13 @@ class Endpoint {
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, Conn*> conns_;
   std::unordered_map<std::uint64_t, Listener*> listeners_;
-  std::unordered_set<Request*> live_;
-  std::vector<Request*> retry_;    // control posts that met -FI_EAGAIN
-  std::deque<Request*> released_;  // CTS came; fi_tsend of the payload met -FI_EAGAIN
+  // The request pool: slabs own every request ever made (live or free);
+  // free_ lists those not in use.
+  std::vector<std::unique_ptr<Request[]>> slabs_;
+  std::vector<Request*> free_;
+  std::uint64_t next_liveness_ns_ = 0;  // when progress next sweeps the connections
+  std::vector<Request*> retry_;         // control posts that met -FI_EAGAIN
+  std::deque<Request*> released_;       // CTS came; fi_tsend of the payload met -FI_EAGAIN
   std::uint64_t next_send_id_ = 1;
   std::vector<std::unique_ptr<char[]>> bounce_pool_;
   std::map<std::tuple<std::uintptr_t, std::uint64_t, std::uint32_t, std::uint64_t>, MrEntry*>

@@ -17,12 +17,53 @@ namespace wia::ofi {
 
 std::uint64_t Endpoint::new_id() { return next_id_ <= kMaxId ? next_id_++ : 0; }
 
+// Under AddressSanitizer a pooled request is poisoned while it is free, so
+// a handle used after test() reported it (or after close) is still caught
+// as it was when requests were deleted.
+#if defined(__SANITIZE_ADDRESS__)
+#define WIA_OFI_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WIA_OFI_ASAN 1
+#endif
+#endif
+#ifdef WIA_OFI_ASAN
+}  // namespace wia::ofi
+#include <sanitizer/asan_interface.h>
+namespace wia::ofi {
+#define WIA_OFI_POISON(p) ASAN_POISON_MEMORY_REGION((p), sizeof(Request))
+#define WIA_OFI_UNPOISON(p) ASAN_UNPOISON_MEMORY_REGION((p), sizeof(Request))
+#else
+#define WIA_OFI_POISON(p) static_cast<void>(p)
+#define WIA_OFI_UNPOISON(p) static_cast<void>(p)
+#endif
+
+namespace {
+constexpr std::size_t kSlabRequests = 64;
+}
+
 Request* Endpoint::new_request(Request::Kind kind, Conn* c) {
-  auto* r = new Request;
+  if (free_.empty()) {
+    slabs_.emplace_back(new Request[kSlabRequests]);
+    Request* slab = slabs_.back().get();
+    free_.reserve(slabs_.size() * kSlabRequests);
+    for (std::size_t i = kSlabRequests; i-- > 0;) {
+      free_.push_back(&slab[i]);
+      WIA_OFI_POISON(&slab[i]);
+    }
+  }
+  Request* r = free_.back();
+  free_.pop_back();
+  WIA_OFI_UNPOISON(r);
   r->kind = kind;
   r->conn = c;
-  live_.insert(r);
   return r;
+}
+
+void Endpoint::release_all_requests() {
+  for (Request* r : free_) WIA_OFI_UNPOISON(r);
+  free_.clear();
+  slabs_.clear();
 }
 
 std::unique_ptr<char[]> Endpoint::take_bounce() {
@@ -46,8 +87,9 @@ void Endpoint::finish(Request* r) {
     r->auto_mr = nullptr;
   }
   if (!r->user_gone) return;
-  live_.erase(r);
-  delete r;
+  *r = Request{};  // the default state, and the error text and scratch freed
+  free_.push_back(r);
+  WIA_OFI_POISON(r);
 }
 
 std::string Endpoint::addr_text(const void* raw) const {
@@ -315,8 +357,7 @@ void Endpoint::fail_conn(Conn* c, const std::string& why) {
   }
 }
 
-void Endpoint::check_liveness(Conn* c) {
-  const std::uint64_t now = ctx_->now_ns();
+void Endpoint::check_liveness(Conn* c, std::uint64_t now) {
   if (now < c->next_check_ns) return;
   c->next_check_ns = now + static_cast<std::uint64_t>(ctx_->params.liveness_ms) * 1000000u;
   if (!c->peer.same_host || c->peer.pid == 0) return;
@@ -423,13 +464,19 @@ void Endpoint::progress() {
     again.swap(retry_);
     for (Request* r : again) post_ctl(r);
   }
-  send_released();
+  if (!released_.empty()) send_released();
+  // Each fi_cq_read that finds the queue empty makes the fabric progress
+  // (rxm over tcp: a poll of its sockets, a system call), so a batch that
+  // came back short ends the pass: the queue was drained, and asking again
+  // would cost that call for nothing on every completion.
+  constexpr ssize_t kBatch = 16;
   for (int round = 0; round < 64; ++round) {
-    fi_cq_tagged_entry entries[16];
-    const ssize_t n = fi_cq_read(cq, entries, 16);
+    fi_cq_tagged_entry entries[kBatch];
+    const ssize_t n = fi_cq_read(cq, entries, kBatch);
     if (n > 0) {
       for (ssize_t k = 0; k < n; ++k)
         on_completion(static_cast<Request*>(entries[k].op_context), entries[k]);
+      if (n < kBatch) break;
       continue;
     }
     if (n == -FI_EAVAIL) {
@@ -443,8 +490,13 @@ void Endpoint::progress() {
                 info_->domain.c_str(), ctx_->fi_error(static_cast<int>(n)).c_str());
     break;
   }
+  // The liveness sweep: one clock read per pass, and the connections
+  // walked only when the earliest of their checks may be due.
+  const std::uint64_t now = ctx_->now_ns();
+  if (now < next_liveness_ns_) return;
+  next_liveness_ns_ = now + static_cast<std::uint64_t>(ctx_->params.liveness_ms) * 1000000u;
   for (auto& [id, c] : conns_)
-    if (!c->failed && (!c->pending.empty() || !c->established)) check_liveness(c);
+    if (!c->failed && (!c->pending.empty() || !c->established)) check_liveness(c, now);
 }
 
 }  // namespace wia::ofi

@@ -110,7 +110,7 @@ wia_status_t Endpoint::rma(Conn* c, bool write, void* local, std::uint64_t size,
                       c->peer_text.c_str(), ctx_->fi_error(static_cast<int>(rc)).c_str());
   }
   r->in_fabric = true;
-  c->pending.insert(r);
+  c->add_pending(r);
   *out = reinterpret_cast<wia_request_t>(r);
   return WIA_SUCCESS;
 }

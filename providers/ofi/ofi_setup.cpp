@@ -323,8 +323,11 @@ wia_status_t Endpoint::open_objects(fi_info* info, const std::string& where) {
   mr_virt_addr = (mode & FI_MR_VIRT_ADDR) != 0;
   const std::string& rdv = ctx_->params.rendezvous;
   rendezvous = rdv == "on" || (rdv == "auto" && info_->shm);
-  ctx_->log(WIA_LOG_DEBUG, "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64 "%s",
-            where.c_str(), namelen, wait_fd, mode,
+  inject_size = info->tx_attr != nullptr ? info->tx_attr->inject_size : 0;
+  ctx_->log(WIA_LOG_DEBUG,
+            "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64 ", inject %" PRIu64
+            " B%s",
+            where.c_str(), namelen, wait_fd, mode, inject_size,
             rendezvous ? ", rendezvous (framed messages, clear-to-send above 4 KiB)" : "");
   return WIA_SUCCESS;
 }
@@ -332,7 +335,7 @@ wia_status_t Endpoint::open_objects(fi_info* info, const std::string& where) {
 Endpoint::~Endpoint() {
   if (ep != nullptr) fi_close(&ep->fid);
   // Requests libfabric still held are released with the endpoint.
-  for (Request* r : live_) delete r;
+  release_all_requests();
   for (auto& [k, e] : cache_) {
     if (e->mr != nullptr) fi_close(&e->mr->fid);
     delete e;
