@@ -11,6 +11,7 @@ packages=(
   iproute2 iperf3 openmpi-bin
   libfabric-dev libfabric-bin  # the ofi provider and fi_pingpong (docs/transport-ofi.md)
   libibverbs-dev  # the verbs provider's headers and its test double (docs/transport-verbs.md)
+  python3-torch libtorch-dev pybind11-dev python3-dev  # the torch backend (docs/torch.md)
 )
 
 missing=()
