@@ -80,7 +80,8 @@ void encode(Job& j) {
   std::span<float> r = j.ef ? std::span<float>(j.state->residual) : std::span<float>();
   switch (j.method) {
     case WIA_COMPRESS_TOPK: {
-      std::vector<Pair> pairs(j.k);
+      std::vector<Pair>& pairs = j.buf->pairs;
+      pairs.resize(j.k);
       if (j.ef)
         topk_select_ef(x, r, j.k, j.magnitude, pairs);
       else
@@ -129,10 +130,8 @@ void encode(Job& j) {
       if (!lock.owns_lock()) lock.lock();
       // The middle step needs the corrected gradient again: kept in work.
       j.buf->work.resize(n);
-      if (j.ef)
-        for (std::size_t i = 0; i < n; ++i) j.buf->work[i] = x[i] + r[i];
-      else if (x.data() != j.buf->work.data())
-        std::copy(x.begin(), x.end(), j.buf->work.begin());
+      if (x.data() != j.buf->work.data()) std::copy(x.begin(), x.end(), j.buf->work.begin());
+      if (j.ef) add_residual(j.buf->work, r);
       std::vector<float>& q = j.state->lowrank_q;
       if (q.size() != j.shape.cols * j.shape.rank) {
         q.resize(j.shape.cols * j.shape.rank);
@@ -264,7 +263,8 @@ void decode(Job& j) {
         onebit_decode_sum(msgs, j.scale_type, acc);
       } else {
         std::fill(acc.begin(), acc.end(), 0.0f);
-        std::vector<Pair> pairs(j.k);
+        std::vector<Pair>& pairs = j.buf->pairs;
+        pairs.resize(j.k);
         for (int r = 0; r < j.nranks; ++r) {
           if (j.k) std::memcpy(pairs.data(), msgs[static_cast<std::size_t>(r)], j.k * sizeof(Pair));
           if (const std::size_t dropped = scatter_add(pairs, acc))

@@ -4,15 +4,15 @@
 // (rows x r) and Q' = M^T P̂ (cols x r) with P̂ the orthonormalised sum of
 // every rank's P; the estimate of the sum is P̂ (Σ Q')^T. Q is warm-started
 // from the previous call's reduced Q', which is what makes one iteration
-// per step enough. All products accumulate in double in a fixed order, so
-// every rank, given the same reduced inputs, derives bit-identical P̂ and
-// output.
+// per step enough. Every sum runs in a fixed order (the same in the
+// baseline and AVX2 copies), so every rank, given the same reduced inputs,
+// derives bit-identical P̂ and output; the orthonormalisation, on r
+// columns only, runs in double.
 //
-// Speed: the rank is a template argument for 1, 2, 4 and 8 (the inner loop
-// over it then vectorises), the projection keeps two sets of accumulators
-// (even and odd columns) so its adds do not wait on each other, and the
-// expansion runs along a row with the columns of Q widened and transposed
-// once, so its loop vectorises over the columns.
+// Speed: the products run in float with Q (and the accumulated Q')
+// transposed to r rows of cols, so each is a plain loop along a row of M:
+// a dot product in 8 lanes (M Q), an axpy (M^T P̂), or r axpys into a row
+// block (P̂ Q^T), all of which vectorise.
 #include <algorithm>
 #include <cmath>
 
@@ -43,148 +43,101 @@ void lowrank_init_q(const LowrankShape& s, std::uint64_t seed, std::span<float> 
 
 namespace {
 
-// R: the rank, or 0 for any rank (r at run time).
-template <std::size_t R>
+constexpr std::size_t kLanes = 8;
+
+// p (rows x r) = M q, with qt = q transposed (r rows of cols): per row and
+// column of q a dot product in 8 float lanes, summed in a fixed order.
 WIA_CODEC_INLINE void project_body(const float* __restrict x, std::size_t n, std::size_t rows,
-                                   std::size_t cols, std::size_t r, const float* __restrict q,
-                                   float* __restrict p, double* __restrict a0,
-                                   double* __restrict a1) noexcept {
-  if constexpr (R != 0) r = R;
+                                   std::size_t cols, std::size_t r, const float* __restrict qt,
+                                   float* __restrict p) noexcept {
   for (std::size_t i = 0; i < rows; ++i) {
-    for (std::size_t k = 0; k < r; ++k) a0[k] = a1[k] = 0.0;
     const std::size_t begin = std::min(i * cols, n);
     const std::size_t len = std::min(begin + cols, n) - begin;
     const float* xi = x + begin;
-    std::size_t j = 0;
-    for (; j + 2 <= len; j += 2) {
-      const double v0 = xi[j], v1 = xi[j + 1];
-      const float* q0 = q + j * r;
-      const float* q1 = q0 + r;
-      for (std::size_t k = 0; k < r; ++k) {
-        a0[k] += v0 * static_cast<double>(q0[k]);
-        a1[k] += v1 * static_cast<double>(q1[k]);
-      }
+    for (std::size_t k = 0; k < r; ++k) {
+      const float* q = qt + k * cols;
+      float acc[kLanes] = {};
+      std::size_t j = 0;
+      for (; j + kLanes <= len; j += kLanes)
+        for (std::size_t l = 0; l < kLanes; ++l) acc[l] += xi[j + l] * q[j + l];
+      for (; j < len; ++j) acc[0] += xi[j] * q[j];
+      float sum = 0.0f;
+      for (std::size_t l = 0; l < kLanes; ++l) sum += acc[l];
+      p[i * r + k] = sum;
     }
-    if (j < len) {
-      const double v0 = xi[j];
-      for (std::size_t k = 0; k < r; ++k) a0[k] += v0 * static_cast<double>(q[j * r + k]);
-    }
-    for (std::size_t k = 0; k < r; ++k) p[i * r + k] = static_cast<float>(a0[k] + a1[k]);
   }
 }
 
-// scratch: 2 r doubles.
-WIA_CODEC_INLINE void project_fn_body(const float* x, std::size_t n, std::size_t rows,
-                                      std::size_t cols, std::size_t r, const float* q, float* p,
-                                      double* scratch) noexcept {
-  double* a0 = scratch;
-  double* a1 = scratch + r;
-  switch (r) {
-    case 1:
-      return project_body<1>(x, n, rows, cols, r, q, p, a0, a1);
-    case 2:
-      return project_body<2>(x, n, rows, cols, r, q, p, a0, a1);
-    case 4:
-      return project_body<4>(x, n, rows, cols, r, q, p, a0, a1);
-    case 8:
-      return project_body<8>(x, n, rows, cols, r, q, p, a0, a1);
-    default:
-      return project_body<0>(x, n, rows, cols, r, q, p, a0, a1);
-  }
-}
-
-// acc (cols x r, double) += M^T p, row by row: the same order of sums as
-// a plain loop over rows.
-template <std::size_t R>
+// acc (r rows of cols) += M^T p, row by row: an axpy per row and column of
+// p, so the sums run in the same order as a plain loop over rows.
 WIA_CODEC_INLINE void back_project_body(const float* __restrict x, std::size_t n, std::size_t rows,
                                         std::size_t cols, std::size_t r, const float* __restrict p,
-                                        double* __restrict acc, double* __restrict pi) noexcept {
-  if constexpr (R != 0) r = R;
+                                        float* __restrict acc) noexcept {
   for (std::size_t i = 0; i < rows; ++i) {
-    for (std::size_t k = 0; k < r; ++k) pi[k] = p[i * r + k];
     const std::size_t begin = std::min(i * cols, n);
     const std::size_t len = std::min(begin + cols, n) - begin;
     const float* xi = x + begin;
-    for (std::size_t j = 0; j < len; ++j) {
-      const double v = xi[j];
-      double* a = acc + j * r;
-      for (std::size_t k = 0; k < r; ++k) a[k] += v * pi[k];
+    for (std::size_t k = 0; k < r; ++k) {
+      const float pk = p[i * r + k];
+      float* a = acc + k * cols;
+      for (std::size_t j = 0; j < len; ++j) a[j] += xi[j] * pk;
     }
   }
 }
 
-// scratch: r doubles.
-WIA_CODEC_INLINE void back_project_fn_body(const float* x, std::size_t n, std::size_t rows,
-                                           std::size_t cols, std::size_t r, const float* p,
-                                           double* acc, double* scratch) noexcept {
-  switch (r) {
-    case 1:
-      return back_project_body<1>(x, n, rows, cols, r, p, acc, scratch);
-    case 2:
-      return back_project_body<2>(x, n, rows, cols, r, p, acc, scratch);
-    case 4:
-      return back_project_body<4>(x, n, rows, cols, r, p, acc, scratch);
-    case 8:
-      return back_project_body<8>(x, n, rows, cols, r, p, acc, scratch);
-    default:
-      return back_project_body<0>(x, n, rows, cols, r, p, acc, scratch);
-  }
-}
-
-// Entry e of P Q^T, computed as ((0 + p0 q0) + p1 q1) + ... in double,
-// with qt the columns of Q in double (r rows of cols). w null: out = the
-// entry; else out = w - the entry (the residual).
-WIA_CODEC_INLINE void expand_body(const float* __restrict p, const double* __restrict qt,
+// Entry e of P Q^T, computed as ((0 + p0 q0) + p1 q1) + ... with qt the
+// columns of Q (r rows of cols). w null: out = the entry; else out = w -
+// the entry (the residual).
+WIA_CODEC_INLINE void expand_body(const float* __restrict p, const float* __restrict qt,
                                   std::size_t n, std::size_t cols, std::size_t r,
                                   const float* __restrict w, float* __restrict out) noexcept {
-  double row[256];
+  float row[256];
   for (std::size_t begin = 0, i = 0; begin < n; begin += cols, ++i) {
     const std::size_t len = std::min(cols, n - begin);
     for (std::size_t jb = 0; jb < len; jb += 256) {
       const std::size_t m = std::min<std::size_t>(256, len - jb);
-      for (std::size_t j = 0; j < m; ++j) row[j] = 0.0;
+      for (std::size_t j = 0; j < m; ++j) row[j] = 0.0f;
       for (std::size_t k = 0; k < r; ++k) {
-        const double pk = p[i * r + k];
-        const double* q = qt + k * cols + jb;
+        const float pk = p[i * r + k];
+        const float* q = qt + k * cols + jb;
         for (std::size_t j = 0; j < m; ++j) row[j] += pk * q[j];
       }
       float* o = out + begin + jb;
       if (w) {
         const float* ww = w + begin + jb;
-        for (std::size_t j = 0; j < m; ++j) o[j] = ww[j] - static_cast<float>(row[j]);
+        for (std::size_t j = 0; j < m; ++j) o[j] = ww[j] - row[j];
       } else {
-        for (std::size_t j = 0; j < m; ++j) o[j] = static_cast<float>(row[j]);
+        for (std::size_t j = 0; j < m; ++j) o[j] = row[j];
       }
     }
   }
 }
 
-WIA_CODEC_INLINE void expand_fn_body(const float* p, const double* qt, std::size_t n,
-                                     std::size_t cols, std::size_t r, const float* w,
-                                     float* out) noexcept {
-  expand_body(p, qt, n, cols, r, w, out);
-}
-
-WIA_CODEC_DISPATCH(void, project_fn,
+WIA_CODEC_DISPATCH(void, project,
                    (const float* x, std::size_t n, std::size_t rows, std::size_t cols,
-                    std::size_t r, const float* q, float* p, double* scratch) noexcept,
-                   (x, n, rows, cols, r, q, p, scratch))
-WIA_CODEC_DISPATCH(void, back_project_fn,
+                    std::size_t r, const float* qt, float* p) noexcept,
+                   (x, n, rows, cols, r, qt, p))
+WIA_CODEC_DISPATCH(void, back_project,
                    (const float* x, std::size_t n, std::size_t rows, std::size_t cols,
-                    std::size_t r, const float* p, double* acc, double* scratch) noexcept,
-                   (x, n, rows, cols, r, p, acc, scratch))
-WIA_CODEC_DISPATCH(void, expand_fn,
-                   (const float* p, const double* qt, std::size_t n, std::size_t cols,
-                    std::size_t r, const float* w, float* out) noexcept,
+                    std::size_t r, const float* p, float* acc) noexcept,
+                   (x, n, rows, cols, r, p, acc))
+WIA_CODEC_DISPATCH(void, expand,
+                   (const float* p, const float* qt, std::size_t n, std::size_t cols, std::size_t r,
+                    const float* w, float* out) noexcept,
                    (p, qt, n, cols, r, w, out))
 
-void expand(std::span<const float> p, std::span<const float> q, const LowrankShape& s,
-            const float* w, std::span<float> out) {
-  const std::size_t r = s.rank;
-  std::vector<double> qt(s.cols * r);
+// q (cols x r) transposed: r rows of cols.
+std::vector<float> transposed(std::span<const float> q, const LowrankShape& s) {
+  std::vector<float> qt(s.cols * s.rank);
   for (std::size_t j = 0; j < s.cols; ++j)
-    for (std::size_t k = 0; k < r; ++k) qt[k * s.cols + j] = q[j * r + k];
-  expand_fn(p.data(), qt.data(), std::min(out.size(), s.rows * s.cols), s.cols, r, w, out.data());
+    for (std::size_t k = 0; k < s.rank; ++k) qt[k * s.cols + j] = q[j * s.rank + k];
+  return qt;
+}
+
+void expand_to(std::span<const float> p, std::span<const float> q, const LowrankShape& s,
+               const float* w, std::span<float> out) {
+  const std::vector<float> qt = transposed(q, s);
+  expand(p.data(), qt.data(), std::min(out.size(), s.rows * s.cols), s.cols, s.rank, w, out.data());
 }
 
 }  // namespace
@@ -192,8 +145,8 @@ void expand(std::span<const float> p, std::span<const float> q, const LowrankSha
 // Entry (i, j) of M: x[i * cols + j], zero past the end of x (padding).
 void lowrank_project(std::span<const float> x, const LowrankShape& s, std::span<const float> q,
                      std::span<float> p) {
-  std::vector<double> scratch(2 * s.rank);
-  project_fn(x.data(), x.size(), s.rows, s.cols, s.rank, q.data(), p.data(), scratch.data());
+  const std::vector<float> qt = transposed(q, s);
+  project(x.data(), x.size(), s.rows, s.cols, s.rank, qt.data(), p.data());
 }
 
 void lowrank_orthonormalise(std::span<float> p, const LowrankShape& s) {
@@ -232,20 +185,20 @@ void lowrank_orthonormalise(std::span<float> p, const LowrankShape& s) {
 
 void lowrank_back_project(std::span<const float> x, const LowrankShape& s, std::span<const float> p,
                           std::span<float> q) {
-  std::vector<double> acc(s.cols * s.rank, 0.0);
-  std::vector<double> scratch(s.rank);
-  back_project_fn(x.data(), x.size(), s.rows, s.cols, s.rank, p.data(), acc.data(), scratch.data());
-  for (std::size_t i = 0; i < acc.size(); ++i) q[i] = static_cast<float>(acc[i]);
+  std::vector<float> acc(s.cols * s.rank, 0.0f);
+  back_project(x.data(), x.size(), s.rows, s.cols, s.rank, p.data(), acc.data());
+  for (std::size_t j = 0; j < s.cols; ++j)
+    for (std::size_t k = 0; k < s.rank; ++k) q[j * s.rank + k] = acc[k * s.cols + j];
 }
 
 void lowrank_expand(std::span<const float> p, std::span<const float> q, const LowrankShape& s,
                     std::span<float> out) {
-  expand(p, q, s, nullptr, out);
+  expand_to(p, q, s, nullptr, out);
 }
 
 void lowrank_residual(std::span<const float> p, std::span<const float> q, const LowrankShape& s,
                       std::span<const float> w, std::span<float> residual) {
-  expand(p, q, s, w.data(), residual);
+  expand_to(p, q, s, w.data(), residual);
 }
 
 }  // namespace wia::compress

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "compress/codec.hpp"
+
 namespace wia::compress {
 
 // The large vectors of one compressed call. A call's buffers are handed
@@ -29,6 +31,7 @@ struct Workspace {
   std::vector<float> qsend, qrecv;          // PowerSGD's Q
   std::vector<std::uint16_t> hsend, hrecv;  // all-reduced halves (the casts)
   std::vector<std::uint32_t> idx;           // random-k indices
+  std::vector<Pair> pairs;                  // top-k's selection; a rank's pairs when decoding
   std::vector<std::byte> headers;           // every rank's header (reduced exchanges)
   std::vector<std::byte> send2, recv2;      // the second phase of two-phase quantization
 };

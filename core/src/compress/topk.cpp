@@ -9,7 +9,8 @@
 // them (about 1 block in 40 at k = 1 %). With error feedback the same
 // pass adds the residual (w = x + r, stored in r). The final selection
 // runs over (key, index) packed into one uint64, so ties go to the lower
-// index with a single integer compare.
+// index with a single integer compare, and the candidates, collected in
+// index order, are filtered by the k-th best instead of sorted.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -101,21 +102,34 @@ WIA_CODEC_DISPATCH(bool, collect_fn,
                     std::uint64_t* cand, std::size_t cap, std::size_t* found) noexcept,
                    (x, r, n, magnitude, t, cand, cap, found))
 
-// The k best ranks of cand (reordered) into out by increasing index,
-// values from w.
-void finish(std::span<std::uint64_t> cand, std::size_t k, const float* w, std::span<Pair> out) {
-  if (k < cand.size())
-    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
+// Buffers reused by the calls of one thread (a stream's worker): fresh
+// ones of a few MiB per call would be faulted in page by page.
+std::vector<std::uint64_t>& scratch(int i) {
+  thread_local std::vector<std::uint64_t> s[2];
+  return s[i];
+}
+
+// The k best of cand (ranks in increasing index order) into out, values
+// from w. Ranks are distinct, so exactly k are >= the k-th best, found on a
+// copy; keeping those in their order gives them by index with no sort.
+void finish(std::span<const std::uint64_t> cand, std::size_t k, const float* w,
+            std::span<Pair> out) {
+  std::uint64_t t = 0;
+  if (k < cand.size()) {
+    auto& tmp = scratch(1);
+    if (tmp.size() < cand.size()) tmp.resize(cand.size());
+    std::copy(cand.begin(), cand.end(), tmp.begin());
+    const auto kth = tmp.begin() + static_cast<std::ptrdiff_t>(k - 1);
+    std::nth_element(tmp.begin(), kth, tmp.begin() + static_cast<std::ptrdiff_t>(cand.size()),
                      std::greater<std::uint64_t>());
-  // Increasing index is decreasing low word: sort by the low word alone.
-  std::sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k),
-            [](std::uint64_t a, std::uint64_t b) {
-              return static_cast<std::uint32_t>(a) > static_cast<std::uint32_t>(b);
-            });
-  for (std::size_t j = 0; j < k; ++j) {
-    const std::uint32_t i = index_of(cand[j]);
-    out[j] = Pair{i, w[i]};
+    t = *kth;
   }
+  std::size_t j = 0;
+  for (const std::uint64_t c : cand)
+    if (c >= t) {
+      const std::uint32_t i = index_of(c);
+      out[j++] = Pair{i, w[i]};
+    }
 }
 
 // x, or with r (error feedback) w = x + r, which is left in r with the
@@ -128,12 +142,18 @@ void select(std::span<const float> x, std::span<float> r, std::size_t k, bool ma
     if (ef) add_residual(r, x);
     return;
   }
-  std::unique_ptr<std::uint64_t[]> cand;  // not zero-filled: only what is found is touched
-  bool summed = false;                    // r already holds w
+  auto& cand = scratch(0);
+  auto zero_selected = [&] {
+    if (ef)
+      for (std::size_t j = 0; j < k; ++j) r[out[j].index] = 0;
+  };
+  // With error feedback the first pass leaves w in r; later passes read it.
+  const float* src = x.data();
+  float* add = ef ? r.data() : nullptr;
   if (topk_uses_sampling(n) && k < n) {
-    // The sample's key at rank ~1.25 k/n from the top (plus a few), so that
-    // usually somewhat more than k entries pass and one small nth_element
-    // finishes; an unlucky sample falls back to the exact path below.
+    // The threshold is the sample's key at rank ~1.25 k/n from the top
+    // (plus a few), so that usually somewhat more than k entries pass; an
+    // unlucky sample is retried at 4 times the rank, then the exact path.
     Rng rng(derive_seed(n, k, 0x70706bULL));
     std::vector<std::int32_t> sample(kTopkSample);
     for (auto& s : sample) {
@@ -141,36 +161,40 @@ void select(std::span<const float> x, std::span<float> r, std::size_t k, bool ma
       s = key_bits(ef ? x[i] + r[i] : x[i], magnitude);
     }
     const double want = 1.25 * static_cast<double>(k) / static_cast<double>(n);
-    const std::size_t q = static_cast<std::size_t>(want * kTopkSample) + 8;
-    if (q < kTopkSample) {
+    for (std::size_t q = static_cast<std::size_t>(want * kTopkSample) + 8; q < kTopkSample;
+         q *= 4) {
       std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(q),
                        sample.end(), std::greater<std::int32_t>());
       const std::int32_t t = sample[q];
-      const std::size_t cap = std::max<std::size_t>(4 * k, k + 4096);
-      cand = std::make_unique_for_overwrite<std::uint64_t[]>(cap);
+      // About q/kTopkSample of the entries pass; room for twice that.
+      const std::size_t expect = static_cast<std::size_t>(
+          static_cast<double>(q) / static_cast<double>(kTopkSample) * static_cast<double>(n));
+      const std::size_t cap = std::min(n, std::max(2 * expect, k) + 4096);
+      if (cand.size() < cap) cand.resize(cap);
       std::size_t found = 0;
-      const bool ok =
-          collect_fn(x.data(), ef ? r.data() : nullptr, n, magnitude, t, cand.get(), cap, &found);
-      summed = ef;
+      const bool ok = collect_fn(src, add, n, magnitude, t, cand.data(), cap, &found);
+      if (add) src = add, add = nullptr;
       // Every entry left out has a key < t <= every candidate's, so when at
       // least k passed the top k are all among them: still exact.
       if (ok && found >= k) {
-        const float* w = ef ? r.data() : x.data();
-        finish({cand.get(), found}, k, w, out);
-        if (ef)
-          for (std::size_t j = 0; j < k; ++j) r[out[j].index] = 0;
-        return;
+        finish({cand.data(), found}, k, src, out);
+        return zero_selected();
       }
     }
   }
-  if (ef && !summed) add_residual(r, x);
-  const float* w = ef ? r.data() : x.data();
-  cand = std::make_unique_for_overwrite<std::uint64_t[]>(n);
+  if (add) {
+    add_residual(r, x);
+    src = r.data();
+  }
+  if (cand.size() < n) cand.resize(n);
   for (std::size_t i = 0; i < n; ++i)
-    cand[i] = rank_of(key_bits(w[i], magnitude), static_cast<std::uint32_t>(i));
-  finish({cand.get(), n}, k, w, out);
-  if (ef)
-    for (std::size_t j = 0; j < k; ++j) r[out[j].index] = 0;
+    cand[i] = rank_of(key_bits(src[i], magnitude), static_cast<std::uint32_t>(i));
+  finish({cand.data(), n}, k, src, out);
+  zero_selected();
+  if (n > kTopkExactMax) {  // rare: do not keep 16 bytes per entry for the thread's life
+    std::vector<std::uint64_t>().swap(cand);
+    std::vector<std::uint64_t>().swap(scratch(1));
+  }
 }
 
 }  // namespace

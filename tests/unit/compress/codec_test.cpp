@@ -590,3 +590,34 @@ TEST_CASE("top-k by signed value: -0 ties +0, NaN ties -inf, ties to the lower i
   CHECK(out[1].index == 2);
   CHECK(out[2].index == 3);
 }
+
+TEST_CASE("top-k stays exact when the sample misleads the threshold (retries, then exact)") {
+  // Make every sampled entry (the sample's positions are derived from
+  // (n, k) as topk.cpp derives them) the largest: each threshold then
+  // lets about 4096 entries pass, fewer than k, so every retry fails and
+  // the exact path must still return the reference's k entries.
+  const std::size_t n = 1000000, k = k_of(n, 0.01);
+  REQUIRE(k > kTopkSample);
+  auto x = gaussian(n, 71);
+  Rng rng(derive_seed(n, k, 0x70706bULL));
+  for (std::size_t s = 0; s < kTopkSample; ++s) x[rng.below(n)] = 1000.0f + float(s % 97);
+  const auto ref = reference_topk(x, k, true);
+  for (bool ef : {false, true}) {
+    INFO("error feedback " << ef);
+    std::vector<Pair> out(k);
+    std::vector<float> r(n, 0.0f);
+    if (ef)
+      topk_select_ef(x, r, k, true, out);
+    else
+      topk_select(x, k, true, out);
+    bool same = true;
+    for (std::size_t j = 0; j < k; ++j)
+      same = same && out[j].index == ref[j] && out[j].value == x[ref[j]];
+    CHECK(same);
+    if (ef) {
+      std::vector<float> want = x;
+      for (auto i : ref) want[i] = 0;
+      CHECK(same_bits(r, want));
+    }
+  }
+}
