@@ -5,6 +5,7 @@
 // (DDP's comm hooks chain on those futures).
 #include "process_group_wia.hpp"
 
+#include <Python.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -161,6 +162,11 @@ ProcessGroupWia::ProcessGroupWia(const c10::intrusive_ptr<c10d::Store>& store, i
 }
 
 ProcessGroupWia::~ProcessGroupWia() {
+  // Python drops the last reference to a group with the GIL held. The
+  // completion thread may need the GIL to release a tensor Python let go
+  // of, and destroying the communicator waits for peers: hold it neither
+  // while joining nor while destroying.
+  PyThreadState* gil = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     stopping_ = true;
@@ -169,6 +175,7 @@ ProcessGroupWia::~ProcessGroupWia() {
   if (completion_.joinable()) completion_.join();
   if (stream_) wia_destroy_stream(stream_);
   if (comm_) wia_destroy_communicator(comm_);
+  if (gil) PyEval_RestoreThread(gil);
 }
 
 uint32_t ProcessGroupWia::timeout_ms(std::chrono::milliseconds opt) const {
