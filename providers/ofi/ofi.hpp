@@ -281,6 +281,10 @@ class Conn {
   std::uint64_t peer_id = 0;
   bool established = false;
   bool failed = false;
+  // The peer closed the connection (its CLOSE came, after everything it had
+  // sent): receives may still be posted, and complete when a message sent
+  // before the CLOSE is waiting for them (Endpoint::post).
+  bool peer_closed = false;
   std::string failure;
   fi_addr_t addr = FI_ADDR_UNSPEC;
   std::string peer_text;  // "fi_sockaddr_in://127.0.0.1:4021 (pid 123)"

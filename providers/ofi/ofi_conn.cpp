@@ -297,6 +297,7 @@ void Endpoint::on_ctl(Request* r) {
     c->peer_text += " (pid " + std::to_string(m.pid) + ")";
     c->established = true;
   } else if (m.kind == CtlKind::close) {
+    if (!c->failed) c->peer_closed = true;
     fail_conn(c, "ofi: the peer " + c->peer_text + " closed the connection");
   } else if (m.kind == CtlKind::cts && c->established && !c->failed) {
     on_cts(c, m.cookie);

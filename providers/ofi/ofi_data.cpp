@@ -78,6 +78,15 @@ void Endpoint::on_data_recv(Request* r, const fi_cq_tagged_entry& e) {
     finish(r);
     return;
   }
+  if (c->failed && (a.flags & kAnnounceWantsCts) != 0) {
+    // The payload waits for a clear-to-send that a peer gone can no longer
+    // act on.
+    r->state = Request::State::failed;
+    r->status = WIA_ERROR_REMOTE;
+    r->error = c->failure;
+    finish(r);
+    return;
+  }
   r->announced = true;
   r->announced_size = a.size;
   char* into = r->buf;
@@ -168,7 +177,13 @@ wia_status_t Endpoint::local_desc(void* buf, std::uint64_t len, MrHandle* mr, Mr
 wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, std::uint64_t tag,
                             MrHandle* mr, wia_request_t* out) {
   *out = nullptr;
-  if (c->failed) return ctx_->fail(WIA_ERROR_REMOTE, "%s", c->failure.c_str());
+  // After the peer's CLOSE a receive is still posted: the peer may have
+  // sent its message just before closing (a last acknowledgement), and it
+  // waits in the fabric's unexpected queue. The receive is cancelled right
+  // after it is posted (below): one that matched completes, one that did
+  // not fails with the close.
+  const bool after_close = c->failed && c->peer_closed && !send;
+  if (c->failed && !after_close) return ctx_->fail(WIA_ERROR_REMOTE, "%s", c->failure.c_str());
   if (!c->established)
     return ctx_->fail(WIA_ERROR_INVALID_HANDLE, "ofi: %s on a connection still being set up",
                       send ? "isend" : "irecv");
@@ -299,6 +314,10 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   }
   r->in_fabric = true;
   c->add_pending(r);
+  // Matched already (the fabric matches its unexpected queue when the
+  // receive is posted): fi_cancel finds nothing and the receive completes.
+  // Otherwise it ends with FI_ECANCELED and the connection's failure.
+  if (after_close) fi_cancel(&ep->fid, &r->fctx);
   *out = reinterpret_cast<wia_request_t>(r);
   return WIA_SUCCESS;
 }
