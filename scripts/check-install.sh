@@ -52,4 +52,27 @@ C
 cc -std=c11 -Wall -Werror "$work/pc.c" -o "$work/pc" $(pkg-config --cflags --libs wia) \
   -Wl,-rpath,"$prefix/lib"
 "$work/pc" || failed=1
+
+# The torch backend (docs/torch.md), when this build has it: the installed
+# package imports from the prefix, finds the installed libwia and providers
+# through its RPATH, and runs a collective.
+if ls "$build"/python/wia_torch/_C*.so >/dev/null 2>&1; then
+  pkg="$prefix/lib/python3/dist-packages"
+  python=/usr/bin/python3
+  [ -x "$python" ] || python=python3
+  if PYTHONPATH="$pkg" PYTHONWARNINGS=ignore "$python" - "$pkg" "$work" <<'PY'
+import sys
+import torch
+import torch.distributed as dist
+import wia_torch
+assert wia_torch.__file__.startswith(sys.argv[1]), wia_torch.__file__
+dist.init_process_group("wia", init_method=f"file://{sys.argv[2]}/store", rank=0, world_size=1)
+t = torch.arange(4.0)
+dist.all_reduce(t)
+assert t.tolist() == [0.0, 1.0, 2.0, 3.0], t
+dist.destroy_process_group()
+print("check-install: wia_torch from", wia_torch.__file__, "ran an all_reduce")
+PY
+  then :; else echo "check-install: wia_torch from the installed tree FAILED"; failed=1; fi
+fi
 exit $failed

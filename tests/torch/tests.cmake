@@ -30,3 +30,4 @@ add_test(NAME torch_rank_killed COMMAND ${WIA_TORCH_PYTHON_FOUND} ${CMAKE_CURREN
 set_tests_properties(torch_rank_killed PROPERTIES TIMEOUT 300 ENVIRONMENT "${WIA_TORCH_TEST_ENV}"
   PASS_REGULAR_EXPRESSION "all 3 survivors raised within the timeout"
   FAIL_REGULAR_EXPRESSION "FAIL")
+wia_add_torch_test(torch_timeout 2 timeout.py)
