@@ -4,13 +4,12 @@
 // Speed: keys are int32 images of the floats that order as the floats do
 // (NaN as -inf), so comparing them is branch-free. Above kTopkExactMax
 // entries a threshold from a sample keeps about 1.25 k candidates in one
-// streaming pass: each block of 256 keys is compared to it in a vectorised
-// loop, and only a block holding a candidate is walked again to collect
-// them (about 1 block in 40 at k = 1 %). With error feedback the same
+// streaming pass (collect_body says how). With error feedback the same
 // pass adds the residual (w = x + r, stored in r). The final selection
 // runs over (key, index) packed into one uint64, so ties go to the lower
 // index with a single integer compare, and the candidates, collected in
-// index order, are filtered by the k-th best instead of sorted.
+// index order, are filtered by the k-th best key (a radix select) instead
+// of sorted.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -51,17 +50,24 @@ WIA_CODEC_INLINE std::uint32_t index_of(std::uint64_t rank) noexcept {
   return 0xffffffffu - static_cast<std::uint32_t>(rank);
 }
 
-// One streaming pass: with r, w = x + r is stored in r first; every entry
-// whose key is >= t is appended to cand as its rank. Returns false (and
-// stops collecting) if more than cap pass: the caller then takes the
-// exact path.
+// One streaming pass from entry `begin` (a multiple of kBlock): with r,
+// w = x + r is stored in r first; every entry whose key is >= t is
+// appended to cand[found...] as its rank, in index order. Per block the
+// keys and a 0/1 pass flag are computed in a vectorised loop; groups of 16
+// flags are tested 8 bytes at a time and only a group holding a candidate
+// is compacted (branch-free). Returns n, or the first block it could not
+// collect without passing cap (the residual is still added to the end):
+// the caller grows cand and resumes there on the summed w.
 template <bool kEf>
-WIA_CODEC_INLINE bool collect_body(const float* __restrict x, float* __restrict r, std::size_t n,
-                                   bool magnitude, std::int32_t t, std::uint64_t* __restrict cand,
-                                   std::size_t cap, std::size_t& found) noexcept {
-  std::size_t m = 0;
-  bool ok = true;
-  for (std::size_t base = 0; base < n; base += kBlock) {
+WIA_CODEC_INLINE std::size_t collect_body(const float* __restrict x, float* __restrict r,
+                                          std::size_t n, std::size_t begin, bool magnitude,
+                                          std::int32_t t, std::uint64_t* __restrict cand,
+                                          std::size_t cap, std::size_t& found) noexcept {
+  constexpr std::size_t kGroup = 16;
+  alignas(64) std::int32_t keys[kBlock];
+  alignas(64) std::uint8_t pass[kBlock + kGroup] = {};
+  std::size_t m = found, stop = n;
+  for (std::size_t base = begin; base < n; base += kBlock) {
     const std::size_t len = std::min(kBlock, n - base);
     const float* w = x + base;
     if constexpr (kEf) {
@@ -70,66 +76,94 @@ WIA_CODEC_INLINE bool collect_body(const float* __restrict x, float* __restrict 
       for (std::size_t i = 0; i < len; ++i) rr[i] = xx[i] + rr[i];
       w = rr;
     }
-    int any = 0;
+    if (stop != n) continue;  // only adding the residual
+    if (m + len > cap) {
+      stop = base;
+      continue;
+    }
     if (magnitude)
-      for (std::size_t i = 0; i < len; ++i) any |= key_bits(w[i], true) >= t;
+      for (std::size_t i = 0; i < len; ++i) keys[i] = key_bits(w[i], true);
     else
-      for (std::size_t i = 0; i < len; ++i) any |= key_bits(w[i], false) >= t;
-    if (!any || !ok) continue;
-    for (std::size_t i = 0; i < len; ++i) {
-      const std::int32_t key = key_bits(w[i], magnitude);
-      if (key < t) continue;
-      if (m == cap) {
-        ok = false;  // keep adding the residual, stop collecting
-        break;
+      for (std::size_t i = 0; i < len; ++i) keys[i] = key_bits(w[i], false);
+    for (std::size_t i = 0; i < len; ++i) pass[i] = keys[i] >= t ? 1 : 0;
+    for (std::size_t i = len; i < kBlock; ++i) pass[i] = 0;
+    for (std::size_t g = 0; g < len; g += kGroup) {
+      std::uint64_t a, b;
+      std::memcpy(&a, pass + g, 8);
+      std::memcpy(&b, pass + g + 8, 8);
+      if ((a | b) == 0) continue;
+      const std::size_t end = std::min(g + kGroup, len);
+      for (std::size_t i = g; i < end; ++i) {
+        cand[m] = rank_of(keys[i], static_cast<std::uint32_t>(base + i));
+        m += pass[i];
       }
-      cand[m++] = rank_of(key, static_cast<std::uint32_t>(base + i));
     }
   }
   found = m;
-  return ok;
+  return stop;
 }
 
-WIA_CODEC_INLINE bool collect_fn_body(const float* x, float* r, std::size_t n, bool magnitude,
-                                      std::int32_t t, std::uint64_t* cand, std::size_t cap,
-                                      std::size_t* found) noexcept {
-  return r ? collect_body<true>(x, r, n, magnitude, t, cand, cap, *found)
-           : collect_body<false>(x, nullptr, n, magnitude, t, cand, cap, *found);
+WIA_CODEC_INLINE std::size_t collect_fn_body(const float* x, float* r, std::size_t n,
+                                             std::size_t begin, bool magnitude, std::int32_t t,
+                                             std::uint64_t* cand, std::size_t cap,
+                                             std::size_t* found) noexcept {
+  return r ? collect_body<true>(x, r, n, begin, magnitude, t, cand, cap, *found)
+           : collect_body<false>(x, nullptr, n, begin, magnitude, t, cand, cap, *found);
 }
 
-WIA_CODEC_DISPATCH(bool, collect_fn,
-                   (const float* x, float* r, std::size_t n, bool magnitude, std::int32_t t,
-                    std::uint64_t* cand, std::size_t cap, std::size_t* found) noexcept,
-                   (x, r, n, magnitude, t, cand, cap, found))
+WIA_CODEC_DISPATCH(std::size_t, collect_fn,
+                   (const float* x, float* r, std::size_t n, std::size_t begin, bool magnitude,
+                    std::int32_t t, std::uint64_t* cand, std::size_t cap,
+                    std::size_t* found) noexcept,
+                   (x, r, n, begin, magnitude, t, cand, cap, found))
 
 // Buffers reused by the calls of one thread (a stream's worker): fresh
 // ones of a few MiB per call would be faulted in page by page.
-std::vector<std::uint64_t>& scratch(int i) {
-  thread_local std::vector<std::uint64_t> s[2];
-  return s[i];
+std::vector<std::uint64_t>& scratch() {
+  thread_local std::vector<std::uint64_t> s;
+  return s;
 }
 
 // The k best of cand (ranks in increasing index order) into out, values
-// from w. Ranks are distinct, so exactly k are >= the k-th best, found on a
-// copy; keeping those in their order gives them by index with no sort.
+// from w. The k-th best key K is found by a radix select on the 32-bit
+// keys (a histogram of the high 16 bits, then of the low 16 bits under the
+// chosen high half): two passes of counting, whatever the ties. Then one
+// pass in index order keeps every key above K and the first ones (the
+// lower indices) at K until k are kept: out comes in index order, no sort.
 void finish(std::span<const std::uint64_t> cand, std::size_t k, const float* w,
             std::span<Pair> out) {
-  std::uint64_t t = 0;
+  auto key_of_rank = [](std::uint64_t c) { return static_cast<std::uint32_t>(c >> 32); };
+  std::uint32_t kth = 0;  // the k-th largest key (biased, as in the rank)
+  std::size_t above = 0;  // candidates with a key > kth
   if (k < cand.size()) {
-    auto& tmp = scratch(1);
-    if (tmp.size() < cand.size()) tmp.resize(cand.size());
-    std::copy(cand.begin(), cand.end(), tmp.begin());
-    const auto kth = tmp.begin() + static_cast<std::ptrdiff_t>(k - 1);
-    std::nth_element(tmp.begin(), kth, tmp.begin() + static_cast<std::ptrdiff_t>(cand.size()),
-                     std::greater<std::uint64_t>());
-    t = *kth;
+    thread_local std::vector<std::uint32_t> hist(65536);
+    std::fill(hist.begin(), hist.end(), 0u);
+    for (const std::uint64_t c : cand) ++hist[key_of_rank(c) >> 16];
+    std::uint32_t hi = 65535;
+    for (;; --hi) {
+      if (above + hist[hi] >= k) break;
+      above += hist[hi];
+    }
+    std::fill(hist.begin(), hist.end(), 0u);
+    for (const std::uint64_t c : cand)
+      if ((key_of_rank(c) >> 16) == hi) ++hist[key_of_rank(c) & 0xffff];
+    std::uint32_t lo = 65535;
+    for (;; --lo) {
+      if (above + hist[lo] >= k) break;
+      above += hist[lo];
+    }
+    kth = hi << 16 | lo;
   }
+  std::size_t at_kth = k - above;  // how many of the ties at kth are kept
   std::size_t j = 0;
-  for (const std::uint64_t c : cand)
-    if (c >= t) {
+  for (const std::uint64_t c : cand) {
+    const std::uint32_t key = key_of_rank(c);
+    if (key > kth || (key == kth && at_kth > 0)) {
+      if (key == kth) --at_kth;
       const std::uint32_t i = index_of(c);
       out[j++] = Pair{i, w[i]};
     }
+  }
 }
 
 // x, or with r (error feedback) w = x + r, which is left in r with the
@@ -142,7 +176,7 @@ void select(std::span<const float> x, std::span<float> r, std::size_t k, bool ma
     if (ef) add_residual(r, x);
     return;
   }
-  auto& cand = scratch(0);
+  auto& cand = scratch();
   auto zero_selected = [&] {
     if (ef)
       for (std::size_t j = 0; j < k; ++j) r[out[j].index] = 0;
@@ -166,19 +200,27 @@ void select(std::span<const float> x, std::span<float> r, std::size_t k, bool ma
       std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(q),
                        sample.end(), std::greater<std::int32_t>());
       const std::int32_t t = sample[q];
-      // About q/kTopkSample of the entries pass; room for twice that.
+      // About q/kTopkSample of the entries pass; room for twice that, more
+      // when ties at the threshold let many more through.
       const std::size_t expect = static_cast<std::size_t>(
           static_cast<double>(q) / static_cast<double>(kTopkSample) * static_cast<double>(n));
-      const std::size_t cap = std::min(n, std::max(2 * expect, k) + 4096);
-      if (cand.size() < cap) cand.resize(cap);
+      if (cand.size() < 2 * expect + k + 4096) cand.resize(2 * expect + k + 4096);
       std::size_t found = 0;
-      const bool ok = collect_fn(src, add, n, magnitude, t, cand.data(), cap, &found);
-      if (add) src = add, add = nullptr;
+      for (std::size_t at = 0;;) {
+        at = collect_fn(src, add, n, at, magnitude, t, cand.data(), cand.size(), &found);
+        if (add) src = add, add = nullptr;
+        if (at == n) break;
+        cand.resize(std::max(2 * cand.size(), found + 2 * kBlock));
+      }
       // Every entry left out has a key < t <= every candidate's, so when at
       // least k passed the top k are all among them: still exact.
-      if (ok && found >= k) {
+      if (found >= k) {
         finish({cand.data(), found}, k, src, out);
-        return zero_selected();
+        zero_selected();
+        // Grown by ties, it is kept for the next call on similar data, up
+        // to 4 bytes per entry (about what a residual costs).
+        if (cand.size() > n / 2) std::vector<std::uint64_t>().swap(cand);
+        return;
       }
     }
   }
@@ -193,7 +235,6 @@ void select(std::span<const float> x, std::span<float> r, std::size_t k, bool ma
   zero_selected();
   if (n > kTopkExactMax) {  // rare: do not keep 16 bytes per entry for the thread's life
     std::vector<std::uint64_t>().swap(cand);
-    std::vector<std::uint64_t>().swap(scratch(1));
   }
 }
 

@@ -621,3 +621,30 @@ TEST_CASE("top-k stays exact when the sample misleads the threshold (retries, th
     }
   }
 }
+
+TEST_CASE("top-k with massive ties at the threshold: the candidate buffer grows, still exact") {
+  // Values in {-4, ..., 4} (wia-bench's pattern): the threshold is |4| and
+  // 2/9 of the entries pass, far more than the buffer sized for ~1.25 k.
+  const std::size_t n = 300000, k = k_of(n, 0.01);
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 7 + 3) % 9) - 4.0f;
+  const auto ref = reference_topk(x, k, true);
+  for (bool ef : {false, true}) {
+    INFO("error feedback " << ef);
+    std::vector<Pair> out(k);
+    std::vector<float> r(n, 0.0f);
+    if (ef)
+      topk_select_ef(x, r, k, true, out);
+    else
+      topk_select(x, k, true, out);
+    bool same = true;
+    for (std::size_t j = 0; j < k; ++j)
+      same = same && out[j].index == ref[j] && out[j].value == x[ref[j]];
+    CHECK(same);
+    if (ef) {
+      std::vector<float> want = x;
+      for (auto i : ref) want[i] = 0;
+      CHECK(same_bits(r, want));
+    }
+  }
+}
