@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A rank SIGKILLed mid-training: every other rank's next collective raises
+"""A rank SIGKILLed mid-training (DDP): every other rank's next step raises
 a RuntimeError naming the failure, well within init_process_group's
 timeout, and the survivors shut down cleanly.
 
@@ -21,20 +21,26 @@ VICTIM_STEP = 20
 def rank_main(rank, world, port):
     import torch
     import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
     import wia_torch  # noqa: F401
 
     dist.init_process_group(backend="wia", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=world, timeout=timedelta(seconds=TIMEOUT_S))
     victim = world - 1
-    t = torch.ones(1 << 16)
+    torch.manual_seed(0)
+    ddp = DDP(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                  torch.nn.Linear(256, 64)))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x = torch.randn(16, 64)
     last_ok = time.monotonic()
     for step in range(10 ** 6):
         if rank == victim and step == VICTIM_STEP:
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            dist.all_reduce(t)
-            t.fill_(1.0)
+            opt.zero_grad()
+            ddp(x).square().mean().backward()  # DDP all-reduces the gradients here
+            opt.step()
             last_ok = time.monotonic()
         except RuntimeError as e:
             waited = time.monotonic() - last_ok
