@@ -648,3 +648,34 @@ TEST_CASE("top-k with massive ties at the threshold: the candidate buffer grows,
     }
   }
 }
+
+TEST_CASE("quantize: rounding noise is fair within a call and independent across ranks") {
+  // Chunks of 256 with range [0, 1] (first entry 0, last 1) and every other
+  // entry 0.5: at 1 bit each rounds up with probability 1/2. Over 100
+  // chunks, within a call the fraction rounded up and across two ranks'
+  // seeds (as the all-reduce derives them) the correlation of the
+  // decisions must be what independent fair coins give (5 sd).
+  const std::size_t chunks = 100, n = chunks * kChunk;
+  std::vector<float> x(n, 0.5f);
+  for (std::size_t c = 0; c < chunks; ++c) x[c * kChunk] = 0.0f, x[c * kChunk + kChunk - 1] = 1.0f;
+  std::vector<std::byte> ma(quantize_bytes(n, 1, kChunk)), mb(ma.size());
+  for (std::uint64_t step : {0u, 1u, 12345u}) {
+    INFO("step " << step);
+    quantize_encode(x, 1, kChunk, derive_seed(0, step, 0x5155), ma);
+    quantize_encode(x, 1, kChunk, derive_seed(1, step, 0x5155), mb);
+    std::vector<float> ya(n, 0.0f), yb(n, 0.0f);
+    quantize_decode_add(ma, 1, kChunk, ya);
+    quantize_decode_add(mb, 1, kChunk, yb);
+    double m = 0, sa = 0, sb = 0, sab = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i % kChunk == 0 || i % kChunk == kChunk - 1) continue;
+      const double a = ya[i], b = yb[i];  // 0 or 1
+      sa += a, sb += b, sab += a * b, m += 1;
+    }
+    const double pa = sa / m, pb = sb / m;
+    const double corr = (sab / m - pa * pb) / std::sqrt(pa * (1 - pa) * pb * (1 - pb));
+    CHECK(std::fabs(pa - 0.5) < 5 * 0.5 / std::sqrt(m));
+    CHECK(std::fabs(pb - 0.5) < 5 * 0.5 / std::sqrt(m));
+    CHECK(std::fabs(corr) < 5 / std::sqrt(m));
+  }
+}
