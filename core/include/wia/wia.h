@@ -410,6 +410,8 @@ WIA_API wia_algorithm_t wia_get_selected_algorithm(wia_communicator_t comm);
 #include <wia/redundancy.h>
 /* Communication profiling (spec 6.11). */
 #include <wia/profiling.h>
+/* Revoke, agree, shrink: going on without a failed rank (spec 6.9). */
+#include <wia/fault_tolerance.h>
 
 #ifdef __cplusplus
 }

@@ -155,6 +155,26 @@ class ProcessCommunicator final : public CommunicatorBase {
   // negative color (the rank joins no new communicator).
   std::unique_ptr<ProcessCommunicator> split(int color, int key);
 
+  // Fault tolerance (process_recovery.cpp, docs/fault-tolerance.md,
+  // "Revoke, agree, shrink"). Agreement and shrink run over a recovery
+  // channel of their own (a TCP listener per rank, opened at set-up), not
+  // over the connections, which a failure closes.
+  // wia_comm_revoke: breaks the communicator on this rank with
+  // WIA_ERROR_ABORTED and tells every peer, whose operations fail with
+  // WIA_ERROR_ABORTED too; idempotent, a no-op once broken.
+  void revoke();
+  struct Agreement {
+    std::int32_t flag = 0;    // the AND of the survivors' flags
+    std::vector<int> failed;  // the ranks agreed to have failed, ascending
+  };
+  // wia_comm_agree: collective over the survivors; bounded by
+  // collectives.timeout_ms. Throws wia::Error.
+  Agreement agree(std::int32_t flag);
+  // wia_comm_shrink: agrees on the failed ranks, then builds a
+  // communicator of the others, renumbered densely in rank order. The
+  // agreed failed ranks go to `failed` when not null. Throws wia::Error.
+  std::unique_ptr<ProcessCommunicator> shrink(std::vector<int>* failed);
+
  private:
   // Header of a control-channel message (process_control.cpp).
   struct ControlHeader {
@@ -184,6 +204,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   };
   // Defined in process_internal.hpp, private to process_*.cpp:
   class Control;            // the control channel (abort, query, reply, bye, heartbeat)
+  struct Recovery;          // the recovery channel (process_recovery.cpp)
+  class RecoveryExchange;   // a shrink's set-up exchange over it
   struct Heartbeat;         // the heartbeat thread (process_control.cpp)
   struct MeshSetup;         // what connect_mesh's steps gather and share
   struct RunningOperation;  // the operation this rank runs now, in one of four modes
@@ -224,6 +246,15 @@ class ProcessCommunicator final : public CommunicatorBase {
   // The lower rank of each pair connects, the higher accepts.
   void connect_peers(MeshSetup& s, std::chrono::milliseconds timeout);
   void open_control_channel();
+  // The recovery channel's listener (process_recovery.cpp): opened before
+  // the records are exchanged (its address travels in this rank's), the
+  // peers' addresses taken from theirs after.
+  void open_recovery_listener(MeshSetup& s);
+  void adopt_recovery_addresses(const MeshSetup& s);
+  // The agreement of agree and shrink; `session` keeps the coordinator's
+  // connections for a shrink's exchange (null: closed at the end).
+  Agreement run_agreement(std::uint32_t op, std::int32_t flag,
+                          std::unique_ptr<RecoveryExchange>* session);
   // Maps the peers' windows when every rank has one and every link stays
   // inside the node; collective (one exchange round when on one node).
   void share_node_windows(Exchange& exchange, const MeshSetup& s);
@@ -443,8 +474,15 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::unique_ptr<Heartbeat> heartbeat_;
   // `st`, or WIA_ERROR_ABORTED for a failure after wia_comm_abort.
   wia_status_t unless_aborted(wia_status_t st) const {
-    return st != WIA_SUCCESS && abort_requested_.load() ? WIA_ERROR_ABORTED : st;
+    return st != WIA_SUCCESS && (abort_requested_.load() || revoked_.load()) ? WIA_ERROR_ABORTED
+                                                                             : st;
   }
+  // wia_comm_revoke was called here (revoke_requested_: Control::poll
+  // fails the running operation), or here or on a peer (revoked_: every
+  // failure is WIA_ERROR_ABORTED).
+  std::atomic<bool> revoke_requested_{false};
+  std::atomic<bool> revoked_{false};
+  std::unique_ptr<Recovery> recovery_;
   // Records that `rank` failed (thread safe; repeats are ignored).
   void note_failed(int rank);
   wia_algorithm_t last_selected_{};

@@ -32,6 +32,9 @@ constexpr std::uint32_t kControlMagic = 0x57494158;  // "WIAX"
 enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4, kHeartbeat = 5 };
 // A reply's `running` when the rank runs no operation at all.
 constexpr std::int64_t kIdle = -2;
+// An abort message's `running` when it comes from wia_comm_revoke (on the
+// sender or, before it, on a peer of the sender).
+constexpr std::int64_t kRevoked = -3;
 
 // A process that calls exit() with communicators alive runs the static
 // destructors (the transport providers' among them) while heartbeat
@@ -48,6 +51,8 @@ void stop_ticks_at_exit() {
 std::string ProcessCommunicator::Control::poll() {
   if (c_.abort_requested_.load(std::memory_order_relaxed))
     return fmt::format("wia_comm_abort was called on rank {}", c_.layout_.rank);
+  if (c_.revoke_requested_.load(std::memory_order_relaxed))
+    return fmt::format("wia_comm_revoke was called on rank {}", c_.layout_.rank);
   // A failure is reported to every poll after the one that found it: the
   // heartbeat thread may have read a peer's abort message that the next
   // operation must fail with.
@@ -132,6 +137,7 @@ std::string ProcessCommunicator::Control::poll_once() {
         c_.note_failed(r);
       }
       c_.control_failure_told_ = true;
+      if (h.running == kRevoked) c_.revoked_.store(true);
       p.said_abort = true;
       return fmt::format("rank {} aborted the communicator: {}", q,
                          std::string(p.control_buf.data() + at, size - at));
@@ -317,6 +323,7 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
   ControlHeader h;
   h.type = kAbort;
   h.seq = failed.size();
+  if (revoked_.load()) h.running = kRevoked;
   std::string text(reinterpret_cast<const char*>(&h), sizeof(h));
   for (int r : failed) text.append(reinterpret_cast<const char*>(&r), 4);
   text += fmt::format("rank {}: {}", layout_.rank, reason).substr(0, 1024 - text.size());
@@ -411,7 +418,9 @@ void ProcessCommunicator::heartbeat_tick() {
   // ranks it named are listed. The communicator breaks at this rank's
   // next operation, as without heartbeats (its flight recorder dump then
   // shows that operation).
-  if (reason.empty() || control_failure_told_) return;
+  // A peer's revoke breaks it now: wia_detect_device_failure and
+  // wia_comm_get_async_error say so on an idle rank too.
+  if (reason.empty() || (control_failure_told_ && !revoked_.load())) return;
   // Found here (a silent neighbour, a lost connection): break the
   // communicator now, so that every other rank hears of it, if no
   // operation of this rank is pending: claim the next turn as a posting

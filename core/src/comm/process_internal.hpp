@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "bootstrap/socket.hpp"
 #include "comm/process_communicator.hpp"
 #include "engine/eager_allreduce.hpp"
 #include "selector/selector.hpp"
@@ -66,6 +67,12 @@ struct RankRecord {
   // The CPUs this process may run on (sched_getaffinity: taskset, cgroup
   // cpusets, a launcher's binding), bit c = CPU c; all zero if unknown.
   std::uint64_t cpus[kCpuWords];
+  // The recovery channel (process_recovery.cpp): this rank's listening
+  // address (a sockaddr of recovery_len bytes) and a random word; the
+  // channel's token mixes every rank's, so only members know it.
+  std::uint32_t recovery_len;
+  std::uint8_t recovery_addr[128];
+  std::uint64_t recovery_nonce;
 };
 
 // Measured links for a communicator of `nranks` ranks: the file of config
@@ -129,6 +136,17 @@ class ProcessCommunicator::Control final : public engine::ControlChannel {
   void send(Peer& p, const ControlHeader& h);
 
   ProcessCommunicator& c_;
+};
+
+// The recovery channel (process_recovery.cpp): this rank's listener, every
+// rank's address, the token its frames carry, and how many agreements
+// and shrinks ran (the epoch, which every rank counts alike).
+struct ProcessCommunicator::Recovery {
+  bootstrap::Fd listener;
+  std::vector<bootstrap::SocketAddress> address;  // by rank
+  std::uint64_t token = 0;
+  std::uint64_t epoch = 0;
+  std::mutex mu;  // one agreement or shrink at a time
 };
 
 // The heartbeat thread: heartbeat_tick() every tick until stopped.

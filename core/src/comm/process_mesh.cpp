@@ -103,7 +103,9 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
   try {
     listen_on_transports(s);
     describe_this_rank(s);
+    open_recovery_listener(s);
     exchange_records(exchange, s);
+    adopt_recovery_addresses(s);
     note_oversubscription(s);
     choose_link_transports(s, preferred_inter_node);
     connect_peers(s, timeout);

@@ -45,3 +45,9 @@ set_tests_properties(spec_distributed_c PROPERTIES TIMEOUT 120
 wia_add_unit_test(heartbeat SOURCES ${CMAKE_CURRENT_LIST_DIR}/heartbeat_test.cpp
                   LIBS wia::core TIMEOUT 300)
 wia_test_loads_providers(test_heartbeat)
+
+# Revoke, agree, shrink after a SIGKILL, and the kill-shrink torture
+# (docs/fault-tolerance.md, "Revoke, agree, shrink").
+wia_add_unit_test(shrink SOURCES ${CMAKE_CURRENT_LIST_DIR}/shrink_test.cpp
+                  LIBS wia::core TIMEOUT 600)
+wia_test_loads_providers(test_shrink)

@@ -1,0 +1,538 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fault tolerance on process communicators: revoke, agree and shrink
+// (docs/fault-tolerance.md, "Revoke, agree, shrink").
+//
+// Revoke is the failure path of process_control.cpp started by the user:
+// the communicator breaks here with WIA_ERROR_ABORTED and, through the
+// abort message (marked as a revoke), on every peer.
+//
+// Agree and shrink cannot use the communicator's connections: a failure
+// closes them, and a dead rank's transport state is gone with it. They use
+// a recovery channel: every rank listens on a TCP socket from set-up on
+// (loopback when the communicator is on one node), its address in its
+// set-up record. An agreement is a star around a coordinator, the lowest
+// rank this rank does not know to have failed:
+//  - a participant connects to the coordinator and sends a hello (its flag
+//    and the ranks it knows to have failed); when the coordinator is gone
+//    (connection refused or closed) it counts it as failed and turns to the
+//    next lowest rank, which has done or will do the same;
+//  - the coordinator accepts hellos until every rank it does not know to
+//    have failed has sent one. A rank named failed in any hello counts as
+//    failed (failures are permanent); one whose listener refuses a probe
+//    connection is dead; at collectives.timeout_ms the missing ones count
+//    as failed;
+//  - it sends every participant the decision: the AND of the flags and the
+//    failed ranks.
+// A shrink keeps those connections for the new communicator's set-up
+// exchange (each all-gather goes through the coordinator, the new rank 0),
+// so it needs nothing of a dead rank: not its connections, not the
+// bootstrap root. A failure during the shrink closes them, and every
+// member's shrink fails at once instead of at the timeout.
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <span>
+
+#include "bootstrap/bootstrap.hpp"
+#include "comm/process_internal.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "runtime/runtime.hpp"
+
+namespace wia::comm {
+
+namespace bs = wia::bootstrap;
+
+namespace {
+
+constexpr std::uint32_t kFrameMagic = 0x57494146;  // "WIAF"
+enum FrameKind : std::uint32_t {
+  kHello = 1,     // participant -> coordinator: flag, failed ranks it knows
+  kDecision = 2,  // coordinator -> participant: AND of flags, failed ranks
+  kRefuse = 3,    // coordinator -> participant: flag = status, payload = why
+  kGather = 4,    // a shrink's set-up exchange: one member's blob
+  kGathered = 5,  // every member's, in new-rank order
+};
+enum RecoveryOp : std::uint32_t { kAgree = 1, kShrink = 2 };
+const char* op_name(std::uint32_t op) {
+  return op == kShrink ? "wia_comm_shrink" : "wia_comm_agree";
+}
+constexpr std::uint32_t kMaxPayload = 64u << 20;
+
+struct Frame {
+  std::uint32_t magic = kFrameMagic;
+  std::uint32_t kind = 0;
+  std::uint64_t token = 0;  // the channel's: frames of strangers are dropped
+  std::uint64_t epoch = 0;  // the n-th agreement or shrink of the communicator
+  std::int32_t rank = -1;   // the sender's
+  std::int32_t flag = 0;
+  std::uint32_t op = 0;
+  std::uint32_t bytes = 0;  // payload after the frame
+};
+
+bs::IoResult send_frame(int fd, Frame f, std::span<const std::uint8_t> payload,
+                        bs::Deadline deadline) {
+  f.bytes = static_cast<std::uint32_t>(payload.size());
+  std::vector<std::uint8_t> buf(sizeof f + payload.size());
+  std::memcpy(buf.data(), &f, sizeof f);
+  if (!payload.empty()) std::memcpy(buf.data() + sizeof f, payload.data(), payload.size());
+  int err = 0;
+  return bs::send_all(fd, buf, deadline, -1, &err);
+}
+
+bs::IoResult recv_frame(int fd, std::uint64_t token, Frame& f, std::vector<std::uint8_t>& payload,
+                        bs::Deadline deadline) {
+  int err = 0;
+  bs::IoResult r =
+      bs::recv_all(fd, {reinterpret_cast<std::uint8_t*>(&f), sizeof f}, deadline, -1, &err);
+  if (r != bs::IoResult::kOk) return r;
+  if (f.magic != kFrameMagic || f.token != token || f.bytes > kMaxPayload)
+    return bs::IoResult::kError;
+  payload.resize(f.bytes);
+  if (f.bytes) r = bs::recv_all(fd, payload, deadline, -1, &err);
+  return r;
+}
+
+std::vector<std::uint8_t> rank_list(const std::vector<char>& failed) {
+  std::vector<std::uint8_t> out;
+  for (std::int32_t r = 0; r < static_cast<std::int32_t>(failed.size()); ++r)
+    if (failed[r]) {
+      const auto* b = reinterpret_cast<const std::uint8_t*>(&r);
+      out.insert(out.end(), b, b + 4);
+    }
+  return out;
+}
+
+std::vector<int> parse_ranks(const std::vector<std::uint8_t>& payload, int p) {
+  std::vector<int> out;
+  for (std::size_t at = 0; at + 4 <= payload.size(); at += 4) {
+    std::int32_t r;
+    std::memcpy(&r, payload.data() + at, 4);
+    if (r >= 0 && r < p) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s.empty() ? "none" : s;
+}
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+const char* io_text(bs::IoResult r) {
+  switch (r) {
+    case bs::IoResult::kOk:
+      return "ok";
+    case bs::IoResult::kTimeout:
+      return "timed out";
+    case bs::IoResult::kClosed:
+      return "connection closed";
+    case bs::IoResult::kWoken:
+      return "woken";
+    case bs::IoResult::kError:
+      break;
+  }
+  return "connection error or a malformed frame";
+}
+
+}  // namespace
+
+// A shrink's set-up exchange: every all-gather of the new communicator's
+// set-up goes through the coordinator (the new rank 0) over the
+// agreement's connections.
+class ProcessCommunicator::RecoveryExchange final : public Exchange {
+ public:
+  std::vector<int> members;  // old ranks, ascending
+  int me = 0;                // index of this rank in members
+  // The coordinator: one connection per member (its own slot unused); a
+  // participant: [0] to the coordinator.
+  std::vector<bs::Fd> fds;
+  std::uint64_t token = 0, epoch = 0;
+  std::chrono::milliseconds timeout{0};
+
+  std::vector<std::uint8_t> all_gather(const std::vector<std::uint8_t>& mine) override {
+    const auto deadline = Clock::now() + timeout;
+    const std::size_t n = members.size(), b = mine.size();
+    Frame f;
+    f.token = token;
+    f.epoch = epoch;
+    f.rank = members[me];
+    std::vector<std::uint8_t> all(n * b);
+    if (me != 0) {
+      f.kind = kGather;
+      bs::IoResult r = send_frame(fds[0].get(), f, mine, deadline);
+      Frame g;
+      if (r == bs::IoResult::kOk) r = recv_frame(fds[0].get(), token, g, all, deadline);
+      if (r != bs::IoResult::kOk || g.kind != kGathered || all.size() != n * b)
+        throw Error(r == bs::IoResult::kTimeout ? WIA_ERROR_TIMEOUT : WIA_ERROR_REMOTE,
+                    fmt::format("rank {}: wia_comm_shrink: the set-up exchange through rank {} "
+                                "failed ({}): it or another survivor failed during the shrink",
+                                members[me], members[0], io_text(r)));
+      return all;
+    }
+    std::copy(mine.begin(), mine.end(), all.begin());
+    std::vector<std::uint8_t> blob;
+    for (std::size_t i = 1; i < n; ++i) {
+      Frame g;
+      const bs::IoResult r = recv_frame(fds[i].get(), token, g, blob, deadline);
+      if (r != bs::IoResult::kOk || g.kind != kGather || blob.size() != b)
+        throw Error(r == bs::IoResult::kTimeout ? WIA_ERROR_TIMEOUT : WIA_ERROR_REMOTE,
+                    fmt::format("rank {}: wia_comm_shrink: rank {} left the set-up exchange ({}): "
+                                "it failed during the shrink",
+                                members[me], members[i], io_text(r)));
+      std::copy(blob.begin(), blob.end(), all.begin() + static_cast<std::ptrdiff_t>(i * b));
+    }
+    f.kind = kGathered;
+    for (std::size_t i = 1; i < n; ++i) {
+      const bs::IoResult r = send_frame(fds[i].get(), f, all, deadline);
+      if (r != bs::IoResult::kOk)
+        throw Error(WIA_ERROR_REMOTE,
+                    fmt::format("rank {}: wia_comm_shrink: sending the set-up records to rank {} "
+                                "failed ({})",
+                                members[me], members[i], io_text(r)));
+    }
+    return all;
+  }
+};
+
+void ProcessCommunicator::open_recovery_listener(MeshSetup& s) {
+  recovery_ = std::make_unique<Recovery>();
+  std::random_device rd;
+  s.mine.recovery_nonce =
+      (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(Clock::now().time_since_epoch().count());
+  try {
+    bs::SocketAddress at;
+    if (layout_.nnodes == 1) {
+      at = bs::loopback_address(AF_INET, 0);
+    } else {
+      const auto options = bs::Options::from_config(Runtime::get().config());
+      const auto interfaces = bs::list_interfaces();
+      const auto chosen = bs::choose_interface(interfaces, options.ifname, options.family);
+      if (!chosen)
+        throw Error(WIA_ERROR_CONFIG, fmt::format("no usable interface address; interfaces: {}",
+                                                  bs::describe_interfaces(interfaces)));
+      at = chosen->address;
+    }
+    recovery_->listener = bs::listen_on(at, 256);
+    const bs::SocketAddress local = bs::local_address(recovery_->listener.get());
+    if (local.length > sizeof(s.mine.recovery_addr))
+      throw Error(WIA_ERROR_INTERNAL, "the recovery address does not fit the record");
+    std::memcpy(s.mine.recovery_addr, &local.storage, local.length);
+    s.mine.recovery_len = local.length;
+  } catch (const std::exception& e) {
+    recovery_->listener.reset();
+    log::warn("comm",
+              "rank {}: no recovery channel (wia_comm_agree and wia_comm_shrink will fail): {}",
+              layout_.rank, e.what());
+  }
+}
+
+void ProcessCommunicator::adopt_recovery_addresses(const MeshSetup& s) {
+  const int p = layout_.size;
+  recovery_->address.assign(p, {});
+  std::uint64_t token = 0x57494146u;
+  for (int r = 0; r < p; ++r) {
+    const RankRecord& rec = s.records[r];
+    token = mix(token ^ rec.recovery_nonce);
+    if (rec.recovery_len == 0 || rec.recovery_len > sizeof(rec.recovery_addr)) continue;
+    bs::SocketAddress& a = recovery_->address[r];
+    std::memcpy(&a.storage, rec.recovery_addr, rec.recovery_len);
+    a.length = rec.recovery_len;
+  }
+  recovery_->token = token;
+}
+
+void ProcessCommunicator::revoke() {
+  if (broken_.load()) return;  // every operation fails already, and the peers were told
+  revoked_.store(true);
+  revoke_requested_.store(true);
+  order_signal_.notify();
+  // Break it between two operations, so that the peers hear at once and
+  // every later post fails. An operation that runs or is queued meets the
+  // request at its next look at the control channel (Control::poll) and
+  // breaks it itself; one that completes without looking lets this thread
+  // take the next turn. Bounded: at worst the operations find it later.
+  const auto until = Clock::now() + std::chrono::milliseconds(default_timeout_ms_);
+  while (!broken_.load() && Clock::now() < until) {
+    std::uint64_t seq = executed_.load(std::memory_order_acquire);
+    if (next_seq_.compare_exchange_strong(seq, seq + 1)) {
+      break_communicator(WIA_ERROR_ABORTED,
+                         fmt::format("wia_comm_revoke was called on rank {}", layout_.rank));
+      executed_.store(seq + 1, std::memory_order_release);
+      order_signal_.notify();
+      return;
+    }
+    sleep_us(500);
+  }
+}
+
+ProcessCommunicator::Agreement ProcessCommunicator::agree(std::int32_t flag) {
+  return run_agreement(kAgree, flag, nullptr);
+}
+
+ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
+    std::uint32_t op, std::int32_t flag, std::unique_ptr<RecoveryExchange>* session) {
+  const int p = layout_.size, me = layout_.rank;
+  if (!recovery_ || !recovery_->listener.valid())
+    throw Error(WIA_ERROR_UNAVAILABLE,
+                fmt::format("rank {}: {}: this rank has no recovery channel (its listener could "
+                            "not be opened at set-up; the log said why)",
+                            me, op_name(op)));
+  Recovery& rc = *recovery_;
+  std::lock_guard<std::mutex> lock(rc.mu);
+  const std::uint64_t epoch = ++rc.epoch;
+  const auto timeout = std::chrono::milliseconds(default_timeout_ms_);
+  const auto deadline = Clock::now() + timeout;
+  std::vector<char> failed(static_cast<std::size_t>(p), 0);
+  for (int r : failed_ranks()) failed[r] = 1;
+  Frame base;
+  base.token = rc.token;
+  base.epoch = epoch;
+  base.rank = me;
+  base.op = op;
+
+  auto finish = [&](Agreement a, std::vector<bs::Fd> fds) {
+    for (int r : a.failed) note_failed(r);
+    if (session) {
+      auto ex = std::make_unique<RecoveryExchange>();
+      for (int r = 0; r < p; ++r)
+        if (!std::binary_search(a.failed.begin(), a.failed.end(), r)) {
+          if (r == me) ex->me = static_cast<int>(ex->members.size());
+          ex->members.push_back(r);
+        }
+      ex->fds = std::move(fds);
+      ex->token = rc.token;
+      ex->epoch = epoch;
+      ex->timeout = timeout;
+      *session = std::move(ex);
+    }
+    return a;
+  };
+
+  for (;;) {
+    int coord = 0;
+    while (coord < me && failed[coord]) ++coord;
+    if (coord != me) {
+      // A participant.
+      int err = 0;
+      bs::Fd fd = bs::connect_before(rc.address[coord], deadline, &err);
+      if (!fd.valid()) {
+        if (err == ETIMEDOUT)
+          throw Error(WIA_ERROR_TIMEOUT,
+                      fmt::format("rank {}: {}: connecting to the coordinator, rank {}, timed out "
+                                  "after {} ms (collectives.timeout_ms)",
+                                  me, op_name(op), coord, timeout.count()));
+        log::info("comm", "rank {}: {}: coordinator rank {} is gone ({}); trying the next", me,
+                  op_name(op), coord, std::strerror(err));
+        failed[coord] = 1;
+        continue;
+      }
+      Frame h = base;
+      h.kind = kHello;
+      h.flag = flag;
+      bs::IoResult r = send_frame(fd.get(), h, rank_list(failed), deadline);
+      Frame d;
+      std::vector<std::uint8_t> payload;
+      if (r == bs::IoResult::kOk) r = recv_frame(fd.get(), rc.token, d, payload, deadline);
+      if (r == bs::IoResult::kTimeout)
+        throw Error(WIA_ERROR_TIMEOUT,
+                    fmt::format("rank {}: {}: the coordinator, rank {}, did not decide within {} "
+                                "ms (collectives.timeout_ms): it has not called {}, or hangs",
+                                me, op_name(op), coord, timeout.count(), op_name(op)));
+      if (r != bs::IoResult::kOk) {
+        log::info("comm", "rank {}: {}: coordinator rank {} failed ({}); trying the next", me,
+                  op_name(op), coord, io_text(r));
+        failed[coord] = 1;
+        continue;
+      }
+      if (d.kind == kRefuse)
+        throw Error(d.flag < 0 ? d.flag : WIA_ERROR_REMOTE,
+                    std::string(payload.begin(), payload.end()));
+      if (d.kind != kDecision || d.epoch != epoch)
+        throw Error(WIA_ERROR_REMOTE, fmt::format("rank {}: {}: rank {} answered out of turn", me,
+                                                  op_name(op), coord));
+      Agreement a;
+      a.flag = d.flag;
+      a.failed = parse_ranks(payload, p);
+      std::vector<bs::Fd> fds;
+      fds.push_back(std::move(fd));
+      return finish(std::move(a), std::move(fds));
+    }
+
+    // The coordinator.
+    std::vector<bs::Fd> conn(static_cast<std::size_t>(p));
+    std::vector<char> heard(static_cast<std::size_t>(p), 0);
+    std::int32_t agreed = flag;
+    std::vector<std::int32_t> flags(static_cast<std::size_t>(p), 0);
+    struct Pending {
+      bs::Fd fd;
+      Clock::time_point since;
+    };
+    std::vector<Pending> pending;
+    auto refuse = [&](bs::Fd& fd, wia_status_t st, const std::string& why) {
+      Frame f = base;
+      f.kind = kRefuse;
+      f.flag = st;
+      send_frame(fd.get(), f,
+                 std::span(reinterpret_cast<const std::uint8_t*>(why.data()), why.size()),
+                 std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+      fd.reset();
+    };
+    auto count_failed = [&](int r, const std::string& why) {
+      if (failed[r]) return;
+      failed[r] = 1;
+      log::info("comm", "rank {}: {}: rank {} counted as failed: {}", me, op_name(op), r, why);
+      if (heard[r]) {
+        heard[r] = 0;
+        refuse(conn[r], WIA_ERROR_REMOTE,
+               fmt::format("rank {}: {}: the survivors count this rank as failed ({})", r,
+                           op_name(op), why));
+      }
+    };
+    auto next_probe = Clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+      std::vector<int> awaited;
+      for (int r = 0; r < p; ++r)
+        if (r != me && !failed[r] && !heard[r]) awaited.push_back(r);
+      if (awaited.empty()) break;
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        for (int r : awaited)
+          count_failed(r, fmt::format("it did not join within {} ms (collectives.timeout_ms)",
+                                      timeout.count()));
+        break;
+      }
+      std::vector<pollfd> pfds;
+      pfds.push_back({rc.listener.get(), POLLIN, 0});
+      for (const Pending& q : pending) pfds.push_back({q.fd.get(), POLLIN, 0});
+      ::poll(pfds.data(), pfds.size(), std::min(50, bs::ms_until(deadline)));
+      const std::size_t before = pending.size();
+      for (;;) {
+        const int c = ::accept4(rc.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) break;
+        pending.push_back({bs::Fd(c), Clock::now()});
+      }
+      for (std::size_t i = before; i-- > 0;) {
+        Pending& q = pending[i];
+        const bool ready = pfds[i + 1].revents != 0;
+        if (!ready && Clock::now() - q.since < std::chrono::seconds(2)) continue;
+        bs::Fd fd = std::move(q.fd);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        if (!ready) continue;  // connected, never spoke: not a participant
+        Frame h;
+        std::vector<std::uint8_t> payload;
+        const bs::IoResult r =
+            recv_frame(fd.get(), rc.token, h, payload,
+                       std::min(deadline, Clock::now() + std::chrono::milliseconds(1000)));
+        if (r != bs::IoResult::kOk || h.kind != kHello) continue;  // a probe, or a stranger
+        const int from = h.rank;
+        if (from < 0 || from >= p || from == me || heard[from]) continue;
+        if (h.epoch != epoch || h.op != op) {
+          refuse(fd, WIA_ERROR_MISMATCH,
+                 fmt::format("rank {} called {} (#{} on this communicator) but the coordinator, "
+                             "rank {}, {} (#{})",
+                             from, op_name(h.op), h.epoch, me, op_name(op), epoch));
+          continue;
+        }
+        if (failed[from]) {
+          refuse(fd, WIA_ERROR_REMOTE,
+                 fmt::format("rank {}: {}: the survivors count this rank as failed (it was "
+                             "reported failed, or joined too late)",
+                             from, op_name(op)));
+          continue;
+        }
+        heard[from] = 1;
+        flags[from] = h.flag;
+        conn[from] = std::move(fd);
+        for (int f : parse_ranks(payload, p))
+          if (f != me) count_failed(f, fmt::format("rank {} knows it failed", from));
+      }
+      // A dead rank's listener refuses connections: no need to wait the
+      // timeout for it (a cut-off host still costs the timeout).
+      if (Clock::now() >= next_probe) {
+        for (int r : awaited) {
+          if (failed[r] || heard[r]) continue;
+          int err = 0;
+          bs::Fd probe = bs::connect_before(
+              rc.address[r], std::min(deadline, Clock::now() + std::chrono::milliseconds(100)),
+              &err);
+          if (!probe.valid() && err == ECONNREFUSED)
+            count_failed(r, "its recovery listener refuses connections: the process is gone");
+        }
+        next_probe = Clock::now() + std::chrono::milliseconds(250);
+      }
+    }
+    Agreement a;
+    for (int r = 0; r < p; ++r) {
+      if (heard[r]) agreed &= flags[r];
+      if (failed[r]) a.failed.push_back(r);
+    }
+    a.flag = agreed;
+    Frame d = base;
+    d.kind = kDecision;
+    d.flag = agreed;
+    const std::vector<std::uint8_t> list = rank_list(failed);
+    std::vector<bs::Fd> fds;
+    for (int r = 0; r < p; ++r) {
+      if (!heard[r]) continue;
+      if (send_frame(conn[r].get(), d, list, deadline) != bs::IoResult::kOk)
+        log::warn("comm", "rank {}: {}: could not send the decision to rank {}", me, op_name(op),
+                  r);
+    }
+    if (session)
+      for (int r = 0; r < p; ++r)
+        if (!failed[r]) fds.push_back(std::move(conn[r]));  // by new rank; this rank's unused
+    log::info("comm", "rank {}: {} #{}: failed ranks {}, flag {:#x}", me, op_name(op), epoch,
+              join_ranks(a.failed), static_cast<std::uint32_t>(a.flag));
+    return finish(std::move(a), std::move(fds));
+  }
+}
+
+std::unique_ptr<ProcessCommunicator> ProcessCommunicator::shrink(std::vector<int>* failed) {
+  std::unique_ptr<RecoveryExchange> ex;
+  Agreement a = run_agreement(kShrink, 1, &ex);
+  if (failed) *failed = a.failed;
+  // Survivors in old-rank order; nodes numbered by first appearance, local
+  // ranks recounted (as split does).
+  ProcessLayout l;
+  l.size = static_cast<int>(ex->members.size());
+  l.rank = ex->me;
+  std::vector<int> node_index(static_cast<std::size_t>(layout_.nnodes), -1);
+  std::vector<int> next_local(static_cast<std::size_t>(layout_.nnodes), 0);
+  int nodes = 0;
+  for (int r : ex->members) {
+    const int node = layout_.node_of_rank[r];
+    if (node_index[node] < 0) node_index[node] = nodes++;
+    l.node_of_rank.push_back(node_index[node]);
+    l.local_rank_of_rank.push_back(next_local[node]++);
+    if (!layout_.host_of_rank.empty()) l.host_of_rank.push_back(layout_.host_of_rank[r]);
+  }
+  l.nnodes = nodes;
+  const auto t0 = Clock::now();
+  auto child = std::make_unique<ProcessCommunicator>(
+      l, *ex, device_, std::chrono::milliseconds(default_timeout_ms_), std::string());
+  log::info("comm",
+            "rank {}: wia_comm_shrink: rank {} of {} in the new communicator ({} ms of "
+            "set-up)",
+            layout_.rank, l.rank, l.size,
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  return child;
+}
+
+}  // namespace wia::comm

@@ -1,0 +1,547 @@
+// SPDX-License-Identifier: Apache-2.0
+// Revoke, agree, shrink (docs/fault-tolerance.md, "Revoke, agree,
+// shrink"), with real processes and SIGKILL, over shm and tcp: the
+// survivors of a killed rank (rank 0, the bootstrap root, too) revoke,
+// agree and shrink, and the new communicator's collectives are checked
+// against references computed here from the survivors' original ranks;
+// the torture kills one of 6 ranks per step down to 1, each step bounded,
+// without /dev/shm or descriptor leaks.
+#include <dirent.h>
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "process_harness.hpp"
+
+using namespace wia::test::processes;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t now_ns() {  // CLOCK_MONOTONIC: one clock for every process
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+std::string fd_list() {
+  std::string out;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      char target[256] = {};
+      const std::string link = std::string("/proc/self/fd/") + e->d_name;
+      if (readlink(link.c_str(), target, sizeof target - 1) < 0) continue;
+      out += std::string(e->d_name) + "=" + target + " ";
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// Open descriptors, less the directory's own and the host device's memory
+// (a memfd the host provider opens on the first allocation and keeps until
+// wia_finalize: the process's, not a communicator's).
+int open_fds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      char target[256] = {};
+      const std::string link = std::string("/proc/self/fd/") + e->d_name;
+      if (readlink(link.c_str(), target, sizeof target - 1) > 0 &&
+          std::strncmp(target, "/memfd:wia-host-dev", 19) == 0)
+        continue;
+      ++n;
+    }
+    closedir(d);
+  }
+  return n - 1;
+}
+
+// Files the ranks and the test share (the test's pid keeps runs apart).
+std::string prefix;
+std::string stamp(const std::string& what) { return prefix + what; }
+void write_stamp(const std::string& what, const std::string& text) {
+  const std::string tmp = stamp(what) + ".tmp";
+  std::ofstream(tmp) << text << "\n";
+  std::rename(tmp.c_str(), stamp(what).c_str());
+}
+bool has_stamp(const std::string& what) { return std::ifstream(stamp(what)).good(); }
+std::string read_stamp(const std::string& what) {
+  std::string s;
+  std::getline(std::ifstream(stamp(what)), s);
+  return s;
+}
+void remove_stamps() {
+  const std::string dir = "/tmp", base = prefix.substr(5);
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind(base, 0) == 0) std::remove((dir + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+}
+
+// Element i of the input of the rank that was `orig` at the start, in
+// iteration `it`: small integers, so float sums are exact.
+float value(int orig, std::uint64_t i, int it) {
+  return static_cast<float>(static_cast<int>((i * 7 + orig * 13 + it * 5) % 23) - 11);
+}
+
+bool ok(wia_status_t s) {
+  return s == WIA_SUCCESS && wia_stream_synchronize(nullptr) == WIA_SUCCESS;
+}
+
+// The original ranks of comm's members, gathered, in new-rank order; they
+// must ascend (dense renumbering in old-rank order) and hold `orig` at
+// this rank's place. Empty on failure (printed).
+std::vector<int> member_origins(wia_communicator_t comm, int orig) {
+  const int n = wia_comm_size(comm), me = wia_comm_rank(comm);
+  std::vector<std::int32_t> all(n, -1);
+  std::int32_t mine = orig;
+  if (!ok(wia_all_gather(comm, &mine, all.data(), 1, WIA_INT32, nullptr))) {
+    std::fprintf(stderr, "rank %d: all-gather of the origins: %s\n", orig, wia_get_last_error());
+    return {};
+  }
+  if (!std::is_sorted(all.begin(), all.end()) ||
+      std::adjacent_find(all.begin(), all.end()) != all.end() || all[me] != orig) {
+    std::fprintf(stderr, "rank %d (new rank %d of %d): members out of order\n", orig, me, n);
+    return {};
+  }
+  return {all.begin(), all.end()};
+}
+
+// One checked collective on comm: all-reduce (sum), broadcast from a root
+// that changes, or all-gather, by `it`; `origins` are the members'
+// original ranks. kOk, kWrong (data), or -1 when the call failed.
+int checked_collective(wia_communicator_t comm, const std::vector<int>& origins, int it,
+                       std::uint64_t count) {
+  const int n = static_cast<int>(origins.size()), me = wia_comm_rank(comm);
+  const int orig = origins[me];
+  std::vector<float> in(count), out;
+  for (std::uint64_t i = 0; i < count; ++i) in[i] = value(orig, i, it);
+  const int kind = it % 3;
+  if (kind == 0) {
+    wia_collective_config_t cfg{};
+    cfg.datatype = WIA_FLOAT32;
+    cfg.reduction_op = WIA_REDUCE_SUM;
+    out.assign(count, -1.0f);
+    if (!ok(wia_all_reduce(comm, in.data(), out.data(), count, &cfg, nullptr))) return -1;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int o : origins) want += value(o, i, it);
+      if (out[i] != want) {
+        std::fprintf(stderr, "rank %d: all-reduce #%d element %llu is %g, not %g\n", orig, it,
+                     static_cast<unsigned long long>(i), out[i], want);
+        return kWrong;
+      }
+    }
+  } else if (kind == 1) {
+    const int root = it % n;
+    out = in;
+    if (!ok(wia_broadcast(comm, out.data(), count, root, WIA_FLOAT32, nullptr))) return -1;
+    for (std::uint64_t i = 0; i < count; ++i)
+      if (out[i] != value(origins[root], i, it)) {
+        std::fprintf(stderr, "rank %d: broadcast #%d from %d: element %llu is %g\n", orig, it, root,
+                     static_cast<unsigned long long>(i), out[i]);
+        return kWrong;
+      }
+  } else {
+    out.assign(count * n, -1.0f);
+    if (!ok(wia_all_gather(comm, in.data(), out.data(), count, WIA_FLOAT32, nullptr))) return -1;
+    for (int j = 0; j < n; ++j)
+      for (std::uint64_t i = 0; i < count; ++i)
+        if (out[j * count + i] != value(origins[j], i, it)) {
+          std::fprintf(stderr, "rank %d: all-gather #%d block %d element %llu is %g\n", orig, it, j,
+                       static_cast<unsigned long long>(i), out[j * count + i]);
+          return kWrong;
+        }
+  }
+  return kOk;
+}
+
+// Sizes that take the small (one-shot, windows) and the large paths.
+std::uint64_t count_of(int it) {
+  static const std::uint64_t counts[] = {8, 1000, 65536, 300000, 3};
+  return counts[(it / 3) % 5];
+}
+
+// Collectives on comm until one fails (-1 returned) or `limit` passes.
+int until_failure(wia_communicator_t comm, const std::vector<int>& origins, int orig,
+                  Clock::duration limit) {
+  const auto until = Clock::now() + limit;
+  for (int it = 0;; ++it) {
+    const int rc = checked_collective(comm, origins, it, count_of(it));
+    if (rc == -1) {
+      std::fprintf(stderr, "rank %d: collective #%d failed: %s\n", orig, it, wia_get_last_error());
+      return -1;
+    }
+    if (rc != kOk) return rc;
+    if (Clock::now() > until) {
+      std::fprintf(stderr, "rank %d: no failure within the step's limit\n", orig);
+      return kNoError;
+    }
+  }
+}
+
+// The new communicator's members' collectives, each kind, several sizes.
+int check_new_comm(wia_communicator_t comm, const std::vector<int>& origins) {
+  for (int it = 0; it < 15; ++it)
+    if (const int rc = checked_collective(comm, origins, it, count_of(it)); rc != kOk) {
+      if (rc == -1)
+        std::fprintf(stderr, "rank %d: collective #%d on the new communicator: %s\n",
+                     origins[wia_comm_rank(comm)], it, wia_get_last_error());
+      return rc == -1 ? kApiError : rc;
+    }
+  return kOk;
+}
+
+std::string ft_yaml() {
+  // 20 s: shorter than the test's limits, far longer than any step should take.
+  return base_yaml(20000);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "shrink: survivors of a rank SIGKILLed in a loop of collectives revoke, shrink to 3, and "
+    "their collectives are right") {
+  for (const char* transport : {"shm", "tcp"}) {
+    for (const int victim : {1, 0}) {  // rank 0 hosts the bootstrap root
+      INFO(std::string(transport) << ", rank " << victim << " killed");
+      const auto shm_before = shm_entries();
+      prefix = "/tmp/wia-shrink-test-" + std::to_string(getpid()) + "-";
+      std::int64_t killed_at = 0;
+      const auto st = run_ranks(
+          4, ft_yaml(),
+          [victim](int rank, int nranks) {
+            wia_communicator_t comm = join(rank, nranks);
+            if (!comm) return kApiError;
+            std::vector<int> origins = member_origins(comm, rank);
+            if (origins.empty()) return kApiError;
+            write_stamp("up" + std::to_string(rank), "1");
+            if (const int rc = until_failure(comm, origins, rank, std::chrono::seconds(30));
+                rc != -1)
+              return rc;
+            const std::int64_t failed_at = now_ns();
+            // The rank that noticed tells the others; a second revoke
+            // (the others') and a revoke of a broken communicator are
+            // harmless.
+            if (wia_comm_revoke(comm) != WIA_SUCCESS || !wia_detect_device_failure(comm)) {
+              std::fprintf(stderr, "rank %d: revoke: %s\n", rank, wia_get_last_error());
+              return kApiError;
+            }
+            wia_communicator_t next = nullptr;
+            if (wia_comm_shrink(comm, &next) != WIA_SUCCESS || !next) {
+              std::fprintf(stderr, "rank %d: shrink: %s\n", rank, wia_get_last_error());
+              return kApiError;
+            }
+            const std::int64_t shrunk_at = now_ns();
+            int failed[4] = {-1, -1, -1, -1}, nfailed = -1;
+            wia_comm_get_failed(comm, failed, 4, &nfailed);
+            const int want_rank = rank - (victim < rank ? 1 : 0);
+            if (nfailed != 1 || failed[0] != victim || wia_comm_size(next) != 3 ||
+                wia_comm_rank(next) != want_rank || wia_detect_device_failure(next)) {
+              std::fprintf(stderr, "rank %d: %d failed (first %d), new size %d, new rank %d\n",
+                           rank, nfailed, failed[0], wia_comm_size(next), wia_comm_rank(next));
+              return kWrong;
+            }
+            if (wia_destroy_communicator(comm) != WIA_SUCCESS) return kApiError;
+            origins = member_origins(next, rank);
+            if (origins.empty()) return kApiError;
+            if (const int rc = check_new_comm(next, origins); rc != kOk) return rc;
+            if (wia_destroy_communicator(next) != WIA_SUCCESS) return kApiError;
+            write_stamp("t" + std::to_string(rank),
+                        std::to_string(failed_at) + " " + std::to_string(shrunk_at));
+            return kOk;
+          },
+          {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}},
+          [&killed_at, victim](std::vector<pid_t>& pids) {
+            const auto until = Clock::now() + std::chrono::seconds(60);
+            for (int r = 0; r < 4 && Clock::now() < until; ++r)
+              while (!has_stamp("up" + std::to_string(r)) && Clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            std::this_thread::sleep_for(std::chrono::milliseconds(700));  // in the loop
+            kill(pids[victim], SIGKILL);
+            killed_at = now_ns();
+          },
+          120);
+      CHECK(st[victim] == -SIGKILL);
+      for (int r = 0; r < 4; ++r) {
+        if (r == victim) continue;
+        INFO("rank " << r);
+        CHECK(st[r] == kOk);
+        std::int64_t failed_at = 0, shrunk_at = 0;
+        std::istringstream(read_stamp("t" + std::to_string(r))) >> failed_at >> shrunk_at;
+        if (st[r] != kOk) continue;
+        const double detect = double(failed_at - killed_at) / 1e9;
+        const double shrink = double(shrunk_at - failed_at) / 1e9;
+        MESSAGE(std::string(transport)
+                << ", rank " << victim << " killed: rank " << r << " failed after " << detect
+                << " s, shrunk " << shrink << " s later");
+        CHECK(detect < 8.0);   // heartbeat_timeout_ms 1500 on a loaded 2-core machine
+        CHECK(shrink < 10.0);  // collectives.timeout_ms is 20 s
+      }
+      remove_stamps();
+      CHECK(shm_entries() == shm_before);
+    }
+  }
+}
+
+TEST_CASE(
+    "agree: survivors of a dead rank 0 agree on the AND of their flags and on the failed set") {
+  prefix = "/tmp/wia-agree-test-" + std::to_string(getpid()) + "-";
+  const auto st = run_ranks(
+      4, ft_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        if (member_origins(comm, rank).empty()) return kApiError;
+        write_stamp("up" + std::to_string(rank), "1");
+        if (rank == 0) {
+          std::this_thread::sleep_for(std::chrono::seconds(30));  // killed meanwhile
+          return kNoError;
+        }
+        const auto until = Clock::now() + std::chrono::seconds(20);
+        while (!wia_detect_device_failure(comm)) {
+          if (Clock::now() > until) {
+            std::fprintf(stderr, "rank %d: rank 0's death not detected within 20 s\n", rank);
+            return kNoError;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        // Ranks 1 and 3 call at once, rank 2 a second later: the
+        // agreement waits for it.
+        if (rank == 2) std::this_thread::sleep_for(std::chrono::seconds(1));
+        int flag = rank == 2 ? 0x5 : 0x7;
+        int failed[4] = {-1, -1, -1, -1}, nfailed = -1;
+        if (wia_comm_agree_failed(comm, &flag, failed, 4, &nfailed) != WIA_SUCCESS) {
+          std::fprintf(stderr, "rank %d: agree: %s\n", rank, wia_get_last_error());
+          return kApiError;
+        }
+        if (flag != 0x5 || nfailed != 1 || failed[0] != 0) {
+          std::fprintf(stderr, "rank %d: agreed flag %#x, %d failed (first %d)\n", rank, flag,
+                       nfailed, failed[0]);
+          return kWrong;
+        }
+        // A second agreement, in step.
+        flag = rank == 3 ? 0 : 1;
+        if (wia_comm_agree(comm, &flag) != WIA_SUCCESS || flag != 0) {
+          std::fprintf(stderr, "rank %d: second agree: flag %d: %s\n", rank, flag,
+                       wia_get_last_error());
+          return kWrong;
+        }
+        wia_destroy_communicator(comm);
+        return kOk;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}},
+      [](std::vector<pid_t>& pids) {
+        const auto until = Clock::now() + std::chrono::seconds(60);
+        for (int r = 0; r < 4 && Clock::now() < until; ++r)
+          while (!has_stamp("up" + std::to_string(r)) && Clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        kill(pids[0], SIGKILL);
+      },
+      90);
+  remove_stamps();
+  CHECK(st[0] == -SIGKILL);
+  for (int r = 1; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(st[r] == kOk);
+  }
+}
+
+TEST_CASE(
+    "revoke: a rank's revoke fails the others' waiting collective and an idle rank's next one "
+    "with WIA_ERROR_ABORTED; a shrink without failures keeps every rank") {
+  const auto st = run_ranks(
+      4, ft_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        std::vector<int> origins = member_origins(comm, rank);
+        if (origins.empty()) return kApiError;
+        if (rank == 3) {
+          // Idle: only the cheap check; the heartbeat thread reads the
+          // revoke and breaks the communicator here too.
+          const auto until = Clock::now() + std::chrono::seconds(10);
+          while (!wia_detect_device_failure(comm) && Clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          float b = 1;
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          const wia_status_t s = wia_all_reduce(comm, &b, &b, 1, &cfg, nullptr);
+          if (wia_comm_get_async_error(comm) != WIA_ERROR_ABORTED || s != WIA_ERROR_ABORTED) {
+            std::fprintf(stderr, "rank 3: async error %d, a collective after the revoke %d\n",
+                         wia_comm_get_async_error(comm), s);
+            return kWrong;
+          }
+        } else if (rank == 2) {
+          // Ranks 0 and 1 wait in an all-reduce that ranks 2 and 3 never post.
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          if (wia_comm_revoke(comm) != WIA_SUCCESS) return kApiError;
+          float b = 1;
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          const wia_status_t s = wia_all_reduce(comm, &b, &b, 1, &cfg, nullptr);
+          if (s != WIA_ERROR_ABORTED || !wia_detect_device_failure(comm)) {
+            std::fprintf(stderr, "rank 2: a collective after revoke returned %d\n", s);
+            return kWrong;
+          }
+        } else {
+          const auto start = Clock::now();
+          float b = 1;
+          wia_collective_config_t cfg{};
+          cfg.datatype = WIA_FLOAT32;
+          wia_all_reduce(comm, &b, &b, 1, &cfg, nullptr);
+          const wia_status_t s = wia_stream_synchronize(nullptr);
+          const std::string msg = wia_get_last_error();
+          const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+          std::fprintf(stderr, "rank %d: after %.2f s: %d %s\n", rank, secs, s, msg.c_str());
+          if (s != WIA_ERROR_ABORTED ||
+              msg.find("wia_comm_revoke was called on rank 2") == std::string::npos || secs > 5)
+            return kWrong;
+          int n = -1;
+          if (wia_comm_get_failed(comm, nullptr, 0, &n) != WIA_SUCCESS || n != 0) return kWrong;
+        }
+        wia_communicator_t next = nullptr;
+        if (wia_create_communicator_fault_tolerant(&next, comm) != WIA_SUCCESS) {
+          std::fprintf(stderr, "rank %d: shrink: %s\n", rank, wia_get_last_error());
+          return kApiError;
+        }
+        wia_destroy_communicator(comm);
+        if (wia_comm_size(next) != nranks || wia_comm_rank(next) != rank) return kWrong;
+        origins = member_origins(next, rank);
+        if (origins.empty()) return kApiError;
+        const int rc = check_new_comm(next, origins);
+        wia_destroy_communicator(next);
+        return rc;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}}, {}, 90);
+  check_all(st, kOk);
+}
+
+TEST_CASE(
+    "torture: 6 ranks, one SIGKILLed at a random point of a random collective per step, "
+    "shrunk down to 1, every step checked and bounded, nothing leaked") {
+  for (const char* transport : {"shm", "tcp"}) {
+    INFO(std::string(transport));
+    const auto shm_before = shm_entries();
+    prefix = "/tmp/wia-torture-test-" + std::to_string(getpid()) + "-";
+    // WIA_TEST_SEED replays a run.
+    const char* replay = std::getenv("WIA_TEST_SEED");
+    const unsigned seed =
+        replay ? static_cast<unsigned>(std::stoul(replay)) : static_cast<unsigned>(now_ns());
+    MESSAGE(std::string(transport) << ": seed " << seed);
+    constexpr int kRanks = 6;
+    const auto st = run_ranks(
+        kRanks, ft_yaml(),
+        [](int rank, int nranks) {
+          // Counted once the unique id exists: rank 0 hosts the bootstrap
+          // root, whose descriptors are the process's until it exits.
+          wia_unique_id_t id;
+          if (!exchange_id(rank, std::getenv("TEST_WIA_ID"), &id)) return kApiError;
+          const int fds_before = open_fds();
+          const std::string fds_before_list = fd_list();
+          wia_communicator_t comm = nullptr;
+          if (wia_create_communicator_from_id(&id, nranks, rank, &comm) != WIA_SUCCESS) {
+            std::fprintf(stderr, "rank %d: create: %s\n", rank, wia_get_last_error());
+            return kApiError;
+          }
+          int fds_with_one = -1;  // descriptors held with one communicator, at each step
+          for (int step = 0;; ++step) {
+            if (wia_comm_size(comm) != nranks - step) {
+              std::fprintf(stderr, "rank %d: step %d has %d ranks\n", rank, step,
+                           wia_comm_size(comm));
+              return kWrong;
+            }
+            const std::vector<int> origins = member_origins(comm, rank);
+            if (origins.empty()) return kApiError;
+            const int fds = open_fds();
+            if (fds_with_one >= 0 && fds > fds_with_one) {
+              std::fprintf(stderr, "rank %d: step %d holds %d descriptors, step %d held %d\n", rank,
+                           step, fds, step - 1, fds_with_one);
+              return kWrong;
+            }
+            fds_with_one = fds;
+            write_stamp("s" + std::to_string(step) + "-" + std::to_string(rank), "1");
+            if (origins.size() == 1) {
+              if (const int rc = check_new_comm(comm, origins); rc != kOk) return rc;
+              wia_destroy_communicator(comm);
+              const int fds_after = open_fds();
+              // The bootstrap's client and hosted root hold none once the
+              // communicator is made; nothing of the 5 communicators may stay.
+              if (fds_after > fds_before) {
+                std::fprintf(stderr,
+                             "rank %d: %d descriptors open at the end (%s), %d at the start\n",
+                             rank, fds_after, fd_list().c_str(), fds_before);
+                std::fprintf(stderr, "rank %d: at the start: %s\n", rank, fds_before_list.c_str());
+                return kWrong;
+              }
+              return kOk;
+            }
+            if (const int rc = until_failure(comm, origins, rank, std::chrono::seconds(40));
+                rc != -1)
+              return rc;
+            const auto failed_at = Clock::now();
+            wia_comm_revoke(comm);
+            wia_communicator_t next = nullptr;
+            if (wia_comm_shrink(comm, &next) != WIA_SUCCESS) {
+              std::fprintf(stderr, "rank %d: step %d: shrink: %s\n", rank, step,
+                           wia_get_last_error());
+              return kApiError;
+            }
+            const double secs = std::chrono::duration<double>(Clock::now() - failed_at).count();
+            std::fprintf(stderr, "rank %d: step %d: shrunk to %d in %.2f s\n", rank, step,
+                         wia_comm_size(next), secs);
+            if (secs > 10) return kWrong;  // the per-step bound
+            wia_destroy_communicator(comm);
+            comm = next;
+          }
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}},
+        [seed](std::vector<pid_t>& pids) {
+          std::mt19937 rng(seed);
+          std::vector<int> alive;
+          for (int r = 0; r < kRanks; ++r) alive.push_back(r);
+          for (int step = 0; alive.size() > 1; ++step) {
+            // Every survivor runs this step's collectives; then a random
+            // one dies at a random moment.
+            const auto until = Clock::now() + std::chrono::seconds(60);
+            for (int r : alive)
+              while (!has_stamp("s" + std::to_string(step) + "-" + std::to_string(r)) &&
+                     Clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            if (Clock::now() >= until) return;  // the ranks' statuses say what went wrong
+            std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 600));
+            const std::size_t v = rng() % alive.size();
+            kill(pids[alive[v]], SIGKILL);
+            alive.erase(alive.begin() + static_cast<std::ptrdiff_t>(v));
+          }
+        },
+        240);
+    remove_stamps();
+    int killed = 0, finished = 0;
+    for (int r = 0; r < kRanks; ++r) {
+      INFO("rank " << r << " status " << st[r]);
+      CHECK((st[r] == -SIGKILL || st[r] == kOk));
+      killed += st[r] == -SIGKILL;
+      finished += st[r] == kOk;
+    }
+    CHECK(killed == kRanks - 1);
+    CHECK(finished == 1);
+    const auto shm_after = shm_entries();
+    for (const std::string& e : shm_after)
+      if (std::find(shm_before.begin(), shm_before.end(), e) == shm_before.end())
+        MESSAGE("left in /dev/shm: " << e);
+    CHECK(shm_after == shm_before);
+  }
+}
