@@ -237,7 +237,7 @@ TEST_CASE("ofi: a long ping-pong of small messages keeps every payload and its o
       REQUIRE(wait(p, sr, nullptr) == WIA_SUCCESS);
       REQUIRE(wait(p, rr, &got) == WIA_SUCCESS);
       REQUIRE(got == size);
-      REQUIRE(std::memcmp(in.data(), out.data(), size) == 0);
+      if (size > 0) REQUIRE(std::memcmp(in.data(), out.data(), size) == 0);
     }
     CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
     CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
