@@ -199,7 +199,12 @@ void select(std::span<const float> x, std::span<float> r, std::size_t k, bool ma
          q *= 4) {
       std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(q),
                        sample.end(), std::greater<std::int32_t>());
-      const std::int32_t t = sample[q];
+      std::int32_t t = sample[q];
+      // Mostly exact zeros (a sparse gradient): |x| = 0 would let nearly
+      // every entry through. Collect the nonzeros only; if fewer than k,
+      // the zeros complete them below.
+      const bool nonzeros_only = magnitude && t <= 0;
+      if (nonzeros_only) t = 1;
       // About q/kTopkSample of the entries pass; room for twice that, more
       // when ties at the threshold let many more through.
       const std::size_t expect = static_cast<std::size_t>(
@@ -221,6 +226,23 @@ void select(std::span<const float> x, std::span<float> r, std::size_t k, bool ma
         // to 4 bytes per entry (about what a residual costs).
         if (cand.size() > n / 2) std::vector<std::uint64_t>().swap(cand);
         return;
+      }
+      if (nonzeros_only) {
+        // All found (every nonzero), then the zeros by lowest index (ties
+        // at |x| = 0), merged in index order in one pass. If zeros run out
+        // too, NaNs (ranked below 0) are needed: the exact path.
+        std::size_t zeros = k - found, c = 0, j = 0;
+        for (std::size_t i = 0; i < n && j < k; ++i) {
+          if (c < found && index_of(cand[c]) == i) {
+            out[j++] = Pair{static_cast<std::uint32_t>(i), src[i]};
+            ++c;
+          } else if (zeros > 0 && key_bits(src[i], true) == 0) {
+            out[j++] = Pair{static_cast<std::uint32_t>(i), src[i]};
+            --zeros;
+          }
+        }
+        if (j == k) return zero_selected();
+        break;
       }
     }
   }

@@ -37,7 +37,11 @@ std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scale = 1.0
 std::vector<std::uint32_t> reference_topk(const std::vector<float>& x, std::size_t k, bool mag) {
   std::vector<std::uint32_t> idx(x.size());
   std::iota(idx.begin(), idx.end(), 0u);
-  auto key = [&](std::uint32_t i) { return mag ? std::fabs(double(x[i])) : double(x[i]); };
+  // NaN ranks below every number (as -inf), as the codec documents.
+  auto key = [&](std::uint32_t i) {
+    if (std::isnan(x[i])) return -std::numeric_limits<double>::infinity();
+    return mag ? std::fabs(double(x[i])) : double(x[i]);
+  };
   std::stable_sort(idx.begin(), idx.end(), [&](auto a, auto b) { return key(a) > key(b); });
   idx.resize(k);
   std::sort(idx.begin(), idx.end());
@@ -677,5 +681,31 @@ TEST_CASE("quantize: rounding noise is fair within a call and independent across
     CHECK(std::fabs(pa - 0.5) < 5 * 0.5 / std::sqrt(m));
     CHECK(std::fabs(pb - 0.5) < 5 * 0.5 / std::sqrt(m));
     CHECK(std::fabs(corr) < 5 / std::sqrt(m));
+  }
+}
+
+TEST_CASE("top-k of a mostly-zero vector: every nonzero, then the lowest-index zeros") {
+  // 0.3 % nonzero, k = 1 %: the sample's threshold is |x| = 0, so only the
+  // nonzeros are collected and the zeros complete them; with 3 % nonzero
+  // the nonzeros alone suffice. NaNs rank below the zeros.
+  for (std::size_t every : {std::size_t{333}, std::size_t{33}}) {
+    const std::size_t n = 400000, k = k_of(n, 0.01);
+    std::vector<float> x(n, 0.0f);
+    for (std::size_t i = 5; i < n; i += every) x[i] = static_cast<float>(i % 13) - 6.5f;
+    x[7] = NAN;
+    x[9] = -0.0f;
+    const auto ref = reference_topk(x, k, true);
+    for (bool ef : {false, true}) {
+      INFO("nonzero every " << every << ", error feedback " << ef);
+      std::vector<Pair> out(k);
+      std::vector<float> r(n, 0.0f);
+      if (ef)
+        topk_select_ef(x, r, k, true, out);
+      else
+        topk_select(x, k, true, out);
+      bool same = true;
+      for (std::size_t j = 0; j < k; ++j) same = same && out[j].index == ref[j];
+      CHECK(same);
+    }
   }
 }
