@@ -130,8 +130,12 @@ void encode(Job& j) {
       if (!lock.owns_lock()) lock.lock();
       // The middle step needs the corrected gradient again: kept in work.
       j.buf->work.resize(n);
-      if (x.data() != j.buf->work.data()) std::copy(x.begin(), x.end(), j.buf->work.begin());
-      if (j.ef) add_residual(j.buf->work, r);
+      if (j.ef && x.data() != j.buf->work.data())
+        add_into(x, r, j.buf->work);  // one pass, not a copy then an add
+      else if (j.ef)
+        add_residual(j.buf->work, r);
+      else if (x.data() != j.buf->work.data())
+        std::copy(x.begin(), x.end(), j.buf->work.begin());
       std::vector<float>& q = j.state->lowrank_q;
       if (q.size() != j.shape.cols * j.shape.rank) {
         q.resize(j.shape.cols * j.shape.rank);

@@ -181,6 +181,8 @@ void cast_encode(std::span<const float> x, std::span<float> residual, wia_dataty
 
 // x[i] += r[i].
 void add_residual(std::span<float> x, std::span<const float> r) noexcept;
+// w[i] = x[i] + r[i] (w distinct from both).
+void add_into(std::span<const float> x, std::span<const float> r, std::span<float> w) noexcept;
 // r[i] = corrected[i] - sent[i]: what this step's compression dropped.
 void update_residual(std::span<const float> corrected, std::span<const float> sent,
                      std::span<float> r) noexcept;

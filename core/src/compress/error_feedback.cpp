@@ -14,4 +14,11 @@ void update_residual(std::span<const float> corrected, std::span<const float> se
   for (std::size_t i = 0; i < r.size(); ++i) r[i] = corrected[i] - sent[i];
 }
 
+void add_into(std::span<const float> x, std::span<const float> r, std::span<float> w) noexcept {
+  const float* __restrict a = x.data();
+  const float* __restrict b = r.data();
+  float* __restrict o = w.data();
+  for (std::size_t i = 0; i < w.size(); ++i) o[i] = a[i] + b[i];
+}
+
 }  // namespace wia::compress
