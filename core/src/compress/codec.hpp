@@ -71,11 +71,12 @@ struct Pair {
   float value;
 };
 
-// Up to this many entries top-k selects with one nth_element over all of
-// them; above it a threshold from a sample of kTopkSample entries first
-// keeps only the candidates at or above it. Both paths return exactly the
-// k largest keys (the sample only narrows the search; if too few entries
-// pass, the exact path runs), so the result never depends on the path.
+// Up to this many entries every entry is a top-k candidate; above it a
+// threshold from a sample of kTopkSample entries first keeps only the
+// candidates at or above it. Both paths return exactly the k largest keys
+// (the sample only narrows the search; if too few entries pass, it is
+// retried lower, then every entry is a candidate), so the result never
+// depends on the path.
 inline constexpr std::size_t kTopkExactMax = std::size_t{1} << 16;
 inline constexpr std::size_t kTopkSample = 4096;
 
