@@ -59,7 +59,39 @@ typedef struct wia_comm_profile_report {
   const char** suggestions;
   /* Extension: seconds since profiling was enabled or reset. */
   double window_time;
+  /* Extension: the job-wide summary, filled by wia_get_comm_profile_job
+   * only (wia_get_comm_profile leaves these 0 and NULL): one entry per
+   * collective any rank recorded, in order of first appearance (rank 0's
+   * first, then the others'). */
+  int job_nranks; /* the communicator's size */
+  int num_job_collectives;
+  struct wia_job_collective_profile* job_collectives;
 } wia_comm_profile_report_t;
+
+/* Extension: one collective (or send/receive kind) across the ranks of a
+ * process communicator (wia_get_comm_profile_job). Times in seconds. */
+typedef struct wia_job_collective_profile {
+  const char* name; /* as wia_collective_profile_t's */
+  int nranks;       /* entries of ranks[]: the communicator's size */
+  /* ranks[r]: rank r's own entry for this collective, as its
+   * wia_get_comm_profile reports it (with its settings: no bytes without
+   * bandwidth tracking, no min/p50/p99/max without latency tracking);
+   * invocation_count 0 and times 0 where rank r never ran it. */
+  wia_collective_profile_t* ranks;
+  /* The rank that spent the most time in this collective (total_time;
+   * the lowest such rank on ties) and the one that spent the least. In a
+   * collective the ranks wait for each other: when they arrive at
+   * different times, the first to arrive waits longest and the last
+   * (a straggler whose compute is slower) waits least, so a large spread
+   * with one rank far below the others names that rank as the late one;
+   * with a slow link or device the slowest rank is where the time went.
+   * docs/profiling.md, "Job-wide summary". */
+  int slowest_rank;
+  double slowest_total_time;
+  int fastest_rank;
+  double fastest_total_time;
+  double mean_total_time; /* over all ranks, those that never ran it as 0 */
+} wia_job_collective_profile_t;
 
 /* Starts (or restarts with new settings, keeping what was recorded). */
 WIA_API wia_status_t wia_enable_comm_profiling(wia_communicator_t comm,
@@ -71,6 +103,25 @@ WIA_API wia_status_t wia_reset_comm_profile(wia_communicator_t comm);
  * wia_free_comm_profile. Collectives still running are not in it. */
 WIA_API wia_comm_profile_report_t* wia_get_comm_profile(wia_communicator_t comm);
 WIA_API void wia_free_comm_profile(wia_comm_profile_report_t* report);
+
+/* Extension: wia_get_comm_profile plus the job-wide summary
+ * (job_nranks, job_collectives[]): every rank's per-collective entries,
+ * the slowest and fastest rank of each. Collective: every rank of the
+ * process communicator `comm` calls it, in the same order relative to
+ * its other operations on `comm` (it runs two all-gathers over `comm`'s
+ * links after every operation posted before it, on the calling thread;
+ * nothing is exchanged at any other time, and those all-gathers are not
+ * recorded in any profile or timeline). Every rank gets the summary.
+ * Blocks until done or until `timeout_ms` (0 = collectives.timeout_ms)
+ * passes; a rank that does not call it in time fails it like any
+ * collective: the waiting ranks return NULL after the timeout, the
+ * communicator is unusable after that and the late rank's call (or next
+ * operation) fails at once with the reason. Returns NULL on error,
+ * wia_get_last_error saying why ("rank 0: gathering every rank's profile:
+ * collective #N timed out after 300 ms ..."); a device communicator is
+ * refused (not supported). Free the report with wia_free_comm_profile. */
+WIA_API wia_comm_profile_report_t* wia_get_comm_profile_job(wia_communicator_t comm,
+                                                            uint32_t timeout_ms);
 
 /* Extension: writes this rank's timeline of `comm` to `path` as Chrome /
  * Perfetto trace JSON (load it in ui.perfetto.dev or chrome://tracing; the

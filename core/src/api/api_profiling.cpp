@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "api/communicators.hpp"
@@ -292,6 +293,10 @@ struct ReportBlock {
   std::vector<wia_collective_profile_t> list;
   std::deque<std::string> strings;  // stable c_str()s
   std::vector<const char*> suggestions;
+  // The job-wide summary (wia_get_comm_profile_job): entries, and each
+  // entry's per-rank array.
+  std::vector<wia_job_collective_profile_t> job;
+  std::vector<std::vector<wia_collective_profile_t>> job_ranks;
 };
 std::mutex& reports_mu() {
   static auto* mu = new std::mutex();
@@ -456,7 +461,7 @@ std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
   return out;
 }
 
-wia_comm_profile_report_t* build_report(wia_communicator_t comm) {
+std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
   CommProfiler& p = profiler_of(comm);
   auto& pc = dynamic_cast<comm::ProcessCommunicator&>(live(comm));
   const CommProfiler::Snapshot s = p.snapshot();
@@ -497,10 +502,147 @@ wia_comm_profile_report_t* build_report(wia_communicator_t comm) {
     block->suggestions.push_back(block->strings.emplace_back(text).c_str());
   r.num_suggestions = static_cast<int>(block->suggestions.size());
   r.suggestions = block->suggestions.empty() ? nullptr : block->suggestions.data();
+  return block;
+}
+
+wia_comm_profile_report_t* keep(std::unique_ptr<ReportBlock> block) {
   wia_comm_profile_report_t* out = &block->report;
   std::lock_guard lock(reports_mu());
   reports()[out] = std::move(block);
   return out;
+}
+
+wia_comm_profile_report_t* build_report(wia_communicator_t comm) { return keep(build_block(comm)); }
+
+// wia_get_comm_profile_job: one rank's entry of one collective as it
+// travels, fixed size, names truncated to their arrays (the longest today,
+// "recv_staged" and transports like "ofi+shm+tcp", fit with room).
+struct WireEntry {
+  char name[32];
+  char algorithm[32];
+  char transport[64];
+  std::int64_t invocation_count;
+  double total_time, avg_time, avg_bandwidth, min_time, p50_time, p99_time, max_time;
+  std::uint64_t bytes;
+};
+static_assert(std::is_trivially_copyable_v<WireEntry>);
+
+WireEntry to_wire(const wia_collective_profile_t& c) {
+  WireEntry w{};
+  std::snprintf(w.name, sizeof(w.name), "%s", c.name != nullptr ? c.name : "");
+  std::snprintf(w.algorithm, sizeof(w.algorithm), "%s", c.algorithm != nullptr ? c.algorithm : "");
+  std::snprintf(w.transport, sizeof(w.transport), "%s", c.transport != nullptr ? c.transport : "");
+  w.invocation_count = c.invocation_count;
+  w.total_time = c.total_time;
+  w.avg_time = c.avg_time;
+  w.avg_bandwidth = c.avg_bandwidth;
+  w.min_time = c.min_time;
+  w.p50_time = c.p50_time;
+  w.p99_time = c.p99_time;
+  w.max_time = c.max_time;
+  w.bytes = c.bytes;
+  return w;
+}
+
+// An all-gather of `bytes` bytes per rank over the communicator, now, on
+// this thread, bounded by `timeout_ms` (0 = the configured default).
+void all_gather_now(comm::ProcessCommunicator& pc, const void* mine, void* all, std::uint64_t bytes,
+                    std::uint32_t timeout_ms) {
+  comm::Call c;
+  c.collective = coll::Collective::kAllGather;
+  c.dtype = WIA_UINT8;
+  c.count = bytes;
+  c.timeout_ms = timeout_ms;
+  c.buffers.send = const_cast<char*>(static_cast<const char*>(mine));
+  c.buffers.recv = static_cast<char*>(all);
+  pc.run_now(c);
+}
+
+// Every rank's entries, [rank][i]: how many each has, then all of them
+// padded to the longest list. Two all-gathers, not recorded.
+std::vector<std::vector<WireEntry>> gather_entries(
+    comm::ProcessCommunicator& pc, const std::vector<wia_collective_profile_t>& mine,
+    std::uint32_t timeout_ms) {
+  const CommProfiler::UnrecordedOnThisThread unrecorded;
+  const auto p = static_cast<std::size_t>(pc.size());
+  const std::uint64_t n = mine.size();
+  std::vector<std::uint64_t> counts(p);
+  all_gather_now(pc, &n, counts.data(), sizeof n, timeout_ms);
+  const std::uint64_t longest = *std::max_element(counts.begin(), counts.end());
+  std::vector<std::vector<WireEntry>> out(p);
+  if (longest == 0) return out;
+  if (longest > 4096)
+    throw Error(WIA_ERROR_REMOTE,
+                fmt::format("a rank reported {} profile entries: not a profile", longest));
+  std::vector<WireEntry> padded(longest, WireEntry{});
+  for (std::size_t i = 0; i < mine.size(); ++i) padded[i] = to_wire(mine[i]);
+  std::vector<WireEntry> all(longest * p);
+  all_gather_now(pc, padded.data(), all.data(), longest * sizeof(WireEntry), timeout_ms);
+  for (std::size_t r = 0; r < p; ++r)
+    out[r].assign(all.begin() + static_cast<std::ptrdiff_t>(r * longest),
+                  all.begin() + static_cast<std::ptrdiff_t>(r * longest + counts[r]));
+  return out;
+}
+
+// The job-wide summary into `b`, from every rank's entries.
+void fill_job(ReportBlock& b, const std::vector<std::vector<WireEntry>>& ranks) {
+  const int p = static_cast<int>(ranks.size());
+  std::vector<std::string> names;  // first appearance, rank 0's first
+  for (const auto& list : ranks)
+    for (const WireEntry& w : list)
+      if (std::find(names.begin(), names.end(), w.name) == names.end()) names.emplace_back(w.name);
+  b.job.assign(names.size(), wia_job_collective_profile_t{});
+  b.job_ranks.assign(names.size(), std::vector<wia_collective_profile_t>(ranks.size()));
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    wia_job_collective_profile_t& j = b.job[k];
+    j.name = b.strings.emplace_back(names[k]).c_str();
+    j.nranks = p;
+    j.ranks = b.job_ranks[k].data();
+    double sum_total = 0;
+    for (int r = 0; r < p; ++r) {
+      wia_collective_profile_t& c = b.job_ranks[k][static_cast<std::size_t>(r)];
+      c.name = j.name;
+      c.algorithm = "";
+      c.transport = "";
+      for (const WireEntry& w : ranks[static_cast<std::size_t>(r)]) {
+        if (names[k] != w.name) continue;
+        c.invocation_count = static_cast<int>(w.invocation_count);
+        c.total_time = w.total_time;
+        c.avg_time = w.avg_time;
+        c.avg_bandwidth = w.avg_bandwidth;
+        c.min_time = w.min_time;
+        c.p50_time = w.p50_time;
+        c.p99_time = w.p99_time;
+        c.max_time = w.max_time;
+        c.bytes = w.bytes;
+        c.algorithm = b.strings.emplace_back(w.algorithm).c_str();
+        c.transport = CommProfiler::intern_transport(w.transport);
+      }
+      sum_total += c.total_time;
+      if (r == 0 || c.total_time > j.slowest_total_time)
+        j.slowest_rank = r, j.slowest_total_time = c.total_time;
+      if (r == 0 || c.total_time < j.fastest_total_time)
+        j.fastest_rank = r, j.fastest_total_time = c.total_time;
+    }
+    j.mean_total_time = p > 0 ? sum_total / p : 0.0;
+  }
+  b.report.job_nranks = p;
+  b.report.num_job_collectives = static_cast<int>(b.job.size());
+  b.report.job_collectives = b.job.empty() ? nullptr : b.job.data();
+}
+
+wia_comm_profile_report_t* build_job_report(wia_communicator_t comm, std::uint32_t timeout_ms) {
+  std::unique_ptr<ReportBlock> block = build_block(comm);  // this rank's, before gathering
+  auto& pc = dynamic_cast<comm::ProcessCommunicator&>(live(comm));
+  std::vector<std::vector<WireEntry>> ranks;
+  try {
+    ranks = gather_entries(pc, block->list, timeout_ms);
+  } catch (const Error& e) {
+    throw Error(e.status(),
+                fmt::format("rank {}: gathering every rank's profile: {}", pc.rank(), e.what()));
+  }
+  fill_job(*block, ranks);
+  return keep(std::move(block));
 }
 
 }  // namespace
@@ -509,6 +651,13 @@ wia_comm_profile_report_t* build_report(wia_communicator_t comm) {
 WIA_API wia_comm_profile_report_t* wia_get_comm_profile(wia_communicator_t comm) {
   wia_comm_profile_report_t* out = nullptr;
   api::guard(__func__, [&] { out = api::build_report(comm); });
+  return out;
+}
+
+WIA_API wia_comm_profile_report_t* wia_get_comm_profile_job(wia_communicator_t comm,
+                                                            uint32_t timeout_ms) {
+  wia_comm_profile_report_t* out = nullptr;
+  api::guard(__func__, [&] { out = api::build_job_report(comm, timeout_ms); });
   return out;
 }
 

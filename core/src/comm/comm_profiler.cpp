@@ -10,7 +10,13 @@ namespace wia::comm {
 namespace {
 // Intervals kept for the overlap analysis; the statistics keep every call.
 constexpr std::size_t kMaxIntervals = 1u << 20;
+thread_local bool t_unrecorded = false;
 }  // namespace
+
+CommProfiler::UnrecordedOnThisThread::UnrecordedOnThisThread() : was_(t_unrecorded) {
+  t_unrecorded = true;
+}
+CommProfiler::UnrecordedOnThisThread::~UnrecordedOnThisThread() { t_unrecorded = was_; }
 
 CommProfiler::CommProfiler() {
   if (const char* path = std::getenv("WIA_TRACE"); path != nullptr && *path != '\0') {
@@ -39,7 +45,7 @@ void CommProfiler::reset() {
 void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
                           double busbw_factor, const char* algorithm, const char* transport,
                           std::int32_t peer) {
-  if (!on()) return;
+  if (!on() || t_unrecorded) return;  // finished() then finds no slot of this seq
   // The posting thread owns this slot until finished() takes it: no lock.
   Slot& slot = ring_[seq % kRing];
   slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm, transport, peer};

@@ -78,6 +78,20 @@ class CommProfiler {
   void enable(const wia_comm_profiling_t& settings);
   void disable() { on_.store(false); }
   void reset();
+  // While one lives, operations the constructing thread posts are not
+  // recorded (statistics and timeline) on any communicator: the all-gathers
+  // of wia_get_comm_profile_job, which are the profiler's, not the
+  // application's.
+  class UnrecordedOnThisThread {
+   public:
+    UnrecordedOnThisThread();
+    ~UnrecordedOnThisThread();
+    UnrecordedOnThisThread(const UnrecordedOnThisThread&) = delete;
+    UnrecordedOnThisThread& operator=(const UnrecordedOnThisThread&) = delete;
+
+   private:
+    bool was_;
+  };
   // busbw_factor: nccl-tests' bus bandwidth factor of the collective.
   // `algorithm` (static storage), when set, is what the report shows for
   // this operation instead of finished()'s (point to point: its path);

@@ -273,6 +273,146 @@ int fusion_suggested(int rank, int nranks) {
   return kOk;
 }
 
+// The job-wide summary on 3 ranks: rank 1 waits in every all-reduce (the
+// others arrive 40 ms late), rank 2 in every broadcast, only rank 0 sends
+// and only rank 1 receives. Every rank gets every rank's entries, the
+// slowest rank named per collective, and the gathering itself is in no
+// profile.
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+const wia_job_collective_profile_t* job_entry(const wia_comm_profile_report_t* r,
+                                              const char* name) {
+  for (int i = 0; i < r->num_job_collectives; ++i)
+    if (std::strcmp(r->job_collectives[i].name, name) == 0) return &r->job_collectives[i];
+  return nullptr;
+}
+
+int job_summary(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  std::vector<float> buf(256, 1.0f);
+  for (int i = 0; i < 4; ++i) {
+    if (rank != 1) sleep_ms(40);
+    EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), 2, &cfg, nullptr) == WIA_SUCCESS);
+    EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (rank != 2) sleep_ms(40);
+    EXPECT_R(wia_broadcast(comm, buf.data(), buf.size(), 0, WIA_FLOAT32, nullptr) == WIA_SUCCESS);
+    EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  }
+  if (rank == 0)
+    EXPECT_R(wia_comm_send(comm, buf.data(), 16, WIA_FLOAT32, 1, nullptr) == WIA_SUCCESS);
+  if (rank == 1)
+    EXPECT_R(wia_comm_recv(comm, buf.data(), 16, WIA_FLOAT32, 0, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+
+  wia_comm_profile_report_t* r = wia_get_comm_profile_job(comm, 10000);
+  if (r == nullptr) std::fprintf(stderr, "rank %d: %s\n", rank, wia_get_last_error());
+  EXPECT_R(r != nullptr);
+  EXPECT_R(r->job_nranks == nranks && r->num_job_collectives == 4);
+  for (int i = 0; i < r->num_job_collectives; ++i) {
+    const wia_job_collective_profile_t& j = r->job_collectives[i];
+    std::fprintf(stderr, "rank %d: %-10s slowest rank %d (%.4f s), fastest rank %d (%.4f s)\n",
+                 rank, j.name, j.slowest_rank, j.slowest_total_time, j.fastest_rank,
+                 j.fastest_total_time);
+    EXPECT_R(j.nranks == nranks && j.ranks != nullptr);
+    double sum = 0;
+    for (int q = 0; q < nranks; ++q) {
+      sum += j.ranks[q].total_time;
+      EXPECT_R(std::strcmp(j.ranks[q].name, j.name) == 0 && j.ranks[q].transport != nullptr);
+      EXPECT_R(j.ranks[q].total_time <= j.slowest_total_time);
+      EXPECT_R(j.ranks[q].total_time >= j.fastest_total_time);
+    }
+    EXPECT_R(std::fabs(j.mean_total_time - sum / nranks) < 1e-12);
+    EXPECT_R(j.ranks[j.slowest_rank].total_time == j.slowest_total_time);
+    EXPECT_R(j.ranks[j.fastest_rank].total_time == j.fastest_total_time);
+  }
+  // Rank `rank`'s column is its own report, exactly.
+  EXPECT_R(r->num_collectives == (rank == 2 ? 2 : 3));
+  for (int i = 0; i < r->num_collectives; ++i) {
+    const wia_collective_profile_t& mine = r->collectives[i];
+    const wia_job_collective_profile_t* j = job_entry(r, mine.name);
+    EXPECT_R(j != nullptr);
+    EXPECT_R(j->ranks[rank].invocation_count == mine.invocation_count);
+    EXPECT_R(j->ranks[rank].total_time == mine.total_time);
+    EXPECT_R(j->ranks[rank].p99_time == mine.p99_time && j->ranks[rank].bytes == mine.bytes);
+    EXPECT_R(std::strcmp(j->ranks[rank].algorithm, mine.algorithm) == 0);
+    EXPECT_R(std::strcmp(j->ranks[rank].transport, mine.transport) == 0);
+  }
+  const wia_job_collective_profile_t* ar = job_entry(r, "allreduce");
+  const wia_job_collective_profile_t* bc = job_entry(r, "broadcast");
+  const wia_job_collective_profile_t* sd = job_entry(r, "send");
+  const wia_job_collective_profile_t* rv = job_entry(r, "recv");
+  EXPECT_R(ar && bc && sd && rv);
+  for (int q = 0; q < nranks; ++q) {
+    EXPECT_R(ar->ranks[q].invocation_count == 4 && bc->ranks[q].invocation_count == 3);
+    EXPECT_R(sd->ranks[q].invocation_count == (q == 0 ? 1 : 0));
+    EXPECT_R(rv->ranks[q].invocation_count == (q == 1 ? 1 : 0));
+  }
+  // The rank the others kept waiting: 4 x 40 ms and 3 x 40 ms.
+  EXPECT_R(ar->slowest_rank == 1 && ar->slowest_total_time > 0.12);
+  EXPECT_R(ar->fastest_rank != 1 && ar->fastest_total_time < 0.5 * ar->slowest_total_time);
+  EXPECT_R(bc->slowest_rank == 2 && bc->slowest_total_time > 0.09);
+  EXPECT_R(bc->fastest_rank != 2 && bc->fastest_total_time < 0.5 * bc->slowest_total_time);
+  EXPECT_R(sd->slowest_rank == 0 && rv->slowest_rank == 1);
+  wia_free_comm_profile(r);
+
+  // The gathering's all-gathers are in no profile; a plain report has no
+  // job section; the communicator goes on working.
+  r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->num_collectives == (rank == 2 ? 2 : 3));
+  for (int i = 0; i < r->num_collectives; ++i)
+    EXPECT_R(std::strcmp(r->collectives[i].name, "allgather") != 0);
+  EXPECT_R(r->job_nranks == 0 && r->num_job_collectives == 0 && r->job_collectives == nullptr);
+  wia_free_comm_profile(r);
+  EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), 2, &cfg, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && job_entry(r, "allreduce") == nullptr);
+  for (int i = 0; i < r->num_collectives; ++i)
+    if (std::strcmp(r->collectives[i].name, "allreduce") == 0)
+      EXPECT_R(r->collectives[i].invocation_count == 5);
+  wia_free_comm_profile(r);
+
+  // Without profiling enabled anywhere there is nothing to gather: an
+  // empty summary, not an error.
+  EXPECT_R(wia_disable_comm_profiling(comm) == WIA_SUCCESS);
+  EXPECT_R(wia_reset_comm_profile(comm) == WIA_SUCCESS);
+  r = wia_get_comm_profile_job(comm, 10000);
+  EXPECT_R(r != nullptr && r->job_nranks == nranks && r->num_job_collectives == 0);
+  wia_free_comm_profile(r);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
+// A rank that does not join the gathering within the timeout: the one
+// waiting fails (NULL, the reason names the gathering), and so does the
+// late one, from the communicator broken meanwhile.
+int job_summary_timeout(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  if (rank == 1) sleep_ms(1500);
+  const auto t0 = Clock::now();
+  wia_comm_profile_report_t* r = wia_get_comm_profile_job(comm, 300);
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string why = wia_get_last_error();
+  std::fprintf(stderr, "rank %d: after %.3f s: %s\n", rank, waited, why.c_str());
+  EXPECT_R(r == nullptr);
+  if (rank == 0) {
+    EXPECT_R(why.find("gathering every rank's profile") != std::string::npos);
+    EXPECT_R(waited > 0.25 && waited < 1.4);
+  }
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
 // Checks a trace file with Python's json module (CI and this machine have
 // python3): the events of each name, ts/dur, one track, ts monotonic on it,
 // args present, and the metadata. Prints OK or what is wrong.
@@ -371,4 +511,12 @@ TEST_CASE("profiling: each entry names the transport its last call used") {
 TEST_CASE("profiling: counts, times, compute, overlap near 0 and near 1, disable") {
   const auto st = run_ranks(2, base_yaml(), profile, {{"TEST_WIA_ID", unique_id_env()}});
   check_all(st);
+}
+
+TEST_CASE("profiling: the job-wide summary names every rank's entries and the slowest rank") {
+  check_all(run_ranks(3, base_yaml(), job_summary, {{"TEST_WIA_ID", unique_id_env()}}));
+}
+
+TEST_CASE("profiling: the job-wide summary is collective, bounded by its timeout") {
+  check_all(run_ranks(2, base_yaml(), job_summary_timeout, {{"TEST_WIA_ID", unique_id_env()}}));
 }
