@@ -114,48 +114,11 @@ std::uint64_t size_arg(const std::string& text) {
   return bytes;
 }
 
-// --compress METHOD[:PARAM] -> a compression config.
+// --compress METHOD[:PARAM] -> a compression config (the library's spelling).
 wia_compression_config_t compress_arg(const std::string& text) {
-  const std::size_t colon = text.find(':');
-  const std::string name = text.substr(0, colon);
-  const std::string param = colon == std::string::npos ? "" : text.substr(colon + 1);
-  auto number = [&](double lo, double hi) {
-    char* end = nullptr;
-    const double v = std::strtod(param.c_str(), &end);
-    if (param.empty() || *end || !(v > lo && v <= hi))
-      usage(("--compress " + text + ": '" + param + "' must be a number in (" +
-             std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
-    return v;
-  };
   wia_compression_config_t c{};
-  if (name == "topk") {
-    c.method = WIA_COMPRESS_TOPK;
-    c.parameters.topk.k_ratio = number(0, 1);
-    c.parameters.topk.use_magnitude = true;
-    c.error_feedback = true;
-  } else if (name == "randomk") {
-    c.method = WIA_COMPRESS_RANDOMK;
-    c.parameters.randomk.k_ratio = number(0, 1);
-    c.parameters.randomk.seed = 1;
-  } else if (name == "int8" || name == "int4") {
-    c.method = WIA_COMPRESS_QUANTIZE;
-    c.parameters.quantize.num_bits = name == "int8" ? 8 : 4;
-    c.parameters.quantize.use_dynamic_range = true;
-  } else if (name == "onebit") {
-    c.method = WIA_COMPRESS_ONEBIT;
-    c.error_feedback = true;
-  } else if (name == "lowrank") {
-    c.method = WIA_COMPRESS_LOWRANK;
-    c.parameters.lowrank.rank = static_cast<int>(number(0, 1 << 20));
-    c.error_feedback = true;
-  } else if (name == "fp16" || name == "bf16") {
-    c.method = name == "fp16" ? WIA_COMPRESS_FP16 : WIA_COMPRESS_BF16;
-  } else {
-    usage(("unknown --compress method '" + name +
-           "' (topk:R, randomk:R, int8, int4, onebit, lowrank:R, fp16, bf16)").c_str());
-  }
-  if (name != "topk" && name != "randomk" && name != "lowrank" && !param.empty())
-    usage(("--compress " + name + " takes no parameter").c_str());
+  if (wia_compression_config_from_string(text.c_str(), &c) != WIA_SUCCESS)
+    usage(("--compress: " + std::string(wia_get_last_error())).c_str());
   return c;
 }
 

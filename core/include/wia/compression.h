@@ -121,6 +121,18 @@ WIA_API wia_status_t wia_compression_wire_bytes(size_t count, wia_datatype_t dat
                                                 const wia_compression_config_t* config,
                                                 int nranks, size_t* bytes);
 
+/* Fills *config from a method spelled as wia-bench --compress, wia_torch's
+ * DDP hook and configuration files spell it: "none", "topk[:R]",
+ * "randomk[:R]", "int8", "int4", "onebit", "lowrank[:r]", "fp16", "bf16".
+ * R is the fraction k_ratio in (0, 1] (default 0.01 for topk, 0.1 for
+ * randomk); r is the rank, an integer >= 1 (default 4). topk ranks by
+ * magnitude; randomk's seed is 1; int8/int4 use a range per chunk.
+ * error_feedback is set for topk, onebit and lowrank, the methods that lose
+ * most without it (onebit refuses to run without it). Every other field is
+ * zero. WIA_ERROR_INVALID_ARGUMENT names the spec and what is wrong. */
+WIA_API wia_status_t wia_compression_config_from_string(const char* spec,
+                                                        wia_compression_config_t* config);
+
 /* Forgets every error-feedback residual and random-k step counter of comm
  * (as at creation). Call it with no compressed call of comm in flight. */
 WIA_API wia_status_t wia_compression_reset(wia_communicator_t comm);

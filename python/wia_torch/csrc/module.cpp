@@ -10,61 +10,6 @@
 
 namespace py = pybind11;
 
-namespace {
-
-// "topk:0.01", "randomk:0.1", "int8", "int4", "onebit", "lowrank:4",
-// "fp16", "bf16", "none": the spellings of wia-bench --compress.
-wia_compression_config_t parse_method(const std::string& spec, bool error_feedback) {
-  const size_t colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
-  const std::string arg = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  auto number = [&](double fallback) {
-    if (arg.empty()) return fallback;
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(arg, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    TORCH_CHECK(used == arg.size(), "wia_torch: compression '", spec, "': '", arg,
-                "' is not a number");
-    return v;
-  };
-  wia_compression_config_t c{};
-  c.error_feedback = error_feedback;
-  if (name == "none") {
-    c.method = WIA_COMPRESS_NONE;
-  } else if (name == "topk") {
-    c.method = WIA_COMPRESS_TOPK;
-    c.parameters.topk.k_ratio = number(0.01);
-    c.parameters.topk.use_magnitude = true;
-  } else if (name == "randomk") {
-    c.method = WIA_COMPRESS_RANDOMK;
-    c.parameters.randomk.k_ratio = number(0.1);
-    c.parameters.randomk.seed = 0x5eed;
-  } else if (name == "int8" || name == "int4") {
-    c.method = WIA_COMPRESS_QUANTIZE;
-    c.parameters.quantize.num_bits = name == "int8" ? 8 : 4;
-    c.parameters.quantize.use_dynamic_range = true;
-  } else if (name == "onebit") {
-    c.method = WIA_COMPRESS_ONEBIT;
-    c.parameters.onebit.use_error_feedback = true;
-  } else if (name == "lowrank") {
-    c.method = WIA_COMPRESS_LOWRANK;
-    c.parameters.lowrank.rank = static_cast<int>(number(4));
-  } else if (name == "fp16") {
-    c.method = WIA_COMPRESS_FP16;
-  } else if (name == "bf16") {
-    c.method = WIA_COMPRESS_BF16;
-  } else {
-    TORCH_CHECK(false, "wia_torch: unknown compression '", spec,
-                "' (none, topk:R, randomk:R, int8, int4, onebit, lowrank:R, fp16, bf16)");
-  }
-  return c;
-}
-
-}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "libwia's torch.distributed backend (docs/torch.md)";
@@ -84,7 +29,10 @@ PYBIND11_MODULE(_C, m) {
         TORCH_CHECK(wia != nullptr, "wia_torch: allreduce_compressed needs a process group of "
                                     "backend 'wia', got '",
                     pg->getBackendName(), "'");
-        const wia_compression_config_t config = parse_method(method, error_feedback);
+        wia_compression_config_t config{};
+        wia_torch::check(wia_compression_config_from_string(method.c_str(), &config),
+                         "wia_compression_config_from_string", pg->getRank());
+        config.error_feedback = error_feedback;
         py::gil_scoped_release release;
         return wia->allreduce_compressed(tensor, config, average);
       },

@@ -378,3 +378,65 @@ TEST_CASE("a repeated collective call is checked again once its handles or confi
   CHECK(last_error_has("not live"));
   wia_free(small);
 }
+
+TEST_CASE("wia_compression_config_from_string: every spelling, defaults, and bad specs named") {
+  wia_compression_config_t c;
+  auto parse = [&](const char* spec) {
+    std::memset(&c, 0x5a, sizeof c);  // every field must be written
+    return wia_compression_config_from_string(spec, &c);
+  };
+  REQUIRE(parse("topk:0.05") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_TOPK);
+  CHECK(c.parameters.topk.k_ratio == doctest::Approx(0.05));
+  CHECK(c.parameters.topk.use_magnitude);
+  CHECK(c.error_feedback);
+  CHECK(c.compression_stream == nullptr);
+  REQUIRE(parse("topk") == WIA_SUCCESS);
+  CHECK(c.parameters.topk.k_ratio == doctest::Approx(0.01));
+  REQUIRE(parse("randomk") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_RANDOMK);
+  CHECK(c.parameters.randomk.k_ratio == doctest::Approx(0.1));
+  CHECK(c.parameters.randomk.seed == 1);
+  CHECK_FALSE(c.error_feedback);
+  REQUIRE(parse("int4") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_QUANTIZE);
+  CHECK(c.parameters.quantize.num_bits == 4);
+  CHECK(c.parameters.quantize.use_dynamic_range);
+  REQUIRE(parse("int8") == WIA_SUCCESS);
+  CHECK(c.parameters.quantize.num_bits == 8);
+  REQUIRE(parse("onebit") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_ONEBIT);
+  CHECK(c.error_feedback);
+  CHECK(c.parameters.onebit.scaling_factor_precision == 0);
+  REQUIRE(parse("lowrank:2") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_LOWRANK);
+  CHECK(c.parameters.lowrank.rank == 2);
+  CHECK(c.parameters.lowrank.rows == 0);
+  REQUIRE(parse("lowrank") == WIA_SUCCESS);
+  CHECK(c.parameters.lowrank.rank == 4);
+  REQUIRE(parse("fp16") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_FP16);
+  REQUIRE(parse("bf16") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_BF16);
+  REQUIRE(parse("none") == WIA_SUCCESS);
+  CHECK(c.method == WIA_COMPRESS_NONE);
+  CHECK_FALSE(c.error_feedback);
+
+  struct Bad {
+    const char* spec;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"topk:0", "outside (0, 1]"}, Bad{"topk:1.5", "outside (0, 1]"},
+                       Bad{"randomk:x", "not a number"}, Bad{"topk:", "not a number"},
+                       Bad{"lowrank:2.5", "not an integer"}, Bad{"lowrank:0", "not an integer"},
+                       Bad{"int8:3", "takes no parameter"}, Bad{"zip", "unknown method 'zip'"},
+                       Bad{"", "unknown method ''"}}) {
+    CAPTURE(b.spec);
+    CHECK(wia_compression_config_from_string(b.spec, &c) == WIA_ERROR_INVALID_ARGUMENT);
+    const std::string msg = wia_get_last_error();
+    CHECK(msg.find(std::string("'") + b.spec + "'") != std::string::npos);
+    CHECK(msg.find(b.says) != std::string::npos);
+  }
+  CHECK(wia_compression_config_from_string(nullptr, &c) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_compression_config_from_string("int8", nullptr) == WIA_ERROR_INVALID_ARGUMENT);
+}
