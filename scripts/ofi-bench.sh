@@ -4,50 +4,105 @@
 # reference, fi_pingpong (libfabric-bin), on the same fabric provider and
 # in the same run, and prints the ratios (docs/transport-ofi.md).
 #   scripts/ofi-bench.sh [BUILD_DIR] [FABRIC]     (defaults build/default, "tcp;ofi_rxm")
+# Environment:
+#   RUNS=N        8 B latency runs of each side, interleaved (default 7); the
+#                 median and the range are printed, as single runs on a
+#                 shared machine vary widely
+#   PIN=split     each side's two processes pinned to CPUs 0 and 1 (default);
+#       same      both on CPU 0; none: left to the scheduler
+#   ALLREDUCE=0   skip the 64 MiB all-reduce
 # Both sides ping-pong: latency = half a round trip of 8 B; bandwidth = a
 # 4 MiB message each way, one at a time (fi_pingpong's method), so the two
-# numbers are measured alike. wia-transport-bench's streaming bandwidth
-# (window 4) is printed too. Then a 64 MiB all-reduce (ring) over 4
-# processes of this machine on ofi and on our tcp provider, one after the
-# other in the same run (issue 21 asks for the figure, not a target).
+# numbers are measured alike, and both sides get the same pinning.
+# wia-transport-bench's streaming bandwidth (window 4) is printed too. Then
+# a 64 MiB all-reduce (ring) over 4 processes of this machine on ofi and on
+# our tcp provider, one after the other in the same run (issue 21 asks for
+# the figure, not a target).
 set -euo pipefail
 build=${1:-build/default}
 fabric=${2:-tcp;ofi_rxm}
+runs=${RUNS:-7}
+pin=${PIN:-split}
 bench=$build/bin/wia-transport-bench
 command -v fi_pingpong >/dev/null || { echo "fi_pingpong not found (apt install libfabric-bin)"; exit 2; }
 [ -x "$bench" ] || { echo "$bench not built (cmake --build $build --target wia-transport-bench)"; exit 2; }
+case $pin in
+  split) cpu_a=0 cpu_b=1 ;;
+  same) cpu_a=0 cpu_b=0 ;;
+  none) cpu_a="" cpu_b="" ;;
+  *) echo "PIN must be split, same or none"; exit 2 ;;
+esac
+# Command prefixes that run something on cpu_a / cpu_b (empty: anywhere).
+on_a=() on_b=()
+[ -n "$cpu_a" ] && on_a=(taskset -c "$cpu_a") && on_b=(taskset -c "$cpu_b")
 addr=$(hostname -I | awk '{print $1}')
 port=$((40000 + RANDOM % 20000))
 
-# fi_pingpong SIZE ITERS -> "usec/xfer MB/sec" (MB/sec counts both directions)
+# fi_pingpong SIZE ITERS -> "usec/xfer MB/sec" (MB/sec counts both directions);
+# the server on cpu_a, the client on cpu_b.
 pingpong() {
-  fi_pingpong -p "$fabric" -e rdm -m tagged -S "$1" -I "$2" -B "$port" >/dev/null 2>&1 &
+  "${on_a[@]}" fi_pingpong -p "$fabric" -e rdm -m tagged -S "$1" -I "$2" -B "$port" >/dev/null 2>&1 &
   local server=$!
   sleep 0.5
   local line
-  line=$(timeout 120 fi_pingpong -p "$fabric" -e rdm -m tagged -S "$1" -I "$2" -P "$port" "$addr" | tail -1)
+  line=$(timeout 120 "${on_b[@]}" fi_pingpong -p "$fabric" -e rdm -m tagged -S "$1" -I "$2" -P "$port" "$addr" | tail -1)
   wait "$server" || true
   port=$((port + 1))
   echo "$line" | awk '{print $7, $6}'
 }
-read -r ref_lat _ < <(pingpong 8 20000)
-read -r ref_big_us ref_big_mbs < <(pingpong 4194304 200)
 
-ours=$("$bench" --provider ofi --param "provider=$fabric" --endpoint 0 --sizes 8:8 --time 0.5 | tail -1)
-ours_big=$("$bench" --provider ofi --param "provider=$fabric" --endpoint 0 --sizes 4M:4M --time 1 | tail -1)
-our_lat=$(echo "$ours" | awk '{print $3}')
+# wia-transport-bench ARGS... -> its last line. It forks its second process
+# itself: rank 0 starts on cpu_a and the child is moved to cpu_b at once
+# (it spends ~0.4 s in fi_getinfo before any traffic).
+ours() {
+  local out
+  out=$(mktemp)
+  "${on_a[@]}" "$bench" --provider ofi --param "provider=$fabric" --endpoint 0 "$@" >"$out" &
+  local pid=$!
+  if [ -n "$cpu_b" ]; then
+    local child=""
+    for _ in $(seq 200); do
+      child=$(pgrep -P "$pid" || true)
+      [ -n "$child" ] && break
+      sleep 0.01
+    done
+    [ -n "$child" ] && taskset -pc "$cpu_b" "$child" >/dev/null
+  fi
+  wait "$pid"
+  tail -1 "$out"
+  rm -f "$out"
+}
+
+stats() {  # numbers on stdin -> "median min max"
+  sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)], v[1], v[NR]}'
+}
+
+ref_lats=() our_lats=()
+for _ in $(seq "$runs"); do
+  read -r l _ < <(pingpong 8 20000)
+  ref_lats+=("$l")
+  our_lats+=("$(ours --sizes 8:8 --time 0.5 | awk '{print $3}')")
+done
+read -r ref_lat ref_min ref_max < <(printf '%s\n' "${ref_lats[@]}" | stats)
+read -r our_lat our_min our_max < <(printf '%s\n' "${our_lats[@]}" | stats)
+read -r ref_big_us _ < <(pingpong 4194304 200)
+ours_big=$(ours --sizes 4M:4M --time 1)
 our_big_us=$(echo "$ours_big" | awk '{print $3}')
 our_stream=$(echo "$ours_big" | awk '{print $4}')
 
-awk -v rl="$ref_lat" -v ol="$our_lat" -v rb="$ref_big_us" -v ob="$our_big_us" -v os="$our_stream" \
-    -v f="$fabric" 'BEGIN {
+echo "8 B runs (us), fi_pingpong: ${ref_lats[*]}"
+echo "8 B runs (us), ofi:         ${our_lats[*]}"
+awk -v rl="$ref_lat" -v ol="$our_lat" -v rmin="$ref_min" -v rmax="$ref_max" \
+    -v omin="$our_min" -v omax="$our_max" -v n="$runs" -v p="$pin" \
+    -v rb="$ref_big_us" -v ob="$our_big_us" -v os="$our_stream" -v f="$fabric" 'BEGIN {
   rbw = 4194304 / rb / 1000; obw = 4194304 / ob / 1000;
-  printf "fabric %s, one run\n", f;
-  printf "8 B latency (half round trip): ofi %.2f us, fi_pingpong %.2f us, ratio %.2fx (target <= 1.2x)\n", ol, rl, ol / rl;
+  printf "fabric %s, pinning %s, %d latency runs each\n", f, p, n;
+  printf "8 B latency (half round trip), median [min - max]: ofi %.2f [%.2f - %.2f] us, fi_pingpong %.2f [%.2f - %.2f] us, ratio %.2fx (target <= 1.2x)\n", ol, omin, omax, rl, rmin, rmax, ol / rl;
   printf "4 MiB ping-pong bandwidth:     ofi %.3f GB/s, fi_pingpong %.3f GB/s, ratio %.2fx (target >= 0.9x)\n", obw, rbw, obw / rbw;
   printf "4 MiB streaming (window 4):    ofi %.3f GB/s (%.2fx fi_pingpong ping-pong)\n", os, os / rbw;
 }'
 
+[ "${ALLREDUCE:-1}" = 0 ] && exit 0
 # 64 MiB all-reduce over 4 processes: ring through the transport (no node
 # windows: an algorithm is named), ofi on this fabric against tcp.
 allreduce() {  # TRANSPORT -> out-of-place busbw GB/s
