@@ -52,8 +52,9 @@ WIA_API wia_status_t wia_comm_revoke(wia_communicator_t comm);
  * already known to (wia_comm_get_failed on some participant), when it is
  * gone (its socket refuses connections), or when it did not call within
  * collectives.timeout_ms; the agreed failed set is added to each
- * participant's wia_comm_get_failed. Blocks, at most about
- * collectives.timeout_ms (twice that if the coordinator dies mid-way).
+ * participant's wia_comm_get_failed. Blocks, at most
+ * collectives.timeout_ms (one deadline for the whole agreement, a
+ * coordinator's failover included); a dead coordinator costs no wait.
  * Returns WIA_SUCCESS even when ranks failed (the set says which);
  * WIA_ERROR_TIMEOUT when the coordinator never answered; WIA_ERROR_REMOTE
  * when the others counted this rank as failed (it was too late);
@@ -76,8 +77,9 @@ WIA_API wia_status_t wia_comm_agree_failed(wia_communicator_t comm, int* flag, i
  * connections (shm inside a node, tcp between nodes, chosen as at
  * creation), node-shared windows, heartbeats and a cost model of its own.
  * Collective over the survivors; comm is unchanged (destroy it after). If
- * a rank fails during the shrink, every survivor's call fails (within
- * collectives.timeout_ms, usually at once) and may be retried on comm.
+ * a rank fails during the shrink, every survivor's call fails (at once
+ * while the set-up records are exchanged, within collectives.timeout_ms
+ * while connecting) and may be retried on comm.
  * *newcomm is NULL on failure. Blocks; errors as wia_comm_agree, plus
  * those of creating a communicator. */
 WIA_API wia_status_t wia_comm_shrink(wia_communicator_t comm, wia_communicator_t* newcomm);

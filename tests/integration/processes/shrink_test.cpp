@@ -360,6 +360,88 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "shrink: when the coordinator (rank 0) dies during the agreement, the next lowest survivor "
+    "takes over") {
+  // Rank 1 dies; ranks 2 and 3 start a shrink, whose coordinator is rank 0,
+  // which has not called it yet and is then killed too: they must turn to
+  // rank 2 and end with a communicator of two.
+  prefix = "/tmp/wia-failover-test-" + std::to_string(getpid()) + "-";
+  const auto st = run_ranks(
+      4, ft_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        if (member_origins(comm, rank).empty()) return kApiError;
+        write_stamp("up" + std::to_string(rank), "1");
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(30));  // killed meanwhile
+          return kNoError;
+        }
+        const auto until = Clock::now() + std::chrono::seconds(20);
+        while (!wia_detect_device_failure(comm)) {
+          if (Clock::now() > until) {
+            std::fprintf(stderr, "rank %d: rank 1's death not detected within 20 s\n", rank);
+            return kNoError;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        if (rank == 0) {
+          std::this_thread::sleep_for(std::chrono::seconds(30));  // killed meanwhile
+          return kNoError;
+        }
+        write_stamp("in" + std::to_string(rank), "1");
+        wia_communicator_t next = nullptr;
+        if (wia_comm_shrink(comm, &next) != WIA_SUCCESS) {
+          std::fprintf(stderr, "rank %d: shrink: %s\n", rank, wia_get_last_error());
+          return kApiError;
+        }
+        write_stamp("t" + std::to_string(rank), std::to_string(now_ns()));
+        int failed[4] = {-1, -1, -1, -1}, nfailed = -1;
+        wia_comm_get_failed(comm, failed, 4, &nfailed);
+        if (nfailed != 2 || failed[0] != 0 || failed[1] != 1 || wia_comm_size(next) != 2 ||
+            wia_comm_rank(next) != rank - 2) {
+          std::fprintf(stderr, "rank %d: %d failed (%d, %d), new size %d, new rank %d\n", rank,
+                       nfailed, failed[0], failed[1], wia_comm_size(next), wia_comm_rank(next));
+          return kWrong;
+        }
+        wia_destroy_communicator(comm);
+        const std::vector<int> origins = member_origins(next, rank);
+        if (origins.empty()) return kApiError;
+        const int rc = check_new_comm(next, origins);
+        wia_destroy_communicator(next);
+        return rc;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}},
+      [](std::vector<pid_t>& pids) {
+        const auto until = Clock::now() + std::chrono::seconds(60);
+        for (int r = 0; r < 4 && Clock::now() < until; ++r)
+          while (!has_stamp("up" + std::to_string(r)) && Clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        kill(pids[1], SIGKILL);
+        for (int r = 2; r < 4 && Clock::now() < until; ++r)
+          while (!has_stamp("in" + std::to_string(r)) && Clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // inside the shrink
+        kill(pids[0], SIGKILL);
+        write_stamp("k0", std::to_string(now_ns()));
+      },
+      90);
+  const std::int64_t killed_at = std::stoll("0" + read_stamp("k0"));
+  for (int r = 2; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(st[r] == kOk);
+    const std::int64_t done_at = std::stoll("0" + read_stamp("t" + std::to_string(r)));
+    if (st[r] != kOk || done_at == 0) continue;
+    const double secs = double(done_at - killed_at) / 1e9;
+    MESSAGE("rank " << r << " shrunk " << secs << " s after the coordinator's death");
+    CHECK(secs < 5.0);
+  }
+  remove_stamps();
+  CHECK(st[0] == -SIGKILL);
+  CHECK(st[1] == -SIGKILL);
+}
+
+TEST_CASE(
     "revoke: a rank's revoke fails the others' waiting collective and an idle rank's next one "
     "with WIA_ERROR_ABORTED; a shrink without failures keeps every rank") {
   const auto st = run_ranks(
@@ -544,4 +626,25 @@ TEST_CASE(
         MESSAGE("left in /dev/shm: " << e);
     CHECK(shm_after == shm_before);
   }
+}
+
+TEST_CASE("revoke, agree and shrink on a device-based communicator: WIA_ERROR_NOT_SUPPORTED") {
+  const auto st = run_ranks(1, "host:\n  devices: 2\n", [](int, int) {
+    const wia_device_t devices[2] = {0, 1};
+    wia_communicator_t comm = nullptr;
+    if (wia_create_communicator(devices, 2, &comm) != WIA_SUCCESS) return kApiError;
+    int flag = 1;
+    wia_communicator_t next = nullptr;
+    const bool refused =
+        wia_comm_revoke(comm) == WIA_ERROR_NOT_SUPPORTED &&
+        wia_comm_agree(comm, &flag) == WIA_ERROR_NOT_SUPPORTED &&
+        wia_comm_shrink(comm, &next) == WIA_ERROR_NOT_SUPPORTED && !next &&
+        wia_create_communicator_fault_tolerant(&next, comm) == WIA_ERROR_NOT_SUPPORTED;
+    const bool bad_args = wia_comm_agree(comm, nullptr) == WIA_ERROR_INVALID_ARGUMENT &&
+                          wia_comm_shrink(comm, nullptr) == WIA_ERROR_INVALID_ARGUMENT &&
+                          wia_comm_revoke(nullptr) == WIA_ERROR_INVALID_ARGUMENT;
+    wia_destroy_communicator(comm);
+    return refused && bad_args ? kOk : kWrong;
+  });
+  check_all(st, kOk);
 }
