@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: Apache-2.0
+// Memory of the `hip` provider: mem_alloc/mem_free of device and pinned
+// host memory, the synchronous memset/memcpy, and IPC handles (a small
+// validated header around the runtime's 64-byte hipIpcMemHandle_t).
+// The IPC header has the same shape as the cuda provider's; see
+// docs/provider-hip.md for why it is not shared code yet.
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstring>
+
+#include "hip_provider.hpp"
+
+namespace wia::hip {
+
+namespace {
+
+const char* kind_name(std::uint32_t kind) {
+  return kind == WIA_MEM_HOST_PINNED ? "pinned host" : "device";
+}
+
+// The work of the synchronous entries runs on the null stream and is
+// waited for: HIP's hipMemset/hipMemcpy may return before a device-side
+// operation is done. Our streams are non-blocking, so this waits for
+// nothing the caller enqueued.
+constexpr wia_hipStream_t kNullStream = nullptr;
+
+// --------------------------------------------------------------------------
+// IPC handle layout (WIA_IPC_HANDLE_SIZE bytes, all little-endian as the
+// node is): validated by ipc_open_handle, so a handle from another provider
+// or a torn copy fails with a message instead of inside the runtime.
+constexpr std::uint32_t kIpcMagic = 0x48414957u;  // "WIAH"
+constexpr std::uint16_t kIpcVersion = 1;
+
+struct IpcHandleLayout {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t header_size;       // sizeof(IpcHandleLayout)
+  std::uint32_t exporter_pid;      // the runtime refuses handles of the own process
+  std::int32_t exporter_device;    // provider-local ordinal in the exporting process
+  std::uint64_t size;              // bytes of the allocation, as mem_alloc was asked
+  wia_hipIpcMemHandle_t hip_handle;  // hipIpcGetMemHandle's bytes
+};
+static_assert(sizeof(IpcHandleLayout) <= WIA_IPC_HANDLE_SIZE, "IPC header outgrew the ABI handle");
+
+}  // namespace
+
+// --------------------------------------------------------------------------
+// Allocation
+
+wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uint32_t kind,
+                       void** ptr) noexcept {
+  return guarded(ctx, "mem_alloc", [&](Provider& p) -> wia_status_t {
+    if (ptr == nullptr) return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc: ptr is NULL");
+    *ptr = nullptr;
+    if (kind != WIA_MEM_DEVICE && kind != WIA_MEM_HOST_PINNED)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_alloc on HIP device %d: unknown kind %u", dev,
+                    kind);
+    if (const wia_status_t st = p.use_device(dev, "mem_alloc"); st != WIA_SUCCESS) return st;
+    // Size 0 still gets its own address (the ABI wants a unique pointer
+    // mem_free accepts); hipMalloc(0) returns NULL.
+    const std::size_t bytes = size == 0 ? 1 : static_cast<std::size_t>(size);
+    void* out = nullptr;
+    if (kind == WIA_MEM_DEVICE) {
+      const wia_hipError_t r = p.rt.hipMalloc(&out, bytes);
+      if (r != WIA_hipSuccess) return p.fail_hip(r, dev, "hipMalloc(%" PRIu64 " bytes)", size);
+    } else {
+      // Portable: pinned for every device, so a buffer allocated through
+      // device 0 serves copies on device 1 at full speed too.
+      const wia_hipError_t r = p.rt.hipHostMalloc(&out, bytes, WIA_hipHostMallocPortable);
+      if (r != WIA_hipSuccess)
+        return p.fail_hip(r, dev, "hipHostMalloc(%" PRIu64 " bytes, Portable)", size);
+    }
+    if (out == nullptr)
+      return p.fail(WIA_ERROR_INTERNAL,
+                    "mem_alloc on HIP device %d: the runtime returned NULL for %zu bytes", dev,
+                    bytes);
+    try {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      p.allocations[reinterpret_cast<std::uintptr_t>(out)] = Allocation{dev, kind, size};
+    } catch (...) {
+      if (kind == WIA_MEM_DEVICE)
+        p.rt.hipFree(out);
+      else
+        p.rt.hipHostFree(out);
+      throw;
+    }
+    *ptr = out;
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
+  return guarded(ctx, "mem_free", [&](Provider& p) -> wia_status_t {
+    if (const wia_status_t st = p.check_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
+    Allocation a;
+    {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      const auto key = reinterpret_cast<std::uintptr_t>(ptr);
+      const auto it = p.allocations.find(key);
+      if (it == p.allocations.end()) {
+        if (p.imports.count(key) != 0)
+          return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                        "mem_free on HIP device %d: %p was mapped by ipc_open_handle; release it "
+                        "with ipc_close_handle",
+                        dev, ptr);
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "mem_free on HIP device %d: %p is not a live allocation (already freed, "
+                      "or not from mem_alloc)",
+                      dev, ptr);
+      }
+      if (it->second.device != dev)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "mem_free on HIP device %d: %p belongs to HIP device %d", dev, ptr,
+                      it->second.device);
+      a = it->second;
+      p.allocations.erase(it);
+    }
+    if (const wia_status_t st = p.use_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
+    const wia_hipError_t r = a.kind == WIA_MEM_DEVICE ? p.rt.hipFree(ptr) : p.rt.hipHostFree(ptr);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev, "%s(%p, %s memory of %" PRIu64 " bytes)",
+                       a.kind == WIA_MEM_DEVICE ? "hipFree" : "hipHostFree", ptr,
+                       kind_name(a.kind), a.size);
+    return WIA_SUCCESS;
+  });
+}
+
+void release_all_memory(Provider& p) noexcept {
+  std::lock_guard<std::mutex> lk(p.memory_mu);
+  if (!p.allocations.empty())
+    p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", p.allocations.size());
+  for (const auto& [addr, a] : p.allocations) {
+    if (p.rt.hipSetDevice(a.device) != WIA_hipSuccess) continue;
+    if (a.kind == WIA_MEM_DEVICE)
+      p.rt.hipFree(reinterpret_cast<void*>(addr));
+    else
+      p.rt.hipHostFree(reinterpret_cast<void*>(addr));
+  }
+  p.allocations.clear();
+  for (const auto& [addr, import] : p.imports) {
+    if (p.rt.hipSetDevice(import.device) == WIA_hipSuccess)
+      for (std::uint32_t i = 0; i < import.opens; ++i)
+        p.rt.hipIpcCloseMemHandle(reinterpret_cast<void*>(addr));
+  }
+  p.imports.clear();
+}
+
+// --------------------------------------------------------------------------
+// Synchronous memset / memcpy
+
+wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t value,
+                         std::uint64_t size) noexcept {
+  return guarded(ctx, "memset", [&](Provider& p) -> wia_status_t {
+    if (size == 0) return p.check_device(dev, "memset");
+    if (ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "memset on HIP device %d: ptr is NULL", dev);
+    if (const wia_status_t st = p.use_device(dev, "memset"); st != WIA_SUCCESS) return st;
+    const auto byte = static_cast<unsigned char>(value);
+    wia_hipError_t r =
+        p.rt.hipMemsetAsync(ptr, byte, static_cast<std::size_t>(size), kNullStream);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev, "hipMemsetAsync(%p, 0x%02x, %" PRIu64 " bytes)", ptr, byte, size);
+    r = p.rt.hipStreamSynchronize(kNullStream);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev, "memset(%p, %" PRIu64 " bytes): hipStreamSynchronize", ptr, size);
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
+                         std::uint64_t size) noexcept {
+  return guarded(ctx, "memcpy", [&](Provider& p) -> wia_status_t {
+    if (size == 0) return p.check_device(dev, "memcpy");
+    if (dst == nullptr || src == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "memcpy on HIP device %d: %s is NULL", dev,
+                    dst == nullptr ? "dst" : "src");
+    if (const wia_status_t st = p.use_device(dev, "memcpy"); st != WIA_SUCCESS) return st;
+    // Unified addressing: hipMemcpyDefault lets the runtime tell host from
+    // device pointers.
+    wia_hipError_t r = p.rt.hipMemcpyAsync(dst, src, static_cast<std::size_t>(size),
+                                           WIA_hipMemcpyDefault, kNullStream);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev, "hipMemcpyAsync(%p <- %p, %" PRIu64 " bytes)", dst, src, size);
+    r = p.rt.hipStreamSynchronize(kNullStream);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev, "memcpy(%p <- %p, %" PRIu64 " bytes): hipStreamSynchronize", dst,
+                        src, size);
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
+// IPC
+
+wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
+                            wia_ipc_handle_t* handle) noexcept {
+  return guarded(ctx, "ipc_get_handle", [&](Provider& p) -> wia_status_t {
+    if (handle == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on HIP device %d: handle is NULL",
+                    dev);
+    if (const wia_status_t st = p.check_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
+    Allocation a;
+    {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      const auto it = p.allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
+      if (it == p.allocations.end() || it->second.device != dev ||
+          it->second.kind != WIA_MEM_DEVICE)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "ipc_get_handle on HIP device %d: %p is not the start of a live device "
+                      "allocation of this device (only mem_alloc(WIA_MEM_DEVICE) memory exports)",
+                      dev, ptr);
+      a = it->second;
+    }
+    if (const wia_status_t st = p.use_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
+    IpcHandleLayout h{};
+    const wia_hipError_t r = p.rt.hipIpcGetMemHandle(&h.hip_handle, ptr);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev, "hipIpcGetMemHandle(%p, %" PRIu64 " bytes)", ptr, a.size);
+    h.magic = kIpcMagic;
+    h.version = kIpcVersion;
+    h.header_size = sizeof(IpcHandleLayout);
+    h.exporter_pid = static_cast<std::uint32_t>(::getpid());
+    h.exporter_device = dev;
+    h.size = a.size;
+    std::memset(handle, 0, sizeof(*handle));
+    std::memcpy(handle->bytes, &h, sizeof(h));
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,
+                             void** ptr) noexcept {
+  return guarded(ctx, "ipc_open_handle", [&](Provider& p) -> wia_status_t {
+    if (handle == nullptr || ptr == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on HIP device %d: %s is NULL",
+                    dev, handle == nullptr ? "handle" : "ptr");
+    *ptr = nullptr;
+    if (const wia_status_t st = p.check_device(dev, "ipc_open_handle"); st != WIA_SUCCESS)
+      return st;
+    IpcHandleLayout h;
+    std::memcpy(&h, handle->bytes, sizeof(h));
+    if (h.magic != kIpcMagic || h.header_size != sizeof(IpcHandleLayout))
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ipc_open_handle on HIP device %d: not a hip provider IPC handle (magic "
+                    "0x%08x)",
+                    dev, h.magic);
+    if (h.version != kIpcVersion)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ipc_open_handle on HIP device %d: IPC handle version %u, this provider "
+                    "reads version %u",
+                    dev, h.version, kIpcVersion);
+    if (h.exporter_pid == static_cast<std::uint32_t>(::getpid()))
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ipc_open_handle on HIP device %d: the handle was exported by this process "
+                    "(HIP opens IPC handles only in other processes; use the pointer itself)",
+                    dev);
+    if (const wia_status_t st = p.use_device(dev, "ipc_open_handle"); st != WIA_SUCCESS) return st;
+    void* d = nullptr;
+    // LazyEnablePeerAccess: the exporter's GPU may differ from ours.
+    const wia_hipError_t r =
+        p.rt.hipIpcOpenMemHandle(&d, h.hip_handle, WIA_hipIpcMemLazyEnablePeerAccess);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev,
+                       "hipIpcOpenMemHandle(%" PRIu64
+                       " bytes exported by pid %u from its device "
+                       "%d)",
+                       h.size, h.exporter_pid, h.exporter_device);
+    try {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      Provider::Import& import = p.imports[reinterpret_cast<std::uintptr_t>(d)];
+      import.device = dev;
+      ++import.opens;
+    } catch (...) {
+      p.rt.hipIpcCloseMemHandle(d);
+      throw;
+    }
+    *ptr = d;
+    return WIA_SUCCESS;
+  });
+}
+
+wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
+  return guarded(ctx, "ipc_close_handle", [&](Provider& p) -> wia_status_t {
+    if (const wia_status_t st = p.check_device(dev, "ipc_close_handle"); st != WIA_SUCCESS)
+      return st;
+    {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      const auto it = p.imports.find(reinterpret_cast<std::uintptr_t>(ptr));
+      if (it == p.imports.end() || it->second.device != dev)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "ipc_close_handle on HIP device %d: %p was not opened by ipc_open_handle "
+                      "on this device",
+                      dev, ptr);
+      if (--it->second.opens == 0) p.imports.erase(it);
+    }
+    if (const wia_status_t st = p.use_device(dev, "ipc_close_handle"); st != WIA_SUCCESS) return st;
+    const wia_hipError_t r = p.rt.hipIpcCloseMemHandle(ptr);
+    if (r != WIA_hipSuccess) return p.fail_hip(r, dev, "hipIpcCloseMemHandle(%p)", ptr);
+    return WIA_SUCCESS;
+  });
+}
+
+}  // namespace wia::hip
