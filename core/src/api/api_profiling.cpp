@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -28,6 +29,7 @@
 #include "comm/comm_profiler.hpp"
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
+#include "compress/codec.hpp"
 #include "tuner/cost_model.hpp"
 
 namespace wia::api {
@@ -438,6 +440,159 @@ void suggest_algorithm(const CommProfiler::OpStats& o, coll::Collective c,
       o.name, n_calls, ran_names, best_names, ran_us / best_us, ran_us / 1e3, best_us / 1e3));
 }
 
+// Compression where a link is slow: all-reduces of float data of at
+// least kCompressionMinBytes, over links that are not memory (shm, the
+// node-shared windows, one process), when the cost model's slowest link is
+// under kSlowLinkGbps. Each call is costed plain and compressed by the same
+// alpha-beta formula: 2 (p - 1) alpha + the bytes one rank puts on the
+// wire (wia_compression_wire_bytes, headers included) / the link's
+// bandwidth, plus, compressed, the codec's CPU time per entry, timed on
+// this machine once per process (codec_ns). Only methods that keep the
+// result close to the exact sum are proposed: int8 quantization and, for
+// float32, a bfloat16 cast (top-k, 1-bit and low rank need error feedback
+// and a convergence check: docs/compression.md).
+constexpr std::uint64_t kCompressionMinBytes = 1u << 20;
+constexpr double kSlowLinkGbps = 10.0;
+
+// Nanoseconds per entry of the codecs, best of 3 over 256 Ki entries.
+struct CodecNs {
+  double int8_encode = 0, int8_decode = 0, bf16_narrow = 0, bf16_widen = 0;
+};
+const CodecNs& codec_ns() {
+  static const CodecNs measured = [] {
+    constexpr std::size_t n = 1u << 18;
+    std::vector<float> x(n), acc(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = std::sin(static_cast<float>(i) * 1e-3f);
+    std::vector<std::byte> msg(compress::quantize_bytes(n, 8, compress::kChunk));
+    std::vector<std::uint16_t> half(n);
+    auto best = [&](auto&& run) {
+      double fastest = 1e300;
+      for (int r = 0; r < 3; ++r) {
+        const auto t0 = Clock::now();
+        run();
+        fastest = std::min(fastest, std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      return fastest * 1e9 / static_cast<double>(n);
+    };
+    CodecNs c;
+    c.int8_encode = best([&] { compress::quantize_encode(x, 8, compress::kChunk, 1, msg); });
+    const std::byte* msgs[1] = {msg.data()};
+    c.int8_decode = best([&] { compress::quantize_decode_sum(msgs, 8, compress::kChunk, acc); });
+    c.bf16_narrow = best([&] { compress::from_float(x, WIA_BFLOAT16, half.data()); });
+    c.bf16_widen = best([&] { compress::to_float(half.data(), WIA_BFLOAT16, acc); });
+    return c;
+  }();
+  return measured;
+}
+
+// Whether a call's links are all memory: "shm", "windows", "host", or
+// several of them joined by '+'.
+bool memory_links(const std::string& transport) {
+  for (std::size_t at = 0; at <= transport.size();) {
+    const std::size_t plus = std::min(transport.find('+', at), transport.size());
+    const std::string t = transport.substr(at, plus - at);
+    if (t != "shm" && t != "windows" && t != "host") return false;
+    at = plus + 1;
+  }
+  return true;
+}
+
+std::size_t wire_bytes(std::uint64_t count, wia_datatype_t dtype,
+                       const wia_compression_config_t& cfg, int p) {
+  std::size_t b = 0;
+  if (wia_compression_wire_bytes(count, dtype, &cfg, p, &b) != WIA_SUCCESS)
+    throw Error(WIA_ERROR_INTERNAL, wia_get_last_error());
+  return b;
+}
+
+void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel& links,
+                         std::vector<std::string>& out) {
+  const int p = links.nranks;
+  double gbps = links.gbps, alpha_us = links.alpha_us;
+  if (!links.gbps_matrix.empty()) {
+    gbps = 0;
+    for (int a = 0; a < p; ++a)
+      for (int b = 0; b < p; ++b)
+        if (a != b && (gbps == 0 || links.bandwidth(a, b) < gbps)) gbps = links.bandwidth(a, b);
+  }
+  if (!links.alpha_matrix_us.empty()) {
+    alpha_us = 0;
+    for (int a = 0; a < p; ++a)
+      for (int b = 0; b < p; ++b)
+        if (a != b) alpha_us = std::max(alpha_us, links.alpha(a, b));
+  }
+  if (p < 2 || gbps <= 0 || gbps >= kSlowLinkGbps) return;
+  struct Method {
+    const char* text = "";
+    wia_compression_config_t cfg{};
+    double us = 0, codec_us = 0, wire = 0;
+  };
+  Method int8, bf16;
+  int8.text = "int8 quantization (WIA_COMPRESS_QUANTIZE, num_bits 8, use_dynamic_range)";
+  int8.cfg.method = WIA_COMPRESS_QUANTIZE;
+  int8.cfg.parameters.quantize.num_bits = 8;
+  int8.cfg.parameters.quantize.use_dynamic_range = true;
+  bf16.text = "a bfloat16 cast (WIA_COMPRESS_BF16)";
+  bf16.cfg.method = WIA_COMPRESS_BF16;
+  wia_compression_config_t none{};
+  none.method = WIA_COMPRESS_NONE;
+  const CodecNs* ns = nullptr;
+  double plain_us = 0, plain_wire = 0, measured_s = 0;
+  std::uint64_t calls = 0, bytes = 0;
+  bool all_fp32 = true;
+  const char* via = "";
+  wia_datatype_t dtype = WIA_FLOAT32;
+  const double rounds_us = 2.0 * (p - 1) * alpha_us;
+  for (std::size_t i = 0; i < o.call_bytes.size(); ++i) {
+    const wia_datatype_t t = i < o.call_dtype.size() ? o.call_dtype[i] : WIA_UINT8;
+    if (o.call_bytes[i] < kCompressionMinBytes ||
+        (t != WIA_FLOAT32 && t != WIA_FLOAT16 && t != WIA_BFLOAT16) ||
+        memory_links(o.call_transport[i]))
+      continue;
+    if (ns == nullptr) ns = &codec_ns();
+    const std::uint64_t n = o.call_bytes[i] / compress::float_type_size(t);
+    ++calls;
+    bytes += o.call_bytes[i];
+    measured_s += o.seconds[i];
+    via = o.call_transport[i];
+    dtype = t;
+    all_fp32 = all_fp32 && t == WIA_FLOAT32;
+    const double w = static_cast<double>(wire_bytes(n, t, none, p));
+    plain_wire += w;
+    plain_us += rounds_us + w / (gbps * 1e3);
+    // Quantized in shards (no error feedback): each rank encodes and
+    // decodes about twice its vector (its input, then its reduced shard
+    // gathered by all); charged as two encodes and two decodes of it.
+    const double dn = static_cast<double>(n);
+    Method* ms[] = {&int8, &bf16};
+    for (Method* m : ms) {
+      const double mw = static_cast<double>(wire_bytes(n, t, m->cfg, p));
+      const double codec = m == &int8 ? dn * 2 * (ns->int8_encode + ns->int8_decode) / 1e3
+                                      : dn * (ns->bf16_narrow + ns->bf16_widen) / 1e3;
+      m->wire += mw;
+      m->codec_us += codec;
+      m->us += rounds_us + mw / (gbps * 1e3) + codec;
+    }
+  }
+  if (calls == 0) return;
+  const Method* best = &int8;
+  if (all_fp32 && bf16.us < int8.us) best = &bf16;  // the cast gains nothing on 16-bit data
+  if (best->us <= 0 || plain_us < kMinSpeedup * best->us) return;
+  const char* type = dtype == WIA_FLOAT32   ? "float32"
+                     : dtype == WIA_FLOAT16 ? "float16"
+                                            : "bfloat16";
+  out.push_back(fmt::format(
+      "{}: {} calls of {}{} data of {} or more (average {}, {:.3f} ms measured in all) over {}, "
+      "a slow link in the cost model ({:.3g} GB/s, {:.3g} us): compress them with "
+      "wia_all_reduce_compressed{}, {}: estimated {:.1f}x faster (cost model: {:.3f} ms plain "
+      "-> {:.3f} ms, {:.1f}x fewer bytes on the wire, {:.3f} ms of it encoding and decoding as "
+      "timed here)",
+      o.name, calls, type, all_fp32 ? "" : " (or other float)", fmt_bytes(kCompressionMinBytes),
+      fmt_bytes(static_cast<double>(bytes) / static_cast<double>(calls)), measured_s * 1e3, via,
+      gbps, alpha_us, all_fp32 ? "" : "_ex", best->text, plain_us / best->us, plain_us / 1e3,
+      best->us / 1e3, best->wire > 0 ? plain_wire / best->wire : 0.0, best->codec_us / 1e3));
+}
+
 std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
                                      comm::ProcessCommunicator& pc) {
   std::vector<std::string> out;
@@ -455,6 +610,13 @@ std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
         suggest_algorithm(o, c, links, model, out);
       } catch (const Error& e) {  // a size the model cannot cost: no suggestion
         log::debug("profile", "{}: no algorithm suggestion: {}", o.name, e.what());
+      }
+      if (c == coll::Collective::kAllReduce) {
+        try {
+          suggest_compression(o, links, out);
+        } catch (const Error& e) {
+          log::debug("profile", "{}: no compression suggestion: {}", o.name, e.what());
+        }
       }
     }
   }

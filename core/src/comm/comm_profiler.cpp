@@ -44,11 +44,11 @@ void CommProfiler::reset() {
 
 void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
                           double busbw_factor, const char* algorithm, const char* transport,
-                          std::int32_t peer) {
+                          std::int32_t peer, wia_datatype_t dtype) {
   if (!on() || t_unrecorded) return;  // finished() then finds no slot of this seq
   // The posting thread owns this slot until finished() takes it: no lock.
   Slot& slot = ring_[seq % kRing];
-  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm, transport, peer};
+  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm, transport, peer, dtype};
   slot.seq_plus_one.store(seq + 1, std::memory_order_release);
 }
 
@@ -92,6 +92,7 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
   o.call_bytes.push_back(p.bytes);
   o.call_algorithm.push_back(algo != nullptr ? algo : "");
   o.call_transport.push_back(via != nullptr ? via : "");
+  o.call_dtype.push_back(p.dtype);
   o.bytes += p.bytes;
   if (algo != nullptr) o.algorithm = algo;
   if (via != nullptr) o.transport = via;

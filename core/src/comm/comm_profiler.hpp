@@ -36,6 +36,7 @@ class CommProfiler {
     std::vector<std::uint64_t> call_bytes;  // per call (the suggestions cost them)
     std::vector<const char*> call_algorithm;  // per call, static storage ("" unknown)
     std::vector<const char*> call_transport;  // per call, as `transport`
+    std::vector<wia_datatype_t> call_dtype;   // per call (the compression suggestion)
     std::uint64_t bytes = 0;
     const char* algorithm = "";  // static storage (coll::algorithm_name)
     const char* transport = "";  // static storage (intern_transport): the last call's
@@ -96,10 +97,11 @@ class CommProfiler {
   // `algorithm` (static storage), when set, is what the report shows for
   // this operation instead of finished()'s (point to point: its path);
   // `transport` likewise (point to point: its link's, known when posted);
-  // `peer`: point to point's other rank, for the timeline.
+  // `peer`: point to point's other rank, for the timeline; `dtype`: the
+  // elements' type (the compression suggestion looks for float data).
   void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
               const char* algorithm = nullptr, const char* transport = nullptr,
-              std::int32_t peer = -1);
+              std::int32_t peer = -1, wia_datatype_t dtype = WIA_UINT8);
   // `transport`: the links the operation used ("shm", "shm+tcp",
   // "windows", "host"; static storage), unless posted() named them.
   void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr);
@@ -120,6 +122,7 @@ class CommProfiler {
     const char* algorithm;
     const char* transport;
     std::int32_t peer;
+    wia_datatype_t dtype;
   };
   std::atomic<bool> on_{false};
   std::string trace_at_destroy_;

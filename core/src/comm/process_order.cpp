@@ -250,7 +250,7 @@ void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int
                                : coll::collective_name(call.collective),
                      call.count * kernels::dtype_size(call.dtype), factor,
                      peer >= 0 ? (call.p2p_path ? call.p2p_path : "host") : nullptr,
-                     peer >= 0 ? transport_to_peer(peer) : nullptr, peer);
+                     peer >= 0 ? transport_to_peer(peer) : nullptr, peer, call.dtype);
   }
   if (peer >= 0) {
     flight_.posted(seq, -1, call.p2p_name ? call.p2p_name : is_send ? "send" : "recv", call.count,
