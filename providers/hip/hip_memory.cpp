@@ -35,10 +35,10 @@ constexpr std::uint16_t kIpcVersion = 1;
 struct IpcHandleLayout {
   std::uint32_t magic;
   std::uint16_t version;
-  std::uint16_t header_size;       // sizeof(IpcHandleLayout)
-  std::uint32_t exporter_pid;      // the runtime refuses handles of the own process
-  std::int32_t exporter_device;    // provider-local ordinal in the exporting process
-  std::uint64_t size;              // bytes of the allocation, as mem_alloc was asked
+  std::uint16_t header_size;         // sizeof(IpcHandleLayout)
+  std::uint32_t exporter_pid;        // the runtime refuses handles of the own process
+  std::int32_t exporter_device;      // provider-local ordinal in the exporting process
+  std::uint64_t size;                // bytes of the allocation, as mem_alloc was asked
   wia_hipIpcMemHandle_t hip_handle;  // hipIpcGetMemHandle's bytes
 };
 static_assert(sizeof(IpcHandleLayout) <= WIA_IPC_HANDLE_SIZE, "IPC header outgrew the ABI handle");
@@ -120,8 +120,8 @@ wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
     const wia_hipError_t r = a.kind == WIA_MEM_DEVICE ? p.rt.hipFree(ptr) : p.rt.hipHostFree(ptr);
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, dev, "%s(%p, %s memory of %" PRIu64 " bytes)",
-                       a.kind == WIA_MEM_DEVICE ? "hipFree" : "hipHostFree", ptr,
-                       kind_name(a.kind), a.size);
+                        a.kind == WIA_MEM_DEVICE ? "hipFree" : "hipHostFree", ptr,
+                        kind_name(a.kind), a.size);
     return WIA_SUCCESS;
   });
 }
@@ -157,8 +157,7 @@ wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t va
       return p.fail(WIA_ERROR_INVALID_ARGUMENT, "memset on HIP device %d: ptr is NULL", dev);
     if (const wia_status_t st = p.use_device(dev, "memset"); st != WIA_SUCCESS) return st;
     const auto byte = static_cast<unsigned char>(value);
-    wia_hipError_t r =
-        p.rt.hipMemsetAsync(ptr, byte, static_cast<std::size_t>(size), kNullStream);
+    wia_hipError_t r = p.rt.hipMemsetAsync(ptr, byte, static_cast<std::size_t>(size), kNullStream);
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, dev, "hipMemsetAsync(%p, 0x%02x, %" PRIu64 " bytes)", ptr, byte, size);
     r = p.rt.hipStreamSynchronize(kNullStream);
@@ -233,8 +232,8 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
                              void** ptr) noexcept {
   return guarded(ctx, "ipc_open_handle", [&](Provider& p) -> wia_status_t {
     if (handle == nullptr || ptr == nullptr)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on HIP device %d: %s is NULL",
-                    dev, handle == nullptr ? "handle" : "ptr");
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on HIP device %d: %s is NULL", dev,
+                    handle == nullptr ? "handle" : "ptr");
     *ptr = nullptr;
     if (const wia_status_t st = p.check_device(dev, "ipc_open_handle"); st != WIA_SUCCESS)
       return st;
@@ -262,10 +261,10 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
         p.rt.hipIpcOpenMemHandle(&d, h.hip_handle, WIA_hipIpcMemLazyEnablePeerAccess);
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, dev,
-                       "hipIpcOpenMemHandle(%" PRIu64
-                       " bytes exported by pid %u from its device "
-                       "%d)",
-                       h.size, h.exporter_pid, h.exporter_device);
+                        "hipIpcOpenMemHandle(%" PRIu64
+                        " bytes exported by pid %u from its device "
+                        "%d)",
+                        h.size, h.exporter_pid, h.exporter_device);
     try {
       std::lock_guard<std::mutex> lk(p.memory_mu);
       Provider::Import& import = p.imports[reinterpret_cast<std::uintptr_t>(d)];

@@ -12,12 +12,12 @@
 //    hipSetDevice on every entry, and the caller's device is put back.
 //  - Reductions are staged through host memory (no hipcc kernels yet); the
 //    version string wia-info shows says so.
+#include "hip_provider.hpp"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-
-#include "hip_provider.hpp"
 
 namespace wia::hip {
 
@@ -38,8 +38,7 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
     const std::uint32_t caller_size = props->struct_size;
     if (!WIA_ABI_HAS_FIELD(wia_device_props_v1_t, caller_size, type))
       return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "device_props on HIP device %d: struct_size %u is too small", dev,
-                    caller_size);
+                    "device_props on HIP device %d: struct_size %u is too small", dev, caller_size);
     Device& d = *p.devices[static_cast<std::size_t>(dev)];
     wia_device_props_v1_t full{};
     full.struct_size = caller_size;
@@ -140,7 +139,8 @@ wia_status_t init(const wia_host_services_v1_t* host, void** ctx) noexcept {
     if (host->set_error != nullptr) host->set_error(host->host_ctx, "hip init: out of memory");
     return WIA_ERROR_OUT_OF_MEMORY;
   } catch (...) {
-    if (host->set_error != nullptr) host->set_error(host->host_ctx, "hip init: unexpected exception");
+    if (host->set_error != nullptr)
+      host->set_error(host->host_ctx, "hip init: unexpected exception");
     return WIA_ERROR_INTERNAL;
   }
 }

@@ -89,8 +89,8 @@ class Provider {
   wia_status_t fail(wia_status_t st, const char* fmt, ...) const noexcept
       __attribute__((format(printf, 3, 4)));
   // "<what> on device D (name): hipErrorX", status from status_of().
-  wia_status_t fail_hip(wia_hipError_t error, std::int32_t dev, const char* fmt,
-                        ...) const noexcept __attribute__((format(printf, 4, 5)));
+  wia_status_t fail_hip(wia_hipError_t error, std::int32_t dev, const char* fmt, ...) const noexcept
+      __attribute__((format(printf, 4, 5)));
   void log(wia_log_level_t level, const char* fmt, ...) const noexcept
       __attribute__((format(printf, 3, 4)));
 

@@ -71,9 +71,8 @@ wia_status_t reduce_async(void* ctx, wia_provider_stream_t h,
     staging->args.srcs = staging->srcs.data();
 
     for (std::uint32_t i = 0; i < args->nsrcs; ++i) {
-      const wia_hipError_t r =
-          p.rt.hipMemcpyAsync(staging->block + i * bytes, args->srcs[i], bytes,
-                              WIA_hipMemcpyDefault, s->hip);
+      const wia_hipError_t r = p.rt.hipMemcpyAsync(staging->block + i * bytes, args->srcs[i], bytes,
+                                                   WIA_hipMemcpyDefault, s->hip);
       if (r == WIA_hipSuccess) continue;
       // Copies already enqueued write into the block: it must outlive
       // them, so it is freed on the stream after them (or leaked when even
@@ -97,7 +96,8 @@ wia_status_t reduce_async(void* ctx, wia_provider_stream_t h,
     // The block is freed on the stream after everything that uses it, also
     // when an enqueue above failed (the copies before it still run).
     const wia_hipError_t freed = p.rt.hipLaunchHostFunc(s->hip, free_staging, staging.get());
-    if (freed == WIA_hipSuccess) static_cast<void>(staging.release());
+    if (freed == WIA_hipSuccess)
+      static_cast<void>(staging.release());
     else if (r == WIA_hipSuccess) {
       r = freed;
       failed = "hipLaunchHostFunc(free the host staging)";

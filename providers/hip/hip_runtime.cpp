@@ -144,13 +144,13 @@ wia_status_t runtime_open(Provider& p, const std::string& library) {
   if (rt.library == nullptr)
     return p.fail(WIA_ERROR_UNAVAILABLE, "HIP runtime not found (dlopen %s)", tried.c_str());
   const char* missing = nullptr;
-#define WIA_HIP_RESOLVE(ret, name, params)                                       \
-  {                                                                              \
-    void* fn = ::dlsym(rt.library, #name);                                       \
-    if (fn != nullptr)                                                           \
-      rt.name = reinterpret_cast<wia_PFN_##name>(fn);                            \
-    else if (missing == nullptr)                                                 \
-      missing = #name;                                                           \
+#define WIA_HIP_RESOLVE(ret, name, params)            \
+  {                                                   \
+    void* fn = ::dlsym(rt.library, #name);            \
+    if (fn != nullptr)                                \
+      rt.name = reinterpret_cast<wia_PFN_##name>(fn); \
+    else if (missing == nullptr)                      \
+      missing = #name;                                \
   }
   WIA_HIP_RUNTIME_ENTRIES(WIA_HIP_RESOLVE)
 #undef WIA_HIP_RESOLVE

@@ -55,8 +55,8 @@ wia_status_t stream_destroy(void* ctx, wia_provider_stream_t h) noexcept {
     const wia_hipError_t r = p.rt.hipStreamDestroy(s->hip);
     if (sync != WIA_hipSuccess)
       return p.fail_hip(sync, s->device,
-                       "stream_destroy: hipStreamSynchronize (work on the stream failed; the "
-                       "stream is released)");
+                        "stream_destroy: hipStreamSynchronize (work on the stream failed; the "
+                        "stream is released)");
     if (r != WIA_hipSuccess) return p.fail_hip(r, s->device, "hipStreamDestroy");
     return WIA_SUCCESS;
   });
@@ -98,11 +98,10 @@ wia_status_t memset_async(void* ctx, wia_provider_stream_t h, void* ptr, std::in
     if (const wia_status_t st = p.use_device(s->device, "memset_async"); st != WIA_SUCCESS)
       return st;
     const auto byte = static_cast<unsigned char>(value);
-    const wia_hipError_t r =
-        p.rt.hipMemsetAsync(ptr, byte, static_cast<std::size_t>(size), s->hip);
+    const wia_hipError_t r = p.rt.hipMemsetAsync(ptr, byte, static_cast<std::size_t>(size), s->hip);
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, s->device, "hipMemsetAsync(%p, 0x%02x, %" PRIu64 " bytes)", ptr, byte,
-                       size);
+                        size);
     return WIA_SUCCESS;
   });
 }
@@ -121,7 +120,8 @@ wia_status_t memcpy_async(void* ctx, wia_provider_stream_t h, void* dst, const v
     const wia_hipError_t r =
         p.rt.hipMemcpyAsync(dst, src, static_cast<std::size_t>(size), WIA_hipMemcpyDefault, s->hip);
     if (r != WIA_hipSuccess)
-      return p.fail_hip(r, s->device, "hipMemcpyAsync(%p <- %p, %" PRIu64 " bytes)", dst, src, size);
+      return p.fail_hip(r, s->device, "hipMemcpyAsync(%p <- %p, %" PRIu64 " bytes)", dst, src,
+                        size);
     return WIA_SUCCESS;
   });
 }
@@ -166,12 +166,11 @@ wia_status_t memcpy_peer_async(void* ctx, wia_provider_stream_t h, void* dst, st
       return st;
     // HIP names devices by ordinal (no contexts): direct over xGMI/PCIe
     // when peer access is enabled, staged by the runtime otherwise.
-    const wia_hipError_t r = p.rt.hipMemcpyPeerAsync(dst, dst_dev, src, src_dev,
-                                                     static_cast<std::size_t>(size), s->hip);
+    const wia_hipError_t r =
+        p.rt.hipMemcpyPeerAsync(dst, dst_dev, src, src_dev, static_cast<std::size_t>(size), s->hip);
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, s->device,
-                        "hipMemcpyPeerAsync(%p on device %d <- %p on device %d, %" PRIu64
-                        " bytes)",
+                        "hipMemcpyPeerAsync(%p on device %d <- %p on device %d, %" PRIu64 " bytes)",
                         dst, dst_dev, src, src_dev, size);
     return WIA_SUCCESS;
   });
@@ -300,8 +299,8 @@ wia_status_t event_elapsed_ms(void* ctx, wia_provider_event_t start, wia_provide
                     a->device, b->device);
     if (!a->recorded.load() || !b->recorded.load())
       return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "event_elapsed_ms on HIP device %d: the %s event was never recorded",
-                    a->device, a->recorded.load() ? "end" : "start");
+                    "event_elapsed_ms on HIP device %d: the %s event was never recorded", a->device,
+                    a->recorded.load() ? "end" : "start");
     if (const wia_status_t st = p.use_device(a->device, "event_elapsed_ms"); st != WIA_SUCCESS)
       return st;
     const wia_hipError_t r = p.rt.hipEventElapsedTime(ms, a->hip, b->hip);
