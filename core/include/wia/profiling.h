@@ -52,9 +52,9 @@ typedef struct wia_comm_profile_report {
   wia_collective_profile_t* collectives;
   /* What to change, each costed by the communicator's cost model, the
    * estimated speedup in its text ("... estimated 168.7x faster (cost
-   * model: ...)"). Today: fusing many small all-reduces into buckets, and
-   * the tuner's algorithm where a forced one is slower (docs/profiling.md
-   * says when). NULL when there are none. */
+   * model: ...)"). Today: fusing small all-reduces into buckets, the
+   * tuner's algorithm where a forced one is slower, compression where a
+   * link is slow (docs/profiling.md says when). NULL when none. */
   int num_suggestions;
   const char** suggestions;
   /* Extension: seconds since profiling was enabled or reset. */
