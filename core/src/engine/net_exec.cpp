@@ -96,6 +96,11 @@ std::uint64_t staging_bytes(const ExecPlan& plan, int rank) {
   return n * plan.schedule.elem_size();
 }
 
+// The longest a running collective goes without looking at its control
+// channel while it makes progress: well under the heartbeat period (500 ms
+// by default), so heartbeats leave on time from a rank inside a long one.
+constexpr std::chrono::milliseconds kControlEvery{50};
+
 class NetExecution::Executor {
  public:
   Executor(const ExecPlan& plan, int rank, const RankBuffers& mine, const Descriptor& descriptor,
@@ -163,16 +168,25 @@ class NetExecution::Executor {
     }
     Backoff backoff(options_.oversubscribed);
     std::uint32_t iteration = 0, idle = 0;
+    auto last_control = std::chrono::steady_clock::now();
     while (first_ < prog_.steps.size() || desc_send_ || desc_recv_) {
       bool progressed = false;
       for (std::uint32_t k = first_; k < prog_.steps.size(); ++k)
         if (!st_[k].done) progressed |= advance(k);
       while (first_ < prog_.steps.size() && st_[first_].done) ++first_;
       progressed |= advance_descriptor();
-      // The control channel (failures, "where are you?") every 32 rounds:
-      // polling it costs a test per peer, which on every idle round
-      // delayed noticing the message being waited for.
-      if ((++iteration & 31) == 0) {
+      // The control channel (failures, "where are you?", and this rank's
+      // heartbeats) every 32 rounds: polling it costs a test per peer,
+      // which on every idle round delayed noticing the message being
+      // waited for. Also whenever kControlEvery passed on a round that
+      // made progress: such a round may copy or reduce a large chunk, and
+      // on a loaded machine 32 of them outlasted heartbeat_timeout_ms, so
+      // the neighbours declared a busy rank dead.
+      bool control_due = (++iteration & 31) == 0;
+      if (progressed && !control_due)
+        control_due = std::chrono::steady_clock::now() - last_control >= kControlEvery;
+      if (control_due) {
+        last_control = std::chrono::steady_clock::now();
         const std::string reason = control_.poll();
         if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
       }
