@@ -297,6 +297,76 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "shrink over two faked hosts: node and local ranks are recomputed, shm inside a node and tcp "
+    "between them") {
+  // Ranks 0, 1 on hostA and 2, 3, 4 on hostB; rank 2, hostB's first, dies.
+  // The survivors 0, 1 | 3, 4 become ranks 0, 1 on node 0 and 2, 3 on node 1.
+  prefix = "/tmp/wia-hosts-test-" + std::to_string(getpid()) + "-";
+  constexpr int kVictim = 2;
+  const auto st = run_ranks(
+      5, ft_yaml(),
+      [](int rank, int nranks) {
+        setenv("WIA_HOSTID", rank < 2 ? "hostA" : "hostB", 1);
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        std::vector<int> origins = member_origins(comm, rank);
+        if (origins.empty()) return kApiError;
+        write_stamp("up" + std::to_string(rank), "1");
+        if (const int rc = until_failure(comm, origins, rank, std::chrono::seconds(30)); rc != -1)
+          return rc;
+        wia_comm_revoke(comm);
+        wia_communicator_t next = nullptr;
+        if (wia_comm_shrink(comm, &next) != WIA_SUCCESS) {
+          std::fprintf(stderr, "rank %d: shrink: %s\n", rank, wia_get_last_error());
+          return kApiError;
+        }
+        wia_destroy_communicator(comm);
+        const int me = rank < kVictim ? rank : rank - 1;
+        bool ok = wia_comm_size(next) == 4 && wia_comm_rank(next) == me &&
+                  wia_comm_node_count(next) == 2 && wia_comm_node_rank(next) == me / 2 &&
+                  wia_comm_local_rank(next) == me % 2;
+        wia_topology_t topo;
+        if (ok && wia_comm_discover_topology(next, &topo) == WIA_SUCCESS) {
+          ok = topo.num_devices == 4 && std::string(topo.link_type[0][1]) == "shared_memory" &&
+               std::string(topo.link_type[2][3]) == "shared_memory" &&
+               std::string(topo.link_type[1][2]) == "tcp" &&
+               std::string(topo.link_type[3][0]) == "tcp";
+          wia_free_topology(&topo);
+        } else {
+          ok = false;
+        }
+        if (!ok) {
+          std::fprintf(stderr, "rank %d: new rank %d of %d, node %d of %d, local rank %d\n", rank,
+                       wia_comm_rank(next), wia_comm_size(next), wia_comm_node_rank(next),
+                       wia_comm_node_count(next), wia_comm_local_rank(next));
+          return kWrong;
+        }
+        origins = member_origins(next, rank);
+        if (origins.empty()) return kApiError;
+        const int rc = check_new_comm(next, origins);
+        wia_destroy_communicator(next);
+        return rc;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}},
+      [](std::vector<pid_t>& pids) {
+        const auto until = Clock::now() + std::chrono::seconds(60);
+        for (int r = 0; r < 5 && Clock::now() < until; ++r)
+          while (!has_stamp("up" + std::to_string(r)) && Clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        kill(pids[kVictim], SIGKILL);
+      },
+      120);
+  remove_stamps();
+  CHECK(st[kVictim] == -SIGKILL);
+  for (int r = 0; r < 5; ++r) {
+    if (r == kVictim) continue;
+    INFO("rank " << r);
+    CHECK(st[r] == kOk);
+  }
+}
+
+TEST_CASE(
     "agree: survivors of a dead rank 0 agree on the AND of their flags and on the failed set") {
   prefix = "/tmp/wia-agree-test-" + std::to_string(getpid()) + "-";
   const auto st = run_ranks(
