@@ -4,15 +4,18 @@
  * the gradient of its shard of a fixed data set, an all-reduce sums them,
  * every rank applies the same update; every CKPT_EVERY iterations the
  * (replicated) parameters and the iteration are saved asynchronously; when
- * wia_detect_device_failure says a rank failed, the survivors stop and the
- * job is relaunched with the ranks that are left, from the latest checkpoint.
+ * wia_detect_device_failure says a rank failed, the survivors agree on who
+ * failed and re-form a smaller communicator in place
+ * (wia_create_communicator_fault_tolerant), restore the latest checkpoint
+ * and go on with the ranks that are left: no relaunch.
  *
  * Launch: one process per rank with RANK, WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT (torchrun style). Arguments: CHECKPOINT_DIR ITERATIONS
  * [OUT_FILE]. KILL_RANK/KILL_AT make that rank SIGKILL itself just before
  * the all-reduce of that iteration (the crash being recovered from).
  * Exit status: 0 finished (rank 0 wrote the parameters' bits to OUT_FILE),
- * 3 a failure was detected (relaunch), 1 anything else.
+ * 3 a failure was detected and the survivors could not recover in place
+ * (relaunch from the latest checkpoint), 1 anything else.
  */
 #include <math.h>
 #include <signal.h>
@@ -34,6 +37,23 @@ static float target(int s) {
   return y;
 }
 
+/* Restores the latest checkpoint of cfg's directory, if there is one (saved
+ * by any number of ranks), into model; returns the iteration to go on from
+ * (0 when there is none), -1 on error. Collective over cfg->comm. */
+static int resume(const wia_checkpoint_config_t* cfg, wia_model_t* model, int my_rank,
+                  int num_ranks) {
+  wia_checkpoint_t* latest = NULL;
+  int saved = -1;
+  if (wia_load_checkpoint_ex(NULL, cfg, &latest) != WIA_SUCCESS) return 0;
+  const bool ok = wia_restore_model(model, latest) == WIA_SUCCESS &&
+                  wia_get_checkpoint_metadata(latest, "iteration", &saved) == WIA_SUCCESS;
+  wia_free_checkpoint(latest);
+  if (!ok) return -1;
+  if (my_rank == 0)
+    fprintf(stderr, "rank 0: resumed from iteration %d with %d ranks\n", saved, num_ranks);
+  return saved + 1;
+}
+
 static int fail(const char* what) {
   fprintf(stderr, "%s: %s\n", what, wia_get_last_error());
   return 1;
@@ -50,7 +70,8 @@ int main(int argc, char** argv) {
 
   wia_communicator_t comm;
   if (wia_create_distributed_communicator(NULL, &comm) != WIA_SUCCESS) return fail("join");
-  const int my_rank = wia_comm_rank(comm), num_ranks = wia_comm_size(comm);
+  int my_rank = wia_comm_rank(comm), num_ranks = wia_comm_size(comm);
+  const int launch_rank = my_rank; /* KILL_RANK names a rank of the launch */
 
   static float weights[FEATURES], gradients[FEATURES];
   wia_tensor_ref_t params[] = {{"linear.weight", weights, FEATURES, WIA_FLOAT32}};
@@ -70,17 +91,8 @@ int main(int argc, char** argv) {
   if (wia_create_stream(&save_stream) != WIA_SUCCESS) return fail("stream");
 
   /* Resume from the latest checkpoint, if any (saved by any number of ranks). */
-  int start = 0;
-  wia_checkpoint_t* latest = NULL;
-  if (wia_load_checkpoint_ex(NULL, &ckpt_cfg, &latest) == WIA_SUCCESS) {
-    if (wia_restore_model(model, latest) != WIA_SUCCESS ||
-        wia_get_checkpoint_metadata(latest, "iteration", &start) != WIA_SUCCESS)
-      return fail("restore");
-    wia_free_checkpoint(latest);
-    ++start;
-    if (my_rank == 0)
-      fprintf(stderr, "rank 0: resumed from iteration %d with %d ranks\n", start - 1, num_ranks);
-  }
+  int start = resume(&ckpt_cfg, model, my_rank, num_ranks);
+  if (start < 0) return fail("restore");
 
   wia_checkpoint_t* pending = NULL;
   wia_collective_config_t sum = {.operation = WIA_COLLECTIVE_ALLREDUCE,
@@ -94,7 +106,7 @@ int main(int argc, char** argv) {
       for (int j = 0; j < FEATURES; ++j) err += weights[j] * feature(s, j);
       for (int j = 0; j < FEATURES; ++j) gradients[j] += err * feature(s, j);
     }
-    if (my_rank == kill_rank && iter == kill_at) raise(SIGKILL);
+    if (launch_rank == kill_rank && iter == kill_at) raise(SIGKILL);
     if (wia_all_reduce(comm, gradients, gradients, FEATURES, &sum, NULL) != WIA_SUCCESS ||
         wia_stream_synchronize(NULL) != WIA_SUCCESS || wia_detect_device_failure(comm)) {
       int failed[16], n = 0;
@@ -102,8 +114,25 @@ int main(int argc, char** argv) {
       fprintf(stderr, "rank %d: device failure detected at iteration %d (%d rank(s) failed%s%d)\n",
               my_rank, iter, n, n > 0 ? ", first: " : "", n > 0 ? failed[0] : -1);
       if (pending) wia_free_checkpoint(pending); /* finishes (or fails) the save in flight */
-      wia_comm_abort(comm);
-      return 3;
+      pending = NULL;
+      /* Spec 6.9: go on without the failed rank. The survivors agree on the
+       * failed set and re-form a communicator of themselves, renumbered. */
+      wia_communicator_t smaller = NULL;
+      if (wia_create_communicator_fault_tolerant(&smaller, comm) != WIA_SUCCESS) {
+        fprintf(stderr, "rank %d: cannot recover in place: %s\n", my_rank, wia_get_last_error());
+        wia_comm_abort(comm);
+        return 3;
+      }
+      wia_destroy_communicator(comm);
+      comm = smaller;
+      my_rank = wia_comm_rank(comm);
+      num_ranks = wia_comm_size(comm);
+      ckpt_cfg.comm = comm;
+      /* The failed step and those since the last checkpoint are redone. */
+      iter = resume(&ckpt_cfg, model, my_rank, num_ranks);
+      if (iter < 0) return fail("restore");
+      --iter; /* the loop's increment */
+      continue;
     }
     for (int j = 0; j < FEATURES; ++j) weights[j] -= LEARNING_RATE * gradients[j] / SAMPLES;
 
