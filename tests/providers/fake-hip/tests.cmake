@@ -93,3 +93,15 @@ target_compile_definitions(test_provider_hip_fake PRIVATE
   WIA_FAKE_HIP_FILE="${WIA_FAKE_HIP_FILE}"
   WIA_HIP_PROVIDER_FILE="$<TARGET_FILE:wia-provider-hip>")
 add_dependencies(test_provider_hip_fake wia-provider-hip wia_fake_hip)
+
+# A runtime whose hipInit fails (no usable driver): UNAVAILABLE naming it.
+if(TARGET wia-conformance)
+  add_test(NAME conformance_hip_fake_init_fails
+    COMMAND /bin/sh -c "\"$0\" --provider \"$1\" --param library=\"$2\" \
+--filter L0.init_fini > \"$3\" 2>&1; rc=$?; cat \"$3\"; [ $rc -eq 0 ] && \
+grep -q 'provider unavailable here: hipInit (.*libamdhip64.so.5): hipErrorInsufficientDriver' \"$3\""
+      $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-hip> ${WIA_FAKE_HIP_FILE}
+      ${CMAKE_CURRENT_BINARY_DIR}/conformance-hip-fake-init-fails.log)
+  set_tests_properties(conformance_hip_fake_init_fails PROPERTIES TIMEOUT 60
+    ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_FAKE_HIP_FAULT=init")
+endif()
