@@ -12,6 +12,7 @@ packages=(
   libfabric-dev libfabric-bin  # the ofi provider and fi_pingpong (docs/transport-ofi.md)
   libibverbs-dev  # the verbs provider's headers and its test double (docs/transport-verbs.md)
   python3-torch libtorch-dev pybind11-dev python3-dev  # the torch backend (docs/torch.md)
+  libamdhip64-dev  # ROCm's header, to check the hip provider's own declarations (docs/provider-hip.md)
 )
 
 missing=()

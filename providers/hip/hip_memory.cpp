@@ -258,7 +258,7 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
     void* d = nullptr;
     // LazyEnablePeerAccess: the exporter's GPU may differ from ours.
     const wia_hipError_t r =
-        p.rt.hipIpcOpenMemHandle(&d, h.hip_handle, WIA_hipIpcMemLazyEnablePeerAccess);
+        p.rt.hipIpcOpenMemHandle(&d, h.hip_handle, wia_hip_ipc_lazy_flag(p.rt.version));
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, dev,
                         "hipIpcOpenMemHandle(%" PRIu64

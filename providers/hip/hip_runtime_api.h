@@ -60,7 +60,16 @@ typedef struct wia_hipIpcMemHandle {
 #define WIA_hipStreamNonBlocking 0x1
 #define WIA_hipEventDefault 0x0
 #define WIA_hipHostMallocPortable 0x1
-#define WIA_hipIpcMemLazyEnablePeerAccess 0x1
+/* hipIpcOpenMemHandle's only flag was 0 in ROCm 5 and is 0x01 from ROCm 6
+ * on (each runtime refuses the other's value): pass
+ * wia_hip_ipc_lazy_flag(hipRuntimeGetVersion's answer). */
+#define WIA_hipIpcMemLazyEnablePeerAccess_ROCM5 0x0
+#define WIA_hipIpcMemLazyEnablePeerAccess_ROCM6 0x1
+static inline unsigned int wia_hip_ipc_lazy_flag(int runtime_version) {
+  /* HIP_VERSION: major * 10000000 + minor * 100000 + patch */
+  return runtime_version >= 60000000 ? WIA_hipIpcMemLazyEnablePeerAccess_ROCM6
+                                     : WIA_hipIpcMemLazyEnablePeerAccess_ROCM5;
+}
 
 /* Every entry the provider uses: X(return type, name, (parameters)). The
  * name is the exported symbol; the type is wia_PFN_<name>. */

@@ -625,7 +625,10 @@ FAKE_API Err hipIpcGetMemHandle(wia_hipIpcMemHandle_t* handle, void* ptr) {
 
 FAKE_API Err hipIpcOpenMemHandle(void** ptr, wia_hipIpcMemHandle_t handle, unsigned int flags) {
   GATE();
-  if (ptr == nullptr || (flags & ~1u) != 0) return WIA_hipErrorInvalidValue;
+  // As the runtime it stands in for (5.2, hipRuntimeGetVersion): ROCm 5
+  // takes only its own value of the lazy-peer-access flag.
+  if (ptr == nullptr || flags != WIA_hipIpcMemLazyEnablePeerAccess_ROCM5)
+    return WIA_hipErrorInvalidValue;
   IpcPayload p;
   std::memcpy(&p, handle.reserved, sizeof(p));
   if (std::memcmp(p.magic, kIpcMagic, sizeof(kIpcMagic)) != 0) return WIA_hipErrorInvalidValue;
