@@ -41,6 +41,6 @@ endif()
 if(TARGET test_process_comm)
   wia_add_filtered_test(process_comm_ofi test_process_comm "*over ofi*")
   set_tests_properties(process_comm_ofi PROPERTIES TIMEOUT 600
-    ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_OFI=1")
+    ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_OFI=1;WIA_COLLECTIVES_HEARTBEAT_TIMEOUT_MS=5000")
   add_dependencies(test_process_comm wia-provider-ofi)
 endif()
