@@ -132,7 +132,11 @@ wia_status_t runtime_open(Provider& p, const std::string& library) {
   }
   std::string tried;
   for (const std::string& name : names) {
-    rt.library = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // NODELETE: the runtime stays mapped after our dlclose, as vendor
+    // runtimes expect (ROCm's never expects to be unloaded). Its static
+    // initialisers allocate at load, even with no GPU; unmapped, that memory
+    // would be reported as a leak of every process that loaded this provider.
+    rt.library = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (rt.library != nullptr) {
       rt.path = name;
       break;
