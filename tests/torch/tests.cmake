@@ -12,10 +12,14 @@ set(WIA_TORCH_TEST_ENV
   "PYTHONPATH=${PROJECT_BINARY_DIR}/python" "OMP_NUM_THREADS=1" "WIA_LOG_LEVEL=warn"
   "PYTHONWARNINGS=ignore::UserWarning")
 
+# These are not heartbeat tests (torch_rank_killed is, and keeps the
+# default): a 5 s heartbeat timeout keeps 4 Python ranks on 2 busy cores
+# from declaring a slow one dead.
 function(wia_add_torch_test name nproc script)
   add_test(NAME ${name}
     COMMAND ${WIA_TORCH_LAUNCH} ${nproc} ${CMAKE_CURRENT_LIST_DIR}/${script} ${ARGN})
-  set_tests_properties(${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${WIA_TORCH_TEST_ENV}"
+  set_tests_properties(${name} PROPERTIES TIMEOUT 300
+    ENVIRONMENT "${WIA_TORCH_TEST_ENV};WIA_COLLECTIVES_HEARTBEAT_TIMEOUT_MS=5000"
     # every rank prints its count of passed checks; none printed is a failure
     PASS_REGULAR_EXPRESSION "rank 0: [1-9][0-9]* checks passed"
     FAIL_REGULAR_EXPRESSION "FAIL|Traceback")
