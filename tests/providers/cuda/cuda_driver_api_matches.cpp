@@ -17,6 +17,8 @@
 
 #include <doctest/doctest.h>
 
+#include "support/abi_canonical_types.hpp"
+
 #include <cstdint>
 #include <type_traits>
 
@@ -81,45 +83,10 @@ WIA_SAME_CONSTANT(CU_IPC_HANDLE_SIZE)
 static_assert(WIA_CUDA_API_VERSION <= CUDA_VERSION, "WIA_CUDA_API_VERSION is newer than cuda.h");
 
 // --------------------------------------------------------------------------
-// Types: both headers' types mapped to one canonical form, so that types
-// that must be identical are compared as such (int, size_t, unsigned long
-// long, pointer depth and constness) while each side's opaque handles and
-// enums, which are different C++ types by construction, compare by what
-// the ABI sees: an opaque pointer, or an int.
+// Types, compared in the canonical form of support/abi_canonical_types.hpp.
+}  // namespace
 
-// One tag per kind of handle, so that passing a stream where the driver
-// takes an event still fails; IpcHandleBytes: 64 bytes passed by value.
-template <int kKind>
-struct OpaquePointer {};
-struct IpcHandleBytes {};
-
-template <class T>
-struct Canon {
-  using type = T;
-};
-template <class T>
-using canon_t = typename Canon<T>::type;
-
-template <class T>
-struct Canon<T*> {
-  using type = canon_t<T>*;
-};
-template <class T>
-struct Canon<const T> {
-  using type = const canon_t<T>;
-};
-template <class R, class... Args>
-struct Canon<R (*)(Args...)> {
-  using type = canon_t<R> (*)(canon_t<Args>...);
-};
-
-#define WIA_CANON_AS(type_name, canonical)                                            \
-  template <>                                                                         \
-  struct Canon<type_name> {                                                           \
-    using type = canonical;                                                           \
-  };                                                                                  \
-  static_assert(std::is_empty_v<canonical> || sizeof(type_name) == sizeof(canonical), \
-                #type_name " does not have the size of its ABI form");
+namespace wia::test {
 // Handles: pointers to incomplete structs on both sides.
 WIA_CANON_AS(wia_CUcontext, OpaquePointer<1>)
 WIA_CANON_AS(CUcontext, OpaquePointer<1>)
@@ -140,6 +107,11 @@ WIA_CANON_AS(CUpointer_attribute, int)
 WIA_CANON_AS(CUmemRangeHandleType, int)
 WIA_CANON_AS(CUdriverProcAddressQueryResult, int)
 #undef WIA_CANON_AS
+
+}  // namespace wia::test
+
+namespace {
+using wia::test::canon_t;
 
 static_assert(sizeof(wia_CUipcMemHandle) == sizeof(CUipcMemHandle),
               "wia_CUipcMemHandle has not the size of CUipcMemHandle");

@@ -13,7 +13,7 @@ if(WIA_CUDA_H_DIR)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_driver_api_matches.cpp
     LIBS wia::plugin_api)
   target_include_directories(test_cuda_driver_api_matches PRIVATE
-    ${PROJECT_SOURCE_DIR}/providers/cuda)
+    ${PROJECT_SOURCE_DIR}/providers/cuda ${PROJECT_SOURCE_DIR}/tests)
   # SYSTEM: cuda.h is not ours to keep free of -Wextra warnings.
   target_include_directories(test_cuda_driver_api_matches SYSTEM PRIVATE ${WIA_CUDA_H_DIR})
 endif()

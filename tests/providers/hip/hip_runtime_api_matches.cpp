@@ -13,6 +13,8 @@
 
 #include <doctest/doctest.h>
 
+#include "support/abi_canonical_types.hpp"
+
 #include <type_traits>
 
 namespace {
@@ -54,40 +56,10 @@ static_assert(WIA_HIP_IPC_HANDLE_SIZE == HIP_IPC_HANDLE_SIZE, "IPC handle size d
 static_assert(sizeof(wia_hipIpcMemHandle_t) == sizeof(hipIpcMemHandle_t),
               "wia_hipIpcMemHandle_t has not the size of hipIpcMemHandle_t");
 
-// Types mapped to one canonical form: identical types stay identical
-// (int, size_t, pointer depth and constness), while each side's opaque
-// handles and enums, different C++ types by construction, compare by what
-// the ABI sees: an opaque pointer, or an int.
-template <int kKind>
-struct OpaquePointer {};
-struct IpcHandleBytes {};
+// Types, compared in the canonical form of support/abi_canonical_types.hpp.
+}  // namespace
 
-template <class T>
-struct Canon {
-  using type = T;
-};
-template <class T>
-using canon_t = typename Canon<T>::type;
-template <class T>
-struct Canon<T*> {
-  using type = canon_t<T>*;
-};
-template <class T>
-struct Canon<const T> {
-  using type = const canon_t<T>;
-};
-template <class R, class... Args>
-struct Canon<R (*)(Args...)> {
-  using type = canon_t<R> (*)(canon_t<Args>...);
-};
-
-#define WIA_CANON_AS(type_name, canonical)                                            \
-  template <>                                                                         \
-  struct Canon<type_name> {                                                           \
-    using type = canonical;                                                           \
-  };                                                                                  \
-  static_assert(std::is_empty_v<canonical> || sizeof(type_name) == sizeof(canonical), \
-                #type_name " does not have the size of its ABI form");
+namespace wia::test {
 WIA_CANON_AS(wia_hipStream_t, OpaquePointer<1>)
 WIA_CANON_AS(hipStream_t, OpaquePointer<1>)
 WIA_CANON_AS(wia_hipEvent_t, OpaquePointer<2>)
@@ -97,6 +69,11 @@ WIA_CANON_AS(hipIpcMemHandle_t, IpcHandleBytes)
 WIA_CANON_AS(hipError_t, int)
 WIA_CANON_AS(hipMemcpyKind, int)
 #undef WIA_CANON_AS
+}  // namespace wia::test
+
+namespace {
+using wia::test::canon_t;
+
 static_assert(std::is_same_v<canon_t<wia_hipHostFn_t>, canon_t<hipHostFn_t>>,
               "wia_hipHostFn_t is not hipHostFn_t");
 

@@ -8,7 +8,8 @@ find_path(WIA_HIP_H_DIR hip/hip_runtime_api.h)
 if(WIA_HIP_H_DIR)
   wia_add_unit_test(hip_runtime_api_matches
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/hip_runtime_api_matches.cpp)
-  target_include_directories(test_hip_runtime_api_matches PRIVATE ${PROJECT_SOURCE_DIR}/providers/hip)
+  target_include_directories(test_hip_runtime_api_matches PRIVATE ${PROJECT_SOURCE_DIR}/providers/hip
+    ${PROJECT_SOURCE_DIR}/tests)
   # SYSTEM: ROCm's headers are not ours to keep free of -Wextra warnings.
   target_include_directories(test_hip_runtime_api_matches SYSTEM PRIVATE ${WIA_HIP_H_DIR})
   target_compile_definitions(test_hip_runtime_api_matches PRIVATE __HIP_PLATFORM_AMD__)
