@@ -137,6 +137,9 @@ inline constexpr std::uint32_t kCqSize = 65536;
 // Every QP's send WRs and the SRQ's receives complete on the one CQ: more
 // QPs than this could overrun it (a fatal async error on a NIC).
 inline constexpr std::uint32_t kMaxQps = (kCqSize - kRecvSlots) / kMaxSendWr;
+// How long sends still on a QP may complete after the peer closed (see
+// Ctx::check_liveness).
+inline constexpr std::uint64_t kPeerCloseGraceNs = 500ull * 1000 * 1000;
 inline constexpr std::uint64_t kRecvBit = 1ull << 63;  // in a receive's wr_id
 inline constexpr std::uint32_t kMaxInline = 220;       // asked of the QP; the device may give less
 
@@ -235,6 +238,7 @@ class Conn {
   std::size_t sent = 0;     // handshake bytes sent so far
 
   std::uint32_t sq_used = 0;
+  std::uint64_t peer_eof_ns = 0;  // when the handshake socket first read EOF (0: not yet)
   std::deque<OutItem> out;
   std::deque<Request*> posted;  // receives waiting for a message, in post order
   std::deque<Unexpected> unexpected;

@@ -383,8 +383,18 @@ void Ctx::check_liveness() {
     if (n > 0 || (n < 0 && (err == EAGAIN || err == EINTR))) continue;  // nothing is sent here
     while (progress()) {
     }
-    fail_conn(who[i], n == 0 ? "the peer closed the connection or its process ended"
-                             : "the handshake socket failed: " + errno_text(err));
+    Conn* c = who[i];
+    // A peer that closes right after its receive completed has acked our
+    // last write, but that ack and this EOF travel different paths: sends
+    // still on the QP get a short grace to complete before they are failed.
+    // A dead peer's QP errors them (retry exceeded) well within it.
+    if (n == 0 && c->sq_used > 0) {
+      const std::uint64_t now = now_ns();
+      if (c->peer_eof_ns == 0) c->peer_eof_ns = now;
+      if (now - c->peer_eof_ns < kPeerCloseGraceNs) continue;
+    }
+    fail_conn(c, n == 0 ? "the peer closed the connection or its process ended"
+                        : "the handshake socket failed: " + errno_text(err));
   }
 }
 

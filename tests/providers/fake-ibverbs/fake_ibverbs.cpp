@@ -290,33 +290,36 @@ bool start_request(Qp* q, Chan& ch) {
   return true;
 }
 
+// The ack goes to the socket before the responder's completion is queued:
+// a NIC acks on placement, so an application that sees its receive and
+// closes at once cannot take the requester's ack down with it.
 void finish_request(Qp* q, Chan& ch) {
   const Frame& f = ch.hdr;
-  if (ch.consumed_recv) {
-    ibv_wc wc{};
-    wc.wr_id = ch.recv_wr_id;
-    wc.qp_num = q->qp.qp_num;
-    wc.byte_len = static_cast<std::uint32_t>(f.len);
-    if (ch.reply != IBV_WC_SUCCESS) {
-      wc.status = ch.reply == IBV_WC_REM_INV_REQ_ERR ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_ACCESS_ERR;
-    } else {
-      wc.opcode = f.op == kSend ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
-      if (f.has_imm) {
-        wc.wc_flags = IBV_WC_WITH_IMM;
-        wc.imm_data = f.imm;
-      }
-    }
-    push_wc(reinterpret_cast<Cq*>(q->qp.recv_cq), wc);
-  }
   Frame ack{};
   ack.op = kAck;
   ack.status = ch.reply;
   if (f.op == kRead && ch.reply == IBV_WC_SUCCESS) {
     ack.len = f.read_len;
     queue_frame(ch, ack, reinterpret_cast<const void*>(f.raddr), f.read_len);
-    return;
+  } else {
+    queue_frame(ch, ack, nullptr, 0);
   }
-  queue_frame(ch, ack, nullptr, 0);
+  flush(ch);  // a gone peer is noticed by the next pump
+  if (!ch.consumed_recv) return;
+  ibv_wc wc{};
+  wc.wr_id = ch.recv_wr_id;
+  wc.qp_num = q->qp.qp_num;
+  wc.byte_len = static_cast<std::uint32_t>(f.len);
+  if (ch.reply != IBV_WC_SUCCESS) {
+    wc.status = ch.reply == IBV_WC_REM_INV_REQ_ERR ? IBV_WC_LOC_LEN_ERR : IBV_WC_LOC_ACCESS_ERR;
+  } else {
+    wc.opcode = f.op == kSend ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM;
+    if (f.has_imm) {
+      wc.wc_flags = IBV_WC_WITH_IMM;
+      wc.imm_data = f.imm;
+    }
+  }
+  push_wc(reinterpret_cast<Cq*>(q->qp.recv_cq), wc);
 }
 
 void on_ack(Qp* q, const Frame& f) {
@@ -842,6 +845,12 @@ FAKE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   Ctx* c = ctx_of(qp->context);
   std::lock_guard<std::mutex> lk(c->mu);
   auto* q = reinterpret_cast<Qp*>(qp);
+  // Acks a NIC would already have sent still leave (briefly blocking).
+  for (Chan* ch : {&q->req, &q->resp})
+    for (int i = 0; i < 200 && ch->fd >= 0 && !ch->out.empty() && flush(*ch); ++i) {
+      pollfd p{ch->fd, POLLOUT, 0};
+      poll(&p, 1, 1);
+    }
   close_chan(q->req);
   close_chan(q->resp);
   c->qps.erase(qp->qp_num);
