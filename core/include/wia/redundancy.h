@@ -59,4 +59,39 @@ WIA_API wia_status_t wia_gradients_checksum_match(wia_communicator_t comm, int p
  * wia_detect_device_failure) and logs both ranks; no communication. */
 WIA_API wia_status_t wia_report_failure(wia_communicator_t comm, int my_rank, int partner);
 
+/* The rank that member `rank` of comm had in the communicator comm was
+ * shrunk from (wia_comm_shrink, wia_create_communicator_fault_tolerant,
+ * shrinks of shrinks; never a split), and that one's size: shrinks
+ * renumber densely, the origin's numbering stays. A communicator no shrink
+ * made answers `rank` and its own size. */
+WIA_API wia_status_t wia_comm_origin_rank(wia_communicator_t comm, int rank, int* origin_rank,
+                                          int* origin_size);
+
+/* What redundancy gives one rank of comm. With S = origin size /
+ * redundancy_factor, origin ranks o, o + S, o + 2S ... compute data shard
+ * o (a factor of 2: the spec's partner (my_rank + num_devices / 2) %
+ * num_devices). */
+typedef struct wia_redundancy_view {
+  int shard;         /* the data shard this rank computes, 0..num_shards-1 */
+  int num_shards;    /* S */
+  int live_replicas; /* members of comm computing this shard, this rank included */
+  int partner;       /* a live replica to cross-check with (a rank of comm), -1 if none */
+  /* WIA_RECOVERY_INSTANT: redundancy_factor / live_replicas. Every rank
+   * scaling its gradient by it before a sum over comm gives the sum the
+   * whole original job would have (a failed rank's partner counts twice),
+   * so training goes on without a restart. 1 while no replica is lost. */
+  double gradient_scale;
+} wia_redundancy_view_t;
+
+/* Spec 6.9.1's "if one device fails, partner continues with same
+ * gradient": `rank`'s view after any number of shrinks (every survivor
+ * computes the same from the membership, no communication). Errors:
+ * WIA_ERROR_INVALID_ARGUMENT for a factor that does not divide the origin
+ * size; WIA_ERROR_REMOTE when every replica of some shard failed (named),
+ * or, under WIA_RECOVERY_CHECKPOINT, when any rank failed: restore the
+ * latest checkpoint then. docs/fault-tolerance.md. */
+WIA_API wia_status_t wia_get_redundancy_view(wia_communicator_t comm,
+                                             const wia_redundancy_config_t* config, int rank,
+                                             wia_redundancy_view_t* view);
+
 #endif /* WIA_REDUNDANCY_H */

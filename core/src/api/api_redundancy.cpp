@@ -12,6 +12,7 @@
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
+#include "comm/redundancy_shards.hpp"
 #include "common/log.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "kernels/element_access.hpp"
@@ -27,12 +28,11 @@ struct GradientExchange {
 };
 thread_local GradientExchange t_exchange;
 
-void check_partner(wia_communicator_t comm, int partner) {
+void check_rank(wia_communicator_t comm, int rank, const char* what) {
   const int n = live(comm).size();
-  if (partner < 0 || partner >= n)
-    throw Error(
-        WIA_ERROR_INVALID_ARGUMENT,
-        fmt::format("partner {} is not a rank of the communicator (0..{})", partner, n - 1));
+  if (rank < 0 || rank >= n)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("{} {} is not a rank of the communicator (0..{})", what, rank, n - 1));
 }
 
 // The calling rank: the rank of the stream's device (NULL: the current one).
@@ -56,7 +56,7 @@ int my_rank(wia_communicator_t comm, wia_stream_t stream) {
 // other's match.
 void exchange(wia_communicator_t comm, int partner, const void* mine, void* theirs,
               std::size_t count, wia_datatype_t dtype, wia_stream_t stream) {
-  check_partner(comm, partner);
+  check_rank(comm, partner, "partner");
   const int me = my_rank(comm, stream);
   if (me == partner)
     throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("rank {} is its own partner", me));
@@ -155,10 +155,37 @@ WIA_API wia_status_t wia_gradients_checksum_match(wia_communicator_t comm, int p
 
 WIA_API wia_status_t wia_report_failure(wia_communicator_t comm, int my_rank, int partner) {
   return api::guard(__func__, [&] {
-    api::check_partner(comm, partner);
-    api::check_partner(comm, my_rank);
+    api::check_rank(comm, partner, "partner");
+    api::check_rank(comm, my_rank, "my_rank");
     log::error("comm", "rank {} and rank {} computed different gradients (wia_report_failure)",
                my_rank, partner);
     api::live(comm).report_failed(partner);
+  });
+}
+
+WIA_API wia_status_t wia_comm_origin_rank(wia_communicator_t comm, int rank, int* origin_rank,
+                                          int* origin_size) {
+  return api::guard(__func__, [&] {
+    api::require_non_null(origin_rank, "origin_rank");
+    api::require_non_null(origin_size, "origin_size");
+    api::check_rank(comm, rank, "rank");
+    const comm::CommunicatorBase& c = api::live(comm);
+    *origin_rank = c.origin_rank(rank);
+    *origin_size = c.origin_size();
+  });
+}
+
+WIA_API wia_status_t wia_get_redundancy_view(wia_communicator_t comm,
+                                             const wia_redundancy_config_t* config, int rank,
+                                             wia_redundancy_view_t* view) {
+  return api::guard(__func__, [&] {
+    api::require_non_null(config, "config");
+    api::require_non_null(view, "view");
+    api::check_rank(comm, rank, "rank");
+    const comm::CommunicatorBase& c = api::live(comm);
+    std::vector<int> origins(static_cast<std::size_t>(c.size()));
+    for (int r = 0; r < c.size(); ++r) origins[static_cast<std::size_t>(r)] = c.origin_rank(r);
+    const comm::RedundancyView v = comm::redundancy_view(*config, c.origin_size(), origins, rank);
+    *view = {v.shard, v.num_shards, v.live_replicas, v.partner, v.gradient_scale};
   });
 }

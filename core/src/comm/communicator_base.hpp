@@ -52,6 +52,11 @@ class CommunicatorBase {
   virtual int node_rank(int rank) const = 0;
   virtual int local_rank(int rank) const = 0;
   virtual int node_count() const = 0;
+  // The rank `rank` had in the communicator this one was shrunk from (a
+  // bootstrap's or a split's, never a shrink's), and that one's size:
+  // shrinks renumber densely, redundant gradients' shards keep this numbering.
+  virtual int origin_rank(int rank) const { return rank; }
+  virtual int origin_size() const { return size(); }
 
   // Validates and posts `rank`'s call on `stream`. Throws for bad
   // arguments and for failures known at once.

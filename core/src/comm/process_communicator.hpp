@@ -79,6 +79,11 @@ struct ProcessLayout {
   std::vector<int> local_rank_of_rank;
   std::vector<std::string> host_of_rank;  // node names, for selector groups
   int nnodes = 1;
+  // The rank each member had in the communicator this one was shrunk from
+  // (its origin: made by a bootstrap or a split) and the origin's size;
+  // empty: this is the origin. Redundancy's shards are numbered by it.
+  std::vector<int> origin_of_rank;
+  int origin_size = 0;
 };
 
 // Gathers one fixed-size blob from every rank (the bootstrap, or the
@@ -115,6 +120,12 @@ class ProcessCommunicator final : public CommunicatorBase {
   int node_rank(int rank) const override { return layout_.node_of_rank[rank]; }
   int local_rank(int rank) const override { return layout_.local_rank_of_rank[rank]; }
   int node_count() const override { return layout_.nnodes; }
+  int origin_rank(int rank) const override {
+    return layout_.origin_of_rank.empty() ? rank : layout_.origin_of_rank[rank];
+  }
+  int origin_size() const override {
+    return layout_.origin_of_rank.empty() ? layout_.size : layout_.origin_size;
+  }
   // Transport of the link to `peer` ("shm", "tcp"; "" for the rank itself).
   const std::string& transport_to(int peer) const { return peers_[peer].transport; }
 

@@ -522,8 +522,10 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::shrink(std::vector<int
     l.node_of_rank.push_back(node_index[node]);
     l.local_rank_of_rank.push_back(next_local[node]++);
     if (!layout_.host_of_rank.empty()) l.host_of_rank.push_back(layout_.host_of_rank[r]);
+    l.origin_of_rank.push_back(origin_rank(r));
   }
   l.nnodes = nodes;
+  l.origin_size = origin_size();
   const auto t0 = Clock::now();
   auto child = std::make_unique<ProcessCommunicator>(
       l, *ex, device_, std::chrono::milliseconds(default_timeout_ms_), std::string());

@@ -27,6 +27,11 @@ wia_add_unit_test(redundancy SOURCES ${CMAKE_CURRENT_LIST_DIR}/redundancy_test.c
                   LIBS wia::core TIMEOUT 300)
 wia_test_loads_providers(test_redundancy)
 
+# WIA_RECOVERY_INSTANT: a partner's copy stands in for a SIGKILLed rank.
+wia_add_unit_test(redundancy_instant SOURCES ${CMAKE_CURRENT_LIST_DIR}/redundancy_instant_test.cpp
+                  LIBS wia::core TIMEOUT 300)
+wia_test_loads_providers(test_redundancy_instant)
+
 # Spec 6.11 profiling of a process communicator (docs/profiling.md).
 wia_add_unit_test(profiling SOURCES ${CMAKE_CURRENT_LIST_DIR}/profiling_test.cpp
                   LIBS wia::core TIMEOUT 300)

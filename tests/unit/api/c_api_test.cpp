@@ -440,3 +440,35 @@ TEST_CASE("wia_compression_config_from_string: every spelling, defaults, and bad
   CHECK(wia_compression_config_from_string(nullptr, &c) == WIA_ERROR_INVALID_ARGUMENT);
   CHECK(wia_compression_config_from_string("int8", nullptr) == WIA_ERROR_INVALID_ARGUMENT);
 }
+
+TEST_CASE("wia_get_redundancy_view and wia_comm_origin_rank on a device communicator") {
+  Session s("host:\n  devices: 4\n");
+  wia_device_t devs[4] = {0, 1, 2, 3};
+  wia_communicator_t comm = nullptr;
+  REQUIRE(wia_create_communicator(devs, 4, &comm) == WIA_SUCCESS);
+  const wia_redundancy_config_t pairs = {2, WIA_RECOVERY_INSTANT};
+  for (int r = 0; r < 4; ++r) {
+    wia_redundancy_view_t v{};
+    REQUIRE(wia_get_redundancy_view(comm, &pairs, r, &v) == WIA_SUCCESS);
+    CHECK(v.shard == r % 2);
+    CHECK(v.num_shards == 2);
+    CHECK(v.partner == (r + 2) % 4);
+    CHECK(v.live_replicas == 2);
+    CHECK(v.gradient_scale == 1.0);
+    int origin = -1, origin_size = -1;
+    REQUIRE(wia_comm_origin_rank(comm, r, &origin, &origin_size) == WIA_SUCCESS);
+    CHECK(origin == r);
+    CHECK(origin_size == 4);
+  }
+  wia_redundancy_view_t v{};
+  CHECK(wia_get_redundancy_view(comm, nullptr, 0, &v) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("config"));
+  CHECK(wia_get_redundancy_view(comm, &pairs, 4, &v) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("rank 4 is not a rank"));
+  const wia_redundancy_config_t threes = {3, WIA_RECOVERY_INSTANT};
+  CHECK(wia_get_redundancy_view(comm, &threes, 0, &v) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_has("redundancy_factor 3"));
+  int o = 0, n = 0;
+  CHECK(wia_comm_origin_rank(comm, -1, &o, &n) == WIA_ERROR_INVALID_ARGUMENT);
+  CHECK(wia_destroy_communicator(comm) == WIA_SUCCESS);
+}
