@@ -92,6 +92,10 @@ class Exchange {
  public:
   virtual ~Exchange() = default;
   virtual std::vector<std::uint8_t> all_gather(const std::vector<std::uint8_t>& mine) = 0;
+  // Why the exchange can no longer complete (a member left it), or "":
+  // looked at while waiting between rounds, so that a rank waiting for a
+  // connection from a rank that gave up learns it at once.
+  virtual std::string abandoned() { return {}; }
 };
 
 class ProcessCommunicator final : public CommunicatorBase {
@@ -182,7 +186,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   // collectives.timeout_ms. Throws wia::Error.
   Agreement agree(std::int32_t flag);
   // wia_comm_shrink: agrees on the failed ranks, then builds a
-  // communicator of the others, renumbered densely in rank order. The
+  // communicator of the others, renumbered densely in rank order; a
+  // survivor that dies meanwhile makes it agree and build again. The
   // agreed failed ranks go to `failed` when not null. Throws wia::Error.
   std::unique_ptr<ProcessCommunicator> shrink(std::vector<int>* failed);
 
@@ -255,7 +260,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Each link's transport, chosen alike on every rank.
   void choose_link_transports(MeshSetup& s, const std::string& preferred_inter_node);
   // The lower rank of each pair connects, the higher accepts.
-  void connect_peers(MeshSetup& s, std::chrono::milliseconds timeout);
+  void connect_peers(MeshSetup& s, Exchange& exchange, std::chrono::milliseconds timeout);
   void open_control_channel();
   // The recovery channel's listener (process_recovery.cpp): opened before
   // the records are exchanged (its address travels in this rank's), the
@@ -266,6 +271,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   // connections for a shrink's exchange (null: closed at the end).
   Agreement run_agreement(std::uint32_t op, std::int32_t flag,
                           std::unique_ptr<RecoveryExchange>* session);
+  // One attempt of shrink: the communicator of the agreed members.
+  std::unique_ptr<ProcessCommunicator> shrink_to(RecoveryExchange& ex);
   // Maps the peers' windows when every rank has one and every link stays
   // inside the node; collective (one exchange round when on one node).
   void share_node_windows(Exchange& exchange, const MeshSetup& s);

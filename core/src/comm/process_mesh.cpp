@@ -108,7 +108,7 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
     adopt_recovery_addresses(s);
     note_oversubscription(s);
     choose_link_transports(s, preferred_inter_node);
-    connect_peers(s, timeout);
+    connect_peers(s, exchange, timeout);
   } catch (...) {
     s.close_listeners();
     throw;
@@ -252,10 +252,12 @@ void ProcessCommunicator::choose_link_transports(MeshSetup& s,
   }
 }
 
-void ProcessCommunicator::connect_peers(MeshSetup& s, std::chrono::milliseconds timeout) {
+void ProcessCommunicator::connect_peers(MeshSetup& s, Exchange& exchange,
+                                        std::chrono::milliseconds timeout) {
   const int me = layout_.rank;
   const int p = layout_.size;
   const auto deadline = Clock::now() + timeout;
+  auto next_look = Clock::now();
   int missing = p - 1;
   std::vector<wia_conn_t> pending(p, nullptr);
   try {
@@ -308,6 +310,12 @@ void ProcessCommunicator::connect_peers(MeshSetup& s, std::chrono::milliseconds 
         throw Error(WIA_ERROR_TIMEOUT,
                     fmt::format("rank {}: no connection to rank(s) {} within {} ms", me, who,
                                 timeout.count()));
+      }
+      if (!progressed && Clock::now() >= next_look) {
+        next_look = Clock::now() + std::chrono::milliseconds(5);
+        if (const std::string why = exchange.abandoned(); !why.empty())
+          throw Error(WIA_ERROR_REMOTE,
+                      fmt::format("rank {}: the set-up was given up while connecting: {}", me, why));
       }
       if (!progressed) sleep_us(50);
     }

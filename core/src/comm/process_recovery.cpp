@@ -198,16 +198,36 @@ class ProcessCommunicator::RecoveryExchange final : public Exchange {
                                 members[me], members[i], io_text(r)));
       std::copy(blob.begin(), blob.end(), all.begin() + static_cast<std::ptrdiff_t>(i * b));
     }
+    // A member that died since it sent its part is not an error here: the
+    // others may already have the records, and throwing would let their
+    // shrink succeed while this one's fails. It fails their next step (a
+    // connection, a heartbeat) like any death.
     f.kind = kGathered;
     for (std::size_t i = 1; i < n; ++i) {
       const bs::IoResult r = send_frame(fds[i].get(), f, all, deadline);
       if (r != bs::IoResult::kOk)
-        throw Error(WIA_ERROR_REMOTE,
-                    fmt::format("rank {}: wia_comm_shrink: sending the set-up records to rank {} "
-                                "failed ({})",
-                                members[me], members[i], io_text(r)));
+        log::warn("comm", "rank {}: wia_comm_shrink: sending the set-up records to rank {} "
+                  "failed ({})",
+                  members[me], members[i], io_text(r));
     }
     return all;
+  }
+
+  // Between rounds nothing is read from these connections, so a closed
+  // one (EOF or an error; data is the next round, early) means its member
+  // gave up the set-up.
+  std::string abandoned() override {
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (!fds[i].valid()) continue;
+      char b;
+      const ssize_t n = ::recv(fds[i].get(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        continue;
+      const int who = me == 0 ? members[i] : members[0];
+      return fmt::format("rank {} left the shrink's set-up ({})", who,
+                         n == 0 ? "connection closed" : std::strerror(errno));
+    }
+    return {};
   }
 };
 
@@ -504,19 +524,40 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
   }
 }
 
+// A survivor that dies during the shrink makes every other's set-up fail:
+// a set-up exchange goes through the coordinator, which gives nobody the
+// records of a round it could not complete. So all of them agree again,
+// which counts the newly dead, and build again: the application sees one
+// shrink. Bounded: each retry needs a newly failed rank.
 std::unique_ptr<ProcessCommunicator> ProcessCommunicator::shrink(std::vector<int>* failed) {
-  std::unique_ptr<RecoveryExchange> ex;
-  Agreement a = run_agreement(kShrink, 1, &ex);
-  if (failed) *failed = a.failed;
+  std::vector<int> known;
+  for (;;) {
+    std::unique_ptr<RecoveryExchange> ex;
+    Agreement a = run_agreement(kShrink, 1, &ex);
+    if (failed) *failed = a.failed;
+    try {
+      return shrink_to(*ex);
+    } catch (const Error& e) {
+      const bool a_death = e.status() == WIA_ERROR_REMOTE || e.status() == WIA_ERROR_TIMEOUT;
+      if (!a_death || a.failed == known) throw;
+      known = a.failed;
+      log::warn("comm", "rank {}: wia_comm_shrink: the new communicator's set-up failed ({}); "
+                "agreeing on the survivors again",
+                layout_.rank, e.what());
+    }
+  }
+}
+
+std::unique_ptr<ProcessCommunicator> ProcessCommunicator::shrink_to(RecoveryExchange& ex) {
   // Survivors in old-rank order; nodes numbered by first appearance, local
   // ranks recounted (as split does).
   ProcessLayout l;
-  l.size = static_cast<int>(ex->members.size());
-  l.rank = ex->me;
+  l.size = static_cast<int>(ex.members.size());
+  l.rank = ex.me;
   std::vector<int> node_index(static_cast<std::size_t>(layout_.nnodes), -1);
   std::vector<int> next_local(static_cast<std::size_t>(layout_.nnodes), 0);
   int nodes = 0;
-  for (int r : ex->members) {
+  for (int r : ex.members) {
     const int node = layout_.node_of_rank[r];
     if (node_index[node] < 0) node_index[node] = nodes++;
     l.node_of_rank.push_back(node_index[node]);
@@ -528,7 +569,7 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::shrink(std::vector<int
   l.origin_size = origin_size();
   const auto t0 = Clock::now();
   auto child = std::make_unique<ProcessCommunicator>(
-      l, *ex, device_, std::chrono::milliseconds(default_timeout_ms_), std::string());
+      l, ex, device_, std::chrono::milliseconds(default_timeout_ms_), std::string());
   log::info("comm",
             "rank {}: wia_comm_shrink: rank {} of {} in the new communicator ({} ms of "
             "set-up)",

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
@@ -579,6 +580,98 @@ TEST_CASE(
       },
       {{"TEST_WIA_ID", unique_id_env()}}, {}, 90);
   check_all(st, kOk);
+}
+
+// A second survivor dies while the survivors of the first build their
+// new communicator: wia_comm_shrink agrees again by itself and still
+// returns a working communicator (of 3), or one of 4 when the death came
+// after it was built, which the next collective reports as usual. The
+// kill lands at a spread of delays after the victim enters the shrink;
+// the survivors' logs show how many times the library agreed again.
+TEST_CASE("shrink: a survivor SIGKILLed during the shrink costs the others no retry") {
+  constexpr int kRanks = 5, kFirst = 4, kSecond = 2;
+  int retries = 0;
+  for (const int delay_ms : {0, 2, 5, 10, 20, 40}) {
+    const char* transport = delay_ms % 4 == 0 ? "shm" : "tcp";
+    INFO(transport << ", second kill " << delay_ms << " ms into the shrink");
+    prefix = "/tmp/wia-shrink2-test-" + std::to_string(getpid()) + "-";
+    const auto st = run_ranks(
+        kRanks, ft_yaml(),
+        [](int rank, int nranks) {
+          // The log goes to a file the test reads (the retry's warning).
+          const std::string log = stamp("log" + std::to_string(rank));
+          if (FILE* f = std::fopen(log.c_str(), "w")) {
+            dup2(fileno(f), 2);
+            std::fclose(f);
+          }
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          std::vector<int> origins = member_origins(comm, rank);
+          if (origins.empty()) return kApiError;
+          write_stamp("up" + std::to_string(rank), "1");
+          int shrinks = 0;
+          while (wia_comm_size(comm) > 3) {
+            // The second victim may die just after a shrink that still
+            // counted it: then already the origins' all-gather fails.
+            const int rc = shrinks == 0 || !origins.empty()
+                               ? until_failure(comm, origins, rank, std::chrono::seconds(30))
+                               : -1;
+            if (rc != -1) return rc;
+            wia_stream_synchronize(nullptr);
+            write_stamp("shrinking" + std::to_string(rank), "1");
+            wia_comm_revoke(comm);
+            wia_communicator_t next = nullptr;
+            if (wia_comm_shrink(comm, &next) != WIA_SUCCESS) {
+              std::fprintf(stderr, "rank %d: shrink %d: %s\n", rank, shrinks,
+                           wia_get_last_error());
+              return kApiError;
+            }
+            ++shrinks;
+            wia_destroy_communicator(comm);
+            comm = next;
+            if (shrinks > 2) return kWrong;
+            origins = member_origins(comm, rank);
+          }
+          if (origins.empty()) origins = member_origins(comm, rank);
+          if (origins != std::vector<int>{0, 1, 3}) return kWrong;
+          if (const int rc = check_new_comm(comm, origins); rc != kOk) return rc;
+          wia_destroy_communicator(comm);
+          return kOk;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}},
+        [delay_ms](std::vector<pid_t>& pids) {
+          const auto until = Clock::now() + std::chrono::seconds(60);
+          for (int r = 0; r < kRanks && Clock::now() < until; ++r)
+            while (!has_stamp("up" + std::to_string(r)) && Clock::now() < until)
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          kill(pids[kFirst], SIGKILL);
+          while (!has_stamp("shrinking" + std::to_string(kSecond)) && Clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          kill(pids[kSecond], SIGKILL);
+        },
+        120);
+    CHECK(st[kFirst] == -SIGKILL);
+    CHECK(st[kSecond] == -SIGKILL);
+    int again = 0;
+    for (int r : {0, 1, 3}) {
+      INFO("rank " << r);
+      CHECK(st[r] == kOk);
+      std::ifstream log(stamp("log" + std::to_string(r)));
+      const std::string text((std::istreambuf_iterator<char>(log)), {});
+      for (std::size_t at = 0; (at = text.find("agreeing on the survivors again", at)) !=
+                               std::string::npos;
+           ++at)
+        ++again;
+      if (st[r] != kOk) MESSAGE("rank " << r << "'s log:\n" << text);
+    }
+    MESSAGE(std::string(transport) << ", " << delay_ms << " ms: " << again
+                                   << " agreement(s) again");
+    retries += again;
+    remove_stamps();
+  }
+  MESSAGE(retries << " agreement(s) again over all delays");
 }
 
 TEST_CASE(
