@@ -76,15 +76,23 @@ Fd connect_any(const Target& target, Deadline deadline, std::string* problem) {
   return Fd();
 }
 
+// How a handshake step ended.
+enum class Step {
+  kOk,
+  kRefused,  // the root said no (an error frame): final unless retry_refusals
+  kDropped,  // the connection closed or was reset (recv_all: kClosed) without a
+             // word: a root under a connection flood evicts unauthenticated
+             // connections, so retry
+};
+
 // Reads one handshake frame of type `want` and exactly `length` payload
-// bytes into `payload`. False when the root closed the connection or sent
-// an error frame (it refused us); throws for a peer that is not a root.
-bool read_handshake_frame(int fd, const Target& target, Deadline deadline, wire::FrameType want,
+// bytes into `payload`. Throws for a peer that is not a root, or a timeout.
+Step read_handshake_frame(int fd, const Target& target, Deadline deadline, wire::FrameType want,
                           std::size_t length, std::span<std::uint8_t> payload) {
   int error = 0;
   std::uint8_t header[wire::kHeaderBytes];
   const IoResult got = recv_all(fd, header, deadline, -1, &error);
-  if (got == IoResult::kClosed) return false;
+  if (got == IoResult::kClosed) return Step::kDropped;
   if (got != IoResult::kOk) {
     throw Error(
         got == IoResult::kTimeout ? WIA_ERROR_TIMEOUT : WIA_ERROR_IO,
@@ -99,7 +107,7 @@ bool read_handshake_frame(int fd, const Target& target, Deadline deadline, wire:
     throw Error(WIA_ERROR_REMOTE, fmt::format("bootstrap: {} is not a libwia bootstrap root: {}",
                                               target.name, e.what()));
   }
-  if (h.type == wire::FrameType::kError) return false;
+  if (h.type == wire::FrameType::kError) return Step::kRefused;
   if (h.type != want || h.length != length) {
     throw Error(WIA_ERROR_REMOTE,
                 fmt::format("bootstrap: the root at {} sent '{}' ({} bytes) "
@@ -107,24 +115,24 @@ bool read_handshake_frame(int fd, const Target& target, Deadline deadline, wire:
                             target.name, wire::frame_type_name(h.type), h.length));
   }
   const IoResult body = recv_all(fd, payload, deadline, -1, &error);
-  if (body == IoResult::kClosed) return false;
+  if (body == IoResult::kClosed) return Step::kDropped;
   if (body != IoResult::kOk) {
     throw Error(WIA_ERROR_TIMEOUT, fmt::format("bootstrap: the root at {} stalled during "
                                                "authentication",
                                                target.name));
   }
-  return true;
+  return Step::kOk;
 }
 
-// Challenge-response; false (with *refusal) when the root refused us or
-// failed to prove the secret; throws for a peer that is not a root.
-bool handshake(int fd, const Target& target, Deadline deadline, std::string* refusal) {
+// Challenge-response; on anything but kOk, *why says what happened.
+// Throws for a peer that is not a root.
+Step handshake(int fd, const Target& target, Deadline deadline, std::string* why) {
   std::array<std::uint8_t, wire::kNonceBytes> server_nonce{};
-  if (!read_handshake_frame(fd, target, deadline, wire::FrameType::kChallenge, wire::kNonceBytes,
-                            server_nonce)) {
-    *refusal =
-        fmt::format("the root at {} closed the connection before authentication", target.name);
-    return false;
+  Step step = read_handshake_frame(fd, target, deadline, wire::FrameType::kChallenge,
+                                   wire::kNonceBytes, server_nonce);
+  if (step != Step::kOk) {
+    *why = fmt::format("the root at {} closed the connection before authentication", target.name);
+    return step;
   }
   std::array<std::uint8_t, wire::kNonceBytes> client_nonce{};
   random_bytes(client_nonce);
@@ -137,18 +145,22 @@ bool handshake(int fd, const Target& target, Deadline deadline, std::string* ref
                         .finish();
   int error = 0;
   if (send_all(fd, auth, deadline, -1, &error) != IoResult::kOk) {
-    *refusal =
-        fmt::format("the root at {} closed the connection during authentication", target.name);
-    return false;
+    *why = fmt::format("the root at {} closed the connection during authentication", target.name);
+    return Step::kDropped;
   }
   std::array<std::uint8_t, wire::kMacBytes> proof{};
-  if (!read_handshake_frame(fd, target, deadline, wire::FrameType::kAuthOk, wire::kMacBytes,
-                            proof)) {
-    *refusal = fmt::format(
+  step =
+      read_handshake_frame(fd, target, deadline, wire::FrameType::kAuthOk, wire::kMacBytes, proof);
+  if (step == Step::kDropped) {
+    *why = fmt::format("the root at {} closed the connection during authentication", target.name);
+    return step;
+  }
+  if (step == Step::kRefused) {
+    *why = fmt::format(
         "the root at {} refused this rank's authentication: the secrets differ (a different "
         "WIA_AUTH_KEY, a stale unique id, or another job's root on that port)",
         target.name);
-    return false;
+    return step;
   }
   std::vector<std::uint8_t> answer(wire::kServerRole.begin(), wire::kServerRole.end());
   answer.insert(answer.end(), client_nonce.begin(), client_nonce.end());
@@ -156,13 +168,13 @@ bool handshake(int fd, const Target& target, Deadline deadline, std::string* ref
   std::array<std::uint8_t, wire::kMacBytes> expected{};
   wire::store_le(expected.data(), siphash24(target.secret, answer), 8);
   if (!constant_time_equal(expected, proof)) {
-    *refusal = fmt::format(
+    *why = fmt::format(
         "the root at {} did not prove knowledge of the job's secret (another "
         "job's root on that port?)",
         target.name);
-    return false;
+    return Step::kRefused;
   }
-  return true;
+  return Step::kOk;
 }
 
 // Connects to the root `source` leads to and authenticates, trying again
@@ -186,9 +198,15 @@ Fd reach_root(const TargetSource& source, int rank, const Options& options, bool
       Fd fd = connect_any(*target, deadline, &last_problem);
       if (fd.valid()) {
         std::string refusal;
-        if (handshake(fd.get(), *target, deadline, &refusal)) return fd;
-        if (!retry_refusals) {
+        const Step step = handshake(fd.get(), *target, deadline, &refusal);
+        if (step == Step::kOk) return fd;
+        // A refusal is final (unless a stale rendezvous file may be the
+        // cause); a dropped connection is a busy root: try again.
+        if (step == Step::kRefused && !retry_refusals) {
           throw Error(WIA_ERROR_REMOTE, fmt::format("bootstrap: rank {}: {}", rank, refusal));
+        }
+        if (step == Step::kDropped) {
+          log::debug(kTag, "rank {}: {} (a busy root?); trying again", rank, refusal);
         }
         last_problem = refusal;
       }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -122,12 +123,19 @@ struct RootServer::Loop {
     queue(c, std::make_shared<const std::vector<std::uint8_t>>(std::move(frame)));
   }
 
-  void reject(Conn& c, std::string_view why) {
-    const auto n = ++server.rejected_;
+  // Why a connection was refused. The log budget is kept per reason, so a
+  // flood of one kind (1,000 connections at once) cannot use it up and hide
+  // a later garbage or wrong-key client.
+  enum class Refusal { kFlood, kMalformed, kAuthentication, kSlow, kCount };
+  std::array<std::uint64_t, static_cast<std::size_t>(Refusal::kCount)> refusals{};
+
+  void reject(Conn& c, Refusal kind, std::string_view why) {
+    ++server.rejected_;
+    const auto n = ++refusals[static_cast<std::size_t>(kind)];
     // A flood of bad clients must not flood the log either.
     if (n <= 20 || n % 1000 == 0) {
       log::warn(kTag, "root {}: rejected connection from {}: {}{}", name, c.peer, why,
-                n == 20 ? " (further rejections are logged every 1000th)" : "");
+                n == 20 ? " (further rejections of this kind are logged every 1000th)" : "");
     }
     c.dead = true;
   }
@@ -148,7 +156,8 @@ struct RootServer::Loop {
     failure.emplace(status, std::move(message));
     const Buffer frame = error_frame();
     for (auto& c : conns) {
-      if (c->stage == Stage::kMember || c->stage == Stage::kClosing) {
+      // (Not to a client refused at authentication: it is closing too.)
+      if (c->stage == Stage::kMember || (c->stage == Stage::kClosing && c->rank >= 0)) {
         queue(*c, frame);
         c->close_after_flush = true;
       }
@@ -167,11 +176,28 @@ struct RootServer::Loop {
       c->fd.reset(fd);
       c->peer = SocketAddress::from(reinterpret_cast<sockaddr*>(&ss), len).to_string();
       const auto pending = std::count_if(conns.begin(), conns.end(), [](const auto& x) {
-        return x->stage == Stage::kAuth || x->stage == Stage::kHello;
+        return !x->dead && (x->stage == Stage::kAuth || x->stage == Stage::kHello);
       });
       if (static_cast<std::size_t>(pending) >= kMaxPendingConnections) {
-        reject(*c, "too many connections are still authenticating");
-        continue;
+        // The table is full. Refusing the newcomer (as this once did) let
+        // 256 silent connections lock every real rank out until their
+        // handshake deadline, and the ranks, taking the close for a refusal,
+        // failed the job. The oldest connection that has not authenticated
+        // makes room instead: a flood evicts itself, while a rank, which
+        // answers its challenge within a round trip, is through before 256
+        // newer connections arrive (and retries if it was not: join.cpp).
+        // Connections that proved the secret (saying hello) are never evicted.
+        const auto oldest = std::find_if(conns.begin(), conns.end(), [](const auto& x) {
+          return !x->dead && x->stage == Stage::kAuth;
+        });
+        if (oldest == conns.end()) {
+          reject(*c, Refusal::kFlood, "too many connections are still authenticating");
+          continue;
+        }
+        reject(**oldest, Refusal::kFlood,
+               fmt::format("evicted before authenticating: {} connections were waiting "
+                           "(a connection flood?)",
+                           kMaxPendingConnections));
       }
       set_nodelay(fd);
       c->handshake_deadline = Clock::now() + settings.handshake_timeout;
@@ -258,7 +284,7 @@ struct RootServer::Loop {
       members[static_cast<std::size_t>(rank)].conn = nullptr;
       return;
     }
-    reject(c, what);
+    reject(c, Refusal::kMalformed, what);
   }
 
   void handle(Conn& c, wire::FrameType type, std::span<const std::uint8_t> payload) {
@@ -286,9 +312,20 @@ struct RootServer::Loop {
     std::array<std::uint8_t, 8> expected_bytes{};
     for (int i = 0; i < 8; ++i) expected_bytes[i] = static_cast<std::uint8_t>(expected >> (8 * i));
     if (!constant_time_equal(expected_bytes, mac)) {
-      reject(c,
+      reject(c, Refusal::kAuthentication,
              "wrong authentication (not a rank of this job, or a different secret / "
              "WIA_AUTH_KEY)");
+      // Said explicitly (an error frame, then the close) so that a rank can
+      // tell this refusal, final, from a connection dropped under load
+      // (evicted above), which it retries. All of its input has been read,
+      // so the close is an orderly one and the frame arrives.
+      c.dead = false;
+      c.stage = Stage::kClosing;
+      c.close_after_flush = true;
+      queue(c, wire::Writer(wire::FrameType::kError)
+                   .i32(WIA_ERROR_REMOTE)
+                   .text("bootstrap: authentication refused: the secrets differ")
+                   .finish());
       return;
     }
     std::vector<std::uint8_t> answer(wire::kServerRole.begin(), wire::kServerRole.end());
@@ -599,6 +636,30 @@ struct RootServer::Loop {
     return false;
   }
 
+  // The serving thread is ending: connections still in their handshake
+  // end with it, each logged like any other refusal (a silent client is
+  // named whether the job outlived its handshake deadline or not).
+  void close_pending() {
+    const Deadline now = Clock::now();
+    const auto logged_before = refusals[static_cast<std::size_t>(Refusal::kSlow)];
+    std::uint64_t closed = 0;
+    for (auto& c : conns) {
+      if (c->dead || (c->stage != Stage::kAuth && c->stage != Stage::kHello)) continue;
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+          now - (c->handshake_deadline - settings.handshake_timeout));
+      reject(*c, Refusal::kSlow,
+             fmt::format("the job's bootstrap ended before it authenticated ({} ms after "
+                         "connecting)",
+                         waited.count()));
+      ++closed;
+    }
+    // Those past the log budget still count, in one line.
+    if (logged_before + closed > 20) {
+      log::warn(kTag, "root {}: closed {} connection(s) still authenticating at its end", name,
+                closed);
+    }
+  }
+
   void run() {
     rendezvous_deadline = Clock::now() + settings.timeout + kRootGrace;
     std::vector<pollfd> fds;
@@ -608,8 +669,9 @@ struct RootServer::Loop {
       for (auto& c : conns) {
         if ((c->stage == Stage::kAuth || c->stage == Stage::kHello) && !c->dead &&
             now >= c->handshake_deadline) {
-          reject(*c, fmt::format("no complete handshake within {} ms",
-                                 settings.handshake_timeout.count()));
+          reject(*c, Refusal::kSlow,
+                 fmt::format("no complete handshake within {} ms",
+                             settings.handshake_timeout.count()));
         }
         if (c->close_after_flush && c->out.empty()) {
           if (c->rank >= 0 && members[static_cast<std::size_t>(c->rank)].conn == c.get()) {
@@ -706,6 +768,7 @@ void RootServer::run() noexcept {
   try {
     Loop loop(*this, address_.to_string());
     loop.run();
+    loop.close_pending();
   } catch (const std::exception& e) {
     log::error(kTag, "root {}: stopped by an internal error: {}", address_.to_string(), e.what());
   }
