@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Memory of the `cuda` provider: mem_alloc/mem_free of device and pinned
 // host memory, the synchronous memset/memcpy, and IPC handles (a small
-// validated header around the driver's 64-byte cuIpcMemHandle).
-#include <unistd.h>
-
+// validated header around the driver's 64-byte cuIpcMemHandle: the one of
+// wia_common/ipc_header.hpp, shared with hip and ze).
 #include <cinttypes>
 #include <cstring>
 
 #include "cuda_provider.hpp"
+#include "wia_common/ipc_header.hpp"
 
 namespace wia::cuda {
 
@@ -30,22 +30,12 @@ const char* kind_name(std::uint32_t kind) {
 constexpr wia_CUstream kLegacyStream = nullptr;
 
 // --------------------------------------------------------------------------
-// IPC handle layout (WIA_IPC_HANDLE_SIZE bytes, all little-endian as the
-// node is): validated by ipc_open_handle, so a handle from another provider
-// or a torn copy fails with a message instead of inside the driver.
+// IPC: wia_common's header (magic "WIAC"), then the driver's 64-byte
+// CUipcMemHandle; validated by ipc_open_handle, so a handle from another
+// provider or a torn copy fails with a message instead of inside the driver.
 constexpr std::uint32_t kIpcMagic = 0x43414957u;  // "WIAC"
-constexpr std::uint16_t kIpcVersion = 1;
-
-struct IpcHandleLayout {
-  std::uint32_t magic;
-  std::uint16_t version;
-  std::uint16_t header_size;       // sizeof(IpcHandleLayout)
-  std::uint32_t exporter_pid;      // the driver refuses handles of the own process
-  std::int32_t exporter_device;    // provider-local ordinal in the exporting process
-  std::uint64_t size;              // bytes of the allocation, as mem_alloc was asked
-  wia_CUipcMemHandle cuda_handle;  // cuIpcGetMemHandle's bytes
-};
-static_assert(sizeof(IpcHandleLayout) <= WIA_IPC_HANDLE_SIZE, "IPC header outgrew the ABI handle");
+static_assert(sizeof(wia_CUipcMemHandle) <= common::kIpcVendorMax,
+              "IPC handle outgrew the ABI handle");
 
 }  // namespace
 
@@ -215,18 +205,11 @@ wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
       a = it->second;
     }
     if (const wia_status_t st = p.use_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
-    IpcHandleLayout h{};
-    const wia_CUresult r = p.driver.cuIpcGetMemHandle(&h.cuda_handle, dptr_of(ptr));
+    wia_CUipcMemHandle cuda_handle{};
+    const wia_CUresult r = p.driver.cuIpcGetMemHandle(&cuda_handle, dptr_of(ptr));
     if (r != WIA_CUDA_SUCCESS)
       return p.fail_cu(r, dev, "cuIpcGetMemHandle(%p, %" PRIu64 " bytes)", ptr, a.size);
-    h.magic = kIpcMagic;
-    h.version = kIpcVersion;
-    h.header_size = sizeof(IpcHandleLayout);
-    h.exporter_pid = static_cast<std::uint32_t>(::getpid());
-    h.exporter_device = dev;
-    h.size = a.size;
-    std::memset(handle, 0, sizeof(*handle));
-    std::memcpy(handle->bytes, &h, sizeof(h));
+    common::ipc_pack(handle, kIpcMagic, dev, a.size, &cuda_handle, sizeof(cuda_handle));
     return WIA_SUCCESS;
   });
 }
@@ -240,28 +223,18 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
     *ptr = nullptr;
     if (const wia_status_t st = p.check_device(dev, "ipc_open_handle"); st != WIA_SUCCESS)
       return st;
-    IpcHandleLayout h;
-    std::memcpy(&h, handle->bytes, sizeof(h));
-    if (h.magic != kIpcMagic || h.header_size != sizeof(IpcHandleLayout))
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "ipc_open_handle on CUDA device %d: not a cuda provider IPC handle (magic "
-                    "0x%08x)",
-                    dev, h.magic);
-    if (h.version != kIpcVersion)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "ipc_open_handle on CUDA device %d: IPC handle version %u, this provider "
-                    "reads version %u",
-                    dev, h.version, kIpcVersion);
-    if (h.exporter_pid == static_cast<std::uint32_t>(::getpid()))
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "ipc_open_handle on CUDA device %d: the handle was exported by this process "
-                    "(CUDA opens IPC handles only in other processes; use the pointer itself)",
-                    dev);
+    common::IpcHeader h{};
+    wia_CUipcMemHandle cuda_handle{};
+    if (const std::string why =
+            common::ipc_unpack(*handle, kIpcMagic, "cuda", &h, &cuda_handle, sizeof(cuda_handle));
+        !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on CUDA device %d: %s", dev,
+                    why.c_str());
     if (const wia_status_t st = p.use_device(dev, "ipc_open_handle"); st != WIA_SUCCESS) return st;
     wia_CUdeviceptr d = 0;
     // LAZY_ENABLE_PEER_ACCESS: the exporter's GPU may differ from ours.
     const wia_CUresult r =
-        p.driver.cuIpcOpenMemHandle(&d, h.cuda_handle, WIA_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        p.driver.cuIpcOpenMemHandle(&d, cuda_handle, WIA_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     if (r != WIA_CUDA_SUCCESS)
       return p.fail_cu(r, dev,
                        "cuIpcOpenMemHandle(%" PRIu64

@@ -2,14 +2,13 @@
 // Memory of the `hip` provider: mem_alloc/mem_free of device and pinned
 // host memory, the synchronous memset/memcpy, and IPC handles (a small
 // validated header around the runtime's 64-byte hipIpcMemHandle_t).
-// The IPC header has the same shape as the cuda provider's; see
-// docs/provider-hip.md for why it is not shared code yet.
-#include <unistd.h>
+// The IPC header is wia_common/ipc_header.hpp, shared with cuda and ze.
 
 #include <cinttypes>
 #include <cstring>
 
 #include "hip_provider.hpp"
+#include "wia_common/ipc_header.hpp"
 
 namespace wia::hip {
 
@@ -25,23 +24,12 @@ const char* kind_name(std::uint32_t kind) {
 // nothing the caller enqueued.
 constexpr wia_hipStream_t kNullStream = nullptr;
 
-// --------------------------------------------------------------------------
-// IPC handle layout (WIA_IPC_HANDLE_SIZE bytes, all little-endian as the
-// node is): validated by ipc_open_handle, so a handle from another provider
-// or a torn copy fails with a message instead of inside the runtime.
+// IPC: wia_common's header (magic "WIAH"), then the runtime's 64-byte
+// hipIpcMemHandle_t; validated by ipc_open_handle, so a handle from another
+// provider or a torn copy fails with a message instead of inside the runtime.
 constexpr std::uint32_t kIpcMagic = 0x48414957u;  // "WIAH"
-constexpr std::uint16_t kIpcVersion = 1;
-
-struct IpcHandleLayout {
-  std::uint32_t magic;
-  std::uint16_t version;
-  std::uint16_t header_size;         // sizeof(IpcHandleLayout)
-  std::uint32_t exporter_pid;        // the runtime refuses handles of the own process
-  std::int32_t exporter_device;      // provider-local ordinal in the exporting process
-  std::uint64_t size;                // bytes of the allocation, as mem_alloc was asked
-  wia_hipIpcMemHandle_t hip_handle;  // hipIpcGetMemHandle's bytes
-};
-static_assert(sizeof(IpcHandleLayout) <= WIA_IPC_HANDLE_SIZE, "IPC header outgrew the ABI handle");
+static_assert(sizeof(wia_hipIpcMemHandle_t) <= common::kIpcVendorMax,
+              "IPC handle outgrew the ABI handle");
 
 }  // namespace
 
@@ -212,18 +200,11 @@ wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
       a = it->second;
     }
     if (const wia_status_t st = p.use_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
-    IpcHandleLayout h{};
-    const wia_hipError_t r = p.rt.hipIpcGetMemHandle(&h.hip_handle, ptr);
+    wia_hipIpcMemHandle_t hip_handle{};
+    const wia_hipError_t r = p.rt.hipIpcGetMemHandle(&hip_handle, ptr);
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, dev, "hipIpcGetMemHandle(%p, %" PRIu64 " bytes)", ptr, a.size);
-    h.magic = kIpcMagic;
-    h.version = kIpcVersion;
-    h.header_size = sizeof(IpcHandleLayout);
-    h.exporter_pid = static_cast<std::uint32_t>(::getpid());
-    h.exporter_device = dev;
-    h.size = a.size;
-    std::memset(handle, 0, sizeof(*handle));
-    std::memcpy(handle->bytes, &h, sizeof(h));
+    common::ipc_pack(handle, kIpcMagic, dev, a.size, &hip_handle, sizeof(hip_handle));
     return WIA_SUCCESS;
   });
 }
@@ -237,28 +218,18 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
     *ptr = nullptr;
     if (const wia_status_t st = p.check_device(dev, "ipc_open_handle"); st != WIA_SUCCESS)
       return st;
-    IpcHandleLayout h;
-    std::memcpy(&h, handle->bytes, sizeof(h));
-    if (h.magic != kIpcMagic || h.header_size != sizeof(IpcHandleLayout))
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "ipc_open_handle on HIP device %d: not a hip provider IPC handle (magic "
-                    "0x%08x)",
-                    dev, h.magic);
-    if (h.version != kIpcVersion)
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "ipc_open_handle on HIP device %d: IPC handle version %u, this provider "
-                    "reads version %u",
-                    dev, h.version, kIpcVersion);
-    if (h.exporter_pid == static_cast<std::uint32_t>(::getpid()))
-      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                    "ipc_open_handle on HIP device %d: the handle was exported by this process "
-                    "(HIP opens IPC handles only in other processes; use the pointer itself)",
-                    dev);
+    common::IpcHeader h{};
+    wia_hipIpcMemHandle_t hip_handle{};
+    if (const std::string why =
+            common::ipc_unpack(*handle, kIpcMagic, "hip", &h, &hip_handle, sizeof(hip_handle));
+        !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_open_handle on HIP device %d: %s", dev,
+                    why.c_str());
     if (const wia_status_t st = p.use_device(dev, "ipc_open_handle"); st != WIA_SUCCESS) return st;
     void* d = nullptr;
     // LazyEnablePeerAccess: the exporter's GPU may differ from ours.
     const wia_hipError_t r =
-        p.rt.hipIpcOpenMemHandle(&d, h.hip_handle, wia_hip_ipc_lazy_flag(p.rt.version));
+        p.rt.hipIpcOpenMemHandle(&d, hip_handle, wia_hip_ipc_lazy_flag(p.rt.version));
     if (r != WIA_hipSuccess)
       return p.fail_hip(r, dev,
                         "hipIpcOpenMemHandle(%" PRIu64
