@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "wia_common/host_messages.hpp"
 #include "cuda_provider.hpp"
+#include "wia_common/host_messages.hpp"
 
 namespace wia::cuda {
 
@@ -65,20 +65,18 @@ wia_status_t Provider::fail(wia_status_t st, const char* fmt, ...) const noexcep
 
 wia_status_t Provider::fail_cu(wia_CUresult result, std::int32_t dev, const char* fmt,
                                ...) const noexcept {
-  char what[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(what, sizeof(what), fmt, ap);
-  va_end(ap);
   std::string name;
   try {
     name = error_name(driver, result);
   } catch (...) {
   }
-  if (valid_device(dev))
-    return fail(status_of(result), "%s on device %d (%s): %s", what, dev,
-                devices[static_cast<std::size_t>(dev)]->name.c_str(), name.c_str());
-  return fail(status_of(result), "%s: %s", what, name.c_str());
+  va_list ap;
+  va_start(ap, fmt);
+  common::host_vendor_error(
+      host, dev, valid_device(dev) ? devices[static_cast<std::size_t>(dev)]->name.c_str() : nullptr,
+      name.c_str(), fmt, ap);
+  va_end(ap);
+  return status_of(result);
 }
 
 void Provider::log(wia_log_level_t level, const char* fmt, ...) const noexcept {

@@ -9,6 +9,7 @@
 
 #include "hip_provider.hpp"
 #include "wia_common/host_messages.hpp"
+#include "wia_common/vendor_library.hpp"
 
 namespace wia::hip {
 
@@ -58,20 +59,18 @@ wia_status_t Provider::fail(wia_status_t st, const char* fmt, ...) const noexcep
 
 wia_status_t Provider::fail_hip(wia_hipError_t error, std::int32_t dev, const char* fmt,
                                 ...) const noexcept {
-  char what[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(what, sizeof(what), fmt, ap);
-  va_end(ap);
   std::string name;
   try {
     name = error_name(rt, error);
   } catch (...) {
   }
-  if (valid_device(dev))
-    return fail(status_of(error), "%s on device %d (%s): %s", what, dev,
-                devices[static_cast<std::size_t>(dev)]->name.c_str(), name.c_str());
-  return fail(status_of(error), "%s: %s", what, name.c_str());
+  va_list ap;
+  va_start(ap, fmt);
+  common::host_vendor_error(
+      host, dev, valid_device(dev) ? devices[static_cast<std::size_t>(dev)]->name.c_str() : nullptr,
+      name.c_str(), fmt, ap);
+  va_end(ap);
+  return status_of(error);
 }
 
 void Provider::log(wia_log_level_t level, const char* fmt, ...) const noexcept {
@@ -130,23 +129,15 @@ wia_status_t runtime_open(Provider& p, const std::string& library) {
   } else {
     names = {library};
   }
-  std::string tried;
-  for (const std::string& name : names) {
-    // NODELETE: the runtime stays mapped after our dlclose, as vendor
-    // runtimes expect (ROCm's never expects to be unloaded). Its static
-    // initialisers allocate at load, even with no GPU; unmapped, that memory
-    // would be reported as a leak of every process that loaded this provider.
-    rt.library = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (rt.library != nullptr) {
-      rt.path = name;
-      break;
-    }
-    const char* why = ::dlerror();
-    if (!tried.empty()) tried += "; ";
-    tried += name + ": " + (why != nullptr ? why : "unknown error");
-  }
-  if (rt.library == nullptr)
-    return p.fail(WIA_ERROR_UNAVAILABLE, "HIP runtime not found (dlopen %s)", tried.c_str());
+  // NODELETE: the runtime stays mapped after our dlclose, as vendor
+  // runtimes expect (ROCm's never expects to be unloaded). Its static
+  // initialisers allocate at load, even with no GPU; unmapped, that memory
+  // would be reported as a leak of every process that loaded this provider.
+  common::OpenedLibrary lib = common::open_first_library(names, RTLD_NODELETE);
+  if (lib.handle == nullptr)
+    return p.fail(WIA_ERROR_UNAVAILABLE, "HIP runtime not found (dlopen %s)", lib.tried.c_str());
+  rt.library = lib.handle;
+  rt.path = lib.name;
   const char* missing = nullptr;
 #define WIA_HIP_RESOLVE(ret, name, params)            \
   {                                                   \

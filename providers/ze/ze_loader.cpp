@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "wia_common/host_messages.hpp"
+#include "wia_common/vendor_library.hpp"
 #include "ze_provider.hpp"
 
 namespace wia::ze {
@@ -95,20 +96,17 @@ wia_status_t Provider::fail(wia_status_t st, const char* fmt, ...) const noexcep
 
 wia_status_t Provider::fail_ze(wia_ze_result_t result, std::int32_t dev, const char* fmt,
                                ...) const noexcept {
-  char what[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(what, sizeof(what), fmt, ap);
-  va_end(ap);
   std::string name;
   try {
     name = result_name(result);
   } catch (...) {
   }
-  if (valid_device(dev))
-    return fail(status_of(result), "%s on device %d (%s): %s", what, dev, device(dev).name.c_str(),
-                name.c_str());
-  return fail(status_of(result), "%s: %s", what, name.c_str());
+  va_list ap;
+  va_start(ap, fmt);
+  common::host_vendor_error(host, dev, valid_device(dev) ? device(dev).name.c_str() : nullptr,
+                            name.c_str(), fmt, ap);
+  va_end(ap);
+  return status_of(result);
 }
 
 void Provider::log(wia_log_level_t level, const char* fmt, ...) const noexcept {
@@ -258,21 +256,14 @@ wia_status_t loader_open(Provider& p, const std::string& library) {
   } else {
     names = {library};
   }
-  std::string tried;
-  for (const std::string& name : names) {
-    // NODELETE: the loader and its drivers stay mapped after our dlclose;
-    // vendor runtimes expect never to be unloaded (as libcuda, libamdhip64).
-    rt.library = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (rt.library != nullptr) {
-      rt.path = name;
-      break;
-    }
-    const char* why = ::dlerror();
-    if (!tried.empty()) tried += "; ";
-    tried += name + ": " + (why != nullptr ? why : "unknown error");
-  }
-  if (rt.library == nullptr)
-    return p.fail(WIA_ERROR_UNAVAILABLE, "Level Zero loader not found (dlopen %s)", tried.c_str());
+  // NODELETE: the loader and its drivers stay mapped after our dlclose;
+  // vendor runtimes expect never to be unloaded (as libcuda, libamdhip64).
+  common::OpenedLibrary lib = common::open_first_library(names, RTLD_NODELETE);
+  if (lib.handle == nullptr)
+    return p.fail(WIA_ERROR_UNAVAILABLE, "Level Zero loader not found (dlopen %s)",
+                  lib.tried.c_str());
+  rt.library = lib.handle;
+  rt.path = lib.name;
   const char* missing = nullptr;
 #define WIA_ZE_RESOLVE(name, params)                  \
   {                                                   \

@@ -30,4 +30,19 @@ void host_verror(const wia_host_services_v1_t* host, const char* fmt, va_list ap
   host->set_error(host->host_ctx, buf);
 }
 
+void host_vendor_error(const wia_host_services_v1_t* host, std::int32_t dev,
+                       const char* device_name, const char* vendor_error, const char* fmt,
+                       va_list ap) noexcept {
+  if (host == nullptr || host->set_error == nullptr) return;
+  char what[512];
+  std::vsnprintf(what, sizeof(what), fmt, ap);
+  char buf[1024];
+  if (device_name != nullptr)
+    std::snprintf(buf, sizeof(buf), "%s on device %d (%s): %s", what, static_cast<int>(dev),
+                  device_name, vendor_error);
+  else
+    std::snprintf(buf, sizeof(buf), "%s: %s", what, vendor_error);
+  host->set_error(host->host_ctx, buf);
+}
+
 }  // namespace wia::common

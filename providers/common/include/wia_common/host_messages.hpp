@@ -7,6 +7,7 @@
 #include <wia/provider.h>
 
 #include <cstdarg>
+#include <cstdint>
 
 namespace wia::common {
 
@@ -20,5 +21,13 @@ void host_vlog(const wia_host_services_v1_t* host, wia_log_level_t level, const 
 // Formats and attaches the message to the error the calling thread is about
 // to return; nothing when the host offers no set_error callback.
 void host_verror(const wia_host_services_v1_t* host, const char* fmt, va_list ap) noexcept;
+
+// The accelerator providers' message for a failed vendor call:
+// "<what> on device D (device_name): <vendor_error>", or
+// "<what>: <vendor_error>" when device_name is NULL (no valid device).
+// `what` is printf-formatted from fmt/ap.
+void host_vendor_error(const wia_host_services_v1_t* host, std::int32_t dev,
+                       const char* device_name, const char* vendor_error, const char* fmt,
+                       va_list ap) noexcept;
 
 }  // namespace wia::common
