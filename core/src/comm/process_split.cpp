@@ -10,6 +10,7 @@
 #include <map>
 
 #include "comm/process_internal.hpp"
+#include "common/error.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
 
@@ -25,6 +26,7 @@ class ParentExchange final : public Exchange {
   ParentExchange(ProcessCommunicator& parent, std::vector<int> members)
       : parent_(parent), members_(std::move(members)) {}
   std::vector<std::uint8_t> all_gather(const std::vector<std::uint8_t>& mine) override {
+    ++calls_;
     std::vector<std::uint8_t> all(mine.size() * parent_.size());
     Call c;
     c.collective = coll::Collective::kAllGather;
@@ -39,9 +41,28 @@ class ParentExchange final : public Exchange {
     return kept;
   }
 
+  // Every parent rank must run the same exchanges, in the same order and of
+  // the same sizes, whatever its color: connect_mesh runs the records
+  // exchange (sizeof(RankRecord)) and then, only for a group of more than
+  // one rank on one node, the node windows' 1-byte agreement. A rank with
+  // no color, alone in its color, or in a group spanning nodes ran one
+  // exchange where the others ran two: the others waited for the 1 byte
+  // until the collective timed out (wia-soak, seed 2: a split with one
+  // NOCOLOR rank). Each rank pads its sequence to the full one.
+  void pad() {
+    if (calls_ == 0) all_gather(std::vector<std::uint8_t>(sizeof(RankRecord), 0));
+    if (calls_ == 1) all_gather({1});
+    if (calls_ != kExchanges)
+      throw Error(WIA_ERROR_INTERNAL,
+                  fmt::format("split: the set-up ran {} exchanges over the parent, {} expected",
+                              calls_, kExchanges));
+  }
+
  private:
+  static constexpr int kExchanges = 2;
   ProcessCommunicator& parent_;
   std::vector<int> members_;
+  int calls_ = 0;
 };
 
 }  // namespace
@@ -59,8 +80,7 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::split(int color, int k
   run_now(c);
   if (color < 0) {
     // Not a member, but the members' setup exchange runs over every rank.
-    std::vector<std::uint8_t> zero(sizeof(RankRecord), 0);
-    ParentExchange(*this, {}).all_gather(zero);
+    ParentExchange(*this, {}).pad();
     return nullptr;
   }
   std::vector<int> members;
@@ -84,8 +104,10 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::split(int color, int k
   l.nnodes = static_cast<int>(node_index.size());
   ParentExchange ex(*this, members);
   std::string preferred;
-  return std::make_unique<ProcessCommunicator>(
+  auto child = std::make_unique<ProcessCommunicator>(
       l, ex, device_, std::chrono::milliseconds(default_timeout_ms_), preferred);
+  ex.pad();
+  return child;
 }
 
 topo::Topology ProcessCommunicator::topology() {
