@@ -204,6 +204,8 @@ ZeEvent* EventAllocator::get(Provider& p, std::int32_t dev) {
 void EventAllocator::put(const Runtime& rt, ZeEvent* e) noexcept {
   rt.zeEventHostReset(e->h);
   e->waiters.clear();
+  e->signaller.reset();
+  e->signal_position = 0;
   *e->timestamp = 0;
   std::lock_guard<std::mutex> lk(mu_);
   free_.push_back(e);
@@ -226,20 +228,38 @@ void Provider::retire(Driver* d, ZeEvent* e) {
   graveyard.emplace_back(d, e);
 }
 
+void note_signalled(const ZeEvent& e) noexcept {
+  if (e.signaller == nullptr) return;
+  std::uint64_t now = e.signaller->done.load(std::memory_order_relaxed);
+  while (now < e.signal_position && !e.signaller->done.compare_exchange_weak(
+                                        now, e.signal_position, std::memory_order_acq_rel)) {
+  }
+}
+
 void Provider::sweep() noexcept {
   std::lock_guard<std::mutex> lk(graveyard_mu);
-  for (std::size_t i = 0; i < graveyard.size();) {
+  // First what the signalled events say about their streams' progress, then
+  // which events no wait still needs.
+  std::vector<char> signalled;
+  try {
+    signalled.assign(graveyard.size(), 0);
+  } catch (...) {
+    return;  // out of host memory: recycle later
+  }
+  for (std::size_t i = 0; i < graveyard.size(); ++i) {
+    if (rt.zeEventQueryStatus(graveyard[i].second->h) != WIA_ZE_RESULT_SUCCESS) continue;
+    signalled[i] = 1;
+    note_signalled(*graveyard[i].second);
+  }
+  for (std::size_t i = graveyard.size(); i-- > 0;) {
     auto [d, e] = graveyard[i];
-    bool free = rt.zeEventQueryStatus(e->h) == WIA_ZE_RESULT_SUCCESS;
+    bool free = signalled[i] != 0;
     for (const ZeEvent::Waiter& w : e->waiters)
       if (w.clock->done.load(std::memory_order_acquire) < w.position) free = false;
-    if (free) {
-      d->events.put(rt, e);
-      graveyard[i] = graveyard.back();
-      graveyard.pop_back();
-    } else {
-      ++i;
-    }
+    if (!free) continue;
+    d->events.put(rt, e);
+    graveyard[i] = graveyard.back();  // one already looked at (the loop runs backwards)
+    graveyard.pop_back();
   }
 }
 
@@ -336,8 +356,9 @@ wia_status_t discover_devices(Provider& p) {
       d->name = props.name;
       d->ze_type = props.type;
       d->timer_hz = props.timerResolution;
-      d->timestamp_mask =
-          props.timestampValidBits >= 64 ? ~0ull : (1ull << props.timestampValidBits) - 1;
+      // 0 valid bits would be a driver that does not say: take all 64.
+      const std::uint32_t bits = props.timestampValidBits;
+      d->timestamp_mask = bits == 0 || bits >= 64 ? ~0ull : (1ull << bits) - 1;
       std::uint32_t nmem = 0;
       if (rt.zeDeviceGetMemoryProperties(d->h, &nmem, nullptr) == WIA_ZE_RESULT_SUCCESS &&
           nmem > 0) {

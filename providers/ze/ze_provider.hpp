@@ -56,12 +56,21 @@ struct StreamClock {
 struct ZeEvent {
   wia_ze_event_handle_t h = nullptr;
   std::uint64_t* timestamp = nullptr;
+  // The stream whose list signals it, and at which position: seen
+  // signalled, it tells how far that stream is (so waits of that stream on
+  // other events can be known passed without a fence).
+  std::shared_ptr<StreamClock> signaller;
+  std::uint64_t signal_position = 0;
   struct Waiter {
     std::shared_ptr<StreamClock> clock;
     std::uint64_t position = 0;
   };
   std::vector<Waiter> waiters;
 };
+
+// Advances the signalling stream's clock to the event's position; for an
+// event seen signalled.
+void note_signalled(const ZeEvent& e) noexcept;
 
 class Provider;
 

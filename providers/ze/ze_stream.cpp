@@ -418,7 +418,8 @@ wia_status_t event_record(void* ctx, wia_provider_event_t eh, wia_provider_strea
         d->events.put(p.rt, n);
         return p.fail_ze(r, s->device, "event_record: zeCommandListAppendWriteGlobalTimestamp");
       }
-      ++s->appended;
+      n->signaller = s->clock;
+      n->signal_position = ++s->appended;
       const wia_ze_result_t b = p.rt.zeCommandListAppendBarrier(s->list, nullptr, 0, nullptr);
       if (b != WIA_ZE_RESULT_SUCCESS) {
         p.retire(d, n);
@@ -438,6 +439,7 @@ wia_status_t event_query(void* ctx, wia_provider_event_t h) noexcept {
     std::lock_guard<std::mutex> ek(e->mu);
     if (e->current == nullptr) return WIA_SUCCESS;  // the ABI: never recorded is complete
     const wia_ze_result_t r = p.rt.zeEventQueryStatus(e->current->h);
+    if (r == WIA_ZE_RESULT_SUCCESS) note_signalled(*e->current);
     if (r == WIA_ZE_RESULT_SUCCESS || r == WIA_ZE_RESULT_NOT_READY) return status_of(r);
     return p.fail_ze(r, e->device, "zeEventQueryStatus");
   });
@@ -453,6 +455,7 @@ wia_status_t event_synchronize(void* ctx, wia_provider_event_t h) noexcept {
     if (e->current == nullptr) return WIA_SUCCESS;
     const wia_ze_result_t r = p.rt.zeEventHostSynchronize(e->current->h, kForever);
     if (r != WIA_ZE_RESULT_SUCCESS) return p.fail_ze(r, e->device, "zeEventHostSynchronize");
+    note_signalled(*e->current);
     return WIA_SUCCESS;
   });
 }

@@ -796,6 +796,14 @@ FAKE_API Err zeMemCloseIpcHandle(wia_ze_context_handle_t context, const void* pt
   return WIA_ZE_RESULT_SUCCESS;
 }
 
+// Not Level Zero: how many events exist now, so a test can see that the
+// provider recycles them instead of taking new ones for ever.
+FAKE_API int wia_fake_ze_live_events() {
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  return static_cast<int>(s.events.size());
+}
+
 // Every entry the provider resolves exists here with exactly its type.
 #define WIA_FAKE_ZE_CHECK(name, params) \
   static_assert(std::is_same_v<decltype(&::name), wia_PFN_##name>, #name " differs");

@@ -5,6 +5,7 @@
 // memory is not host-accessible, and the provider's host-staged
 // reduce_async, whose host functions run on the provider's own threads),
 // and the clean absence when there is no loader.
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <wia/wia.h>
 
@@ -93,6 +94,80 @@ TEST_CASE("all-reduce over the two ze devices: float32 sum, reduced through host
     CHECK(wia_destroy_stream(stream[r]) == WIA_SUCCESS);
   }
   CHECK(wia_finalize() == WIA_SUCCESS);
+}
+
+namespace {
+void count_call(void* n) { ++*static_cast<int*>(n); }
+}  // namespace
+
+TEST_CASE("re-recorded events between two streams keep their order and are recycled") {
+  // Every record takes a fresh Level Zero event; the old one may be reused
+  // only once the other stream's wait on it has passed. Without recycling
+  // the double would hold thousands of events; with recycling too eager,
+  // a wait would see a reset event and the copies would go out of order.
+  select_ze_provider(WIA_FAKE_ZE_FILE);
+  REQUIRE_MESSAGE(wia_init() == WIA_SUCCESS, wia_get_last_error());
+  void* lib = dlopen(WIA_FAKE_ZE_FILE, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib != nullptr);
+  using LiveEvents = int (*)();
+  void* sym = dlsym(lib, "wia_fake_ze_live_events");
+  REQUIRE(sym != nullptr);
+  auto live_events = reinterpret_cast<LiveEvents>(sym);
+  wia_stream_t a = nullptr, b = nullptr;
+  REQUIRE(wia_create_stream_on(0, &a) == WIA_SUCCESS);
+  REQUIRE(wia_create_stream_on(0, &b) == WIA_SUCCESS);
+  wia_event_t done_a = nullptr, done_b = nullptr;
+  REQUIRE(wia_create_event(&done_a) == WIA_SUCCESS);
+  REQUIRE(wia_create_event(&done_b) == WIA_SUCCESS);
+  constexpr std::size_t n = 4096;
+  void* x = nullptr;
+  void* y = nullptr;
+  REQUIRE(wia_malloc_on(0, &x, n) == WIA_SUCCESS);
+  REQUIRE(wia_malloc_on(0, &y, n) == WIA_SUCCESS);
+  int host_calls = 0;
+  int live_after[2] = {};
+  // Round 0 keeps up to 250 iterations in flight; round 1 waits for each.
+  for (int round = 0; round < 2; ++round) {
+    const int every = round == 0 ? 250 : 1;
+    for (int i = 0; i < 2000; ++i) {
+      // A writes x, B copies it to y, A waits for that before the next write.
+      REQUIRE(wia_memset_async(x, i & 0xff, n, a) == WIA_SUCCESS);
+      REQUIRE(wia_event_record(done_a, a) == WIA_SUCCESS);
+      REQUIRE(wia_stream_wait_event(b, done_a) == WIA_SUCCESS);
+      REQUIRE(wia_memcpy_async(y, x, n, b) == WIA_SUCCESS);
+      if (i % 100 == 0) REQUIRE(wia_launch_host_func(b, count_call, &host_calls) == WIA_SUCCESS);
+      REQUIRE(wia_event_record(done_b, b) == WIA_SUCCESS);
+      REQUIRE(wia_stream_wait_event(a, done_b) == WIA_SUCCESS);
+      if (i % every == every - 1) {
+        REQUIRE(wia_stream_synchronize(b) == WIA_SUCCESS);
+        std::vector<unsigned char> got(n);
+        REQUIRE(wia_memcpy(got.data(), y, n) == WIA_SUCCESS);
+        INFO("round " << round << ", after iteration " << i);
+        CHECK(std::count(got.begin(), got.end(), static_cast<unsigned char>(i & 0xff)) ==
+              static_cast<std::ptrdiff_t>(n));
+      }
+    }
+    REQUIRE(wia_stream_synchronize(a) == WIA_SUCCESS);
+    REQUIRE(wia_stream_synchronize(b) == WIA_SUCCESS);
+    live_after[round] = live_events();
+  }
+  CHECK(host_calls == 40);
+  // Each round records 4000 times and runs 20 host functions (two events
+  // each). Work in flight needs events of its own (round 0 leaves up to 500
+  // records in flight), but far from one per record; round 1, with little
+  // in flight, must only reuse what round 0 left: no new pool.
+  INFO("live Level Zero events after round 0: " << live_after[0] << ", round 1: " << live_after[1]);
+  CHECK(live_after[0] < 1000);
+  CHECK(live_after[1] == live_after[0]);
+  CHECK(wia_free(x) == WIA_SUCCESS);
+  CHECK(wia_free(y) == WIA_SUCCESS);
+  CHECK(wia_destroy_event(done_a) == WIA_SUCCESS);
+  CHECK(wia_destroy_event(done_b) == WIA_SUCCESS);
+  CHECK(wia_destroy_stream(a) == WIA_SUCCESS);
+  CHECK(wia_destroy_stream(b) == WIA_SUCCESS);
+  CHECK(wia_finalize() == WIA_SUCCESS);
+  CHECK(live_events() == 0);  // fini destroyed every event and pool
+  dlclose(lib);
 }
 
 TEST_CASE("no Level Zero loader: the provider is absent with the dlopen cause, not an error") {

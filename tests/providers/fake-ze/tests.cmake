@@ -99,7 +99,7 @@ set_tests_properties(conformance_ze_fake_init_fails PROPERTIES TIMEOUT 60
 # The provider through the public C API: devices, an all-reduce over the two
 # fake GPUs (host-staged reduce_async), and the absence without a loader.
 wia_add_unit_test(provider_ze_fake SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_provider_ze_fake.cpp
-  LIBS wia::core Threads::Threads TIMEOUT 300)
+  LIBS wia::core Threads::Threads ${CMAKE_DL_LIBS} TIMEOUT 300)
 target_compile_definitions(test_provider_ze_fake PRIVATE
   WIA_FAKE_ZE_FILE="${WIA_FAKE_ZE_FILE}"
   WIA_ZE_PROVIDER_FILE="$<TARGET_FILE:wia-provider-ze>")
