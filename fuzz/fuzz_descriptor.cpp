@@ -110,7 +110,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::uint32_t i = 0; i < d.num_params && stride >= 4; ++i) {
       char* e = params + std::size_t{i} * stride;
       wia_param_decl_v1_t p{};
-      p.struct_size = (in.u8() % 8) ? stride : in.u32();
+      // params[0].struct_size is the stride the core steps by, so it must
+      // be the array's real one (a provider that lies there hands over an
+      // object the core cannot bound); later elements may say anything.
+      p.struct_size = (i == 0 || in.u8() % 8) ? stride : in.u32();
       p.type = static_cast<wia_param_type_t>(in.u8() % 5);
       p.key = arena.maybe_text(in);
       p.default_value = arena.maybe_text(in);
