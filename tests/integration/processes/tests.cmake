@@ -62,3 +62,13 @@ wia_test_loads_providers(test_heartbeat)
 wia_add_unit_test(shrink SOURCES ${CMAKE_CURRENT_LIST_DIR}/shrink_test.cpp
                   LIBS wia::core TIMEOUT 600)
 wia_test_loads_providers(test_shrink)
+
+# Under ThreadSanitizer (scripts/ci-tsan.sh): every rank's threads of a
+# process communicator (the network engine, the control/heartbeat thread,
+# the shm and tcp providers' progress, recovery). Not allreduce_paths: its
+# subject is memory shared between processes, which TSan (the threads of
+# one process) cannot see, and under TSan on a loaded machine its ranks
+# went without a heartbeat past even a 5 s timeout.
+wia_tsan_test(test_process_comm process_comm)
+wia_tsan_test(test_heartbeat heartbeat)
+wia_tsan_test(test_shrink shrink)

@@ -5,3 +5,4 @@ wia_add_unit_test(host_provider
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_host_provider.cpp
   LIBS wia_cpu_kernels wia::plugin_api Threads::Threads ${CMAKE_DL_LIBS})
 add_dependencies(test_host_provider wia-provider-host)
+wia_tsan_test(test_host_provider host_provider)  # its stream worker threads

@@ -4,6 +4,7 @@ wia_add_unit_test(c_api SOURCES ${CMAKE_CURRENT_LIST_DIR}/c_api_test.cpp LIBS wi
 if(TARGET wia-provider-host)
   add_dependencies(test_c_api wia-provider-host)
 endif()
+wia_tsan_test(test_c_api c_api)  # streams, events, host callbacks
 
 # The spec's own snippets, compiled as C11 against wia.h: 6.3 (peer to
 # peer) on 2 devices, 6.4 - 6.6 (collectives, communicators) on 8.

@@ -9,6 +9,7 @@ wia_add_unit_test(bootstrap
     ${CMAKE_CURRENT_LIST_DIR}/security_test.cpp
   LIBS wia_core_internal
   TIMEOUT 600)
+wia_tsan_test(test_bootstrap bootstrap)  # the root's threads (scripts/ci-tsan.sh)
 
 # The bootstrap under a real Open MPI mpirun (4 ranks, one node: the file
 # rendezvous). Skipped, with the reason, where mpirun is not installed

@@ -6,6 +6,7 @@ wia_add_unit_test(checkpoint_api SOURCES ${CMAKE_CURRENT_LIST_DIR}/checkpoint_ap
 if(TARGET wia-provider-host)
   add_dependencies(test_checkpoint_api wia-provider-host)
 endif()
+wia_tsan_test(test_checkpoint_api checkpoint_api)  # the async save's thread
 
 # Spec 6.9's checkpoint snippet as C11 (the _Generic metadata macros included).
 add_executable(test_spec_checkpoint_c ${CMAKE_CURRENT_LIST_DIR}/spec_checkpoint.c)

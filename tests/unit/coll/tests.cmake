@@ -37,3 +37,7 @@ add_test(NAME collectives_device_engine_staged COMMAND test_collectives
   "--test-case-exclude=*point-to-point*,*device engine:*")
 set_tests_properties(collectives_device_engine_staged PROPERTIES TIMEOUT 600
   ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_COLLECTIVES_ENGINE=device;WIA_HOST_PEER_ACCESS=false")
+# Under ThreadSanitizer (scripts/ci-tsan.sh): the inline engine's progress
+# thread and the device engine's provider streams, the threads of every
+# in-process communicator.
+wia_tsan_test(test_collectives collectives collectives_device_engine)
