@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * wia/fault_tolerance.h - going on without a failed rank (spec 6.9), on
- * process-based communicators: revoke, agree, shrink, as ULFM's
+ * wia/fault_tolerance.h - going on without a failed rank (spec 6.9):
+ * revoke, agree, shrink, as ULFM's
  * MPI_Comm_revoke / MPIX_Comm_agree / MPI_Comm_shrink and NCCL's
  * ncclCommShrink. Included by <wia/wia.h>. docs/fault-tolerance.md,
  * "Revoke, agree, shrink".
@@ -21,7 +21,10 @@
  * dead rank, the bootstrap root (rank 0 of the job) included. Every wait
  * is bounded by collectives.timeout_ms.
  *
- * Device-based communicators (one process): WIA_ERROR_NOT_SUPPORTED.
+ * Device-based communicators (one process drives every rank): a rank
+ * fails when its device reports an error; one call of revoke, agree or
+ * shrink acts for every rank (agree returns the flag and the failed set;
+ * shrink keeps the devices that did not fail).
  */
 #ifndef WIA_FAULT_TOLERANCE_H
 #define WIA_FAULT_TOLERANCE_H

@@ -178,6 +178,7 @@ std::shared_ptr<const engine::ExecPlan> DeviceCommunicator::plan_for(const Opera
 }
 
 wia_status_t DeviceCommunicator::post(int rank, Call call, wia_stream_s* stream) {
+  check_revoked();
   if (engine_ == Engine::kDevice) return post_device(rank, std::move(call), stream);
   std::shared_ptr<Operation> op;
   bool complete = false;
@@ -392,8 +393,13 @@ void DeviceCommunicator::run_stream_task(StreamTask& g) {
     std::lock_guard<std::mutex> lock(mu_);
     ops_.erase(op.seq);
   }
-  in_flight_.fetch_sub(1);
+  // Notify, then decrement, and touch nothing after: once drain() reads
+  // in_flight_ at 0 its caller frees this communicator, signal included.
+  // The other order had notify() run on freed memory (ThreadSanitizer saw
+  // it under wia_finalize). A drain() that checks between the two sleeps
+  // one 20 ms slice at most.
   completion_signal_.notify();
+  in_flight_.fetch_sub(1);
 }
 
 // A rank that passed an in-place call while others did not runs the

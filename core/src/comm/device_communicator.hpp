@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -26,6 +27,7 @@
 
 #include "coll/schedule.hpp"
 #include "comm/communicator_base.hpp"
+#include "common/error.hpp"
 #include "engine/device_exec.hpp"
 #include "engine/exec_plan.hpp"
 #include "engine/progress_signal.hpp"
@@ -120,7 +122,26 @@ class DeviceCommunicator final : public CommunicatorBase {
   // Throws the first error any rank's internal stream reported, now or
   // earlier (device_engine.cpp).
   void check_internal_stream(int rank);
-  void record_device_failure(wia_status_t status, const std::string& message);
+  // `rank`: the rank whose device failed, -1 when not known.
+  void record_device_failure(wia_status_t status, const std::string& message, int rank = -1);
+  // Adds the ranks whose device fails a query to the failed set.
+  void note_broken_devices();
+  // wia_comm_revoke: every operation not yet complete, and every later
+  // one, fails with WIA_ERROR_ABORTED.
+  void revoke();
+  void check_revoked() const {
+    if (revoked_.load(std::memory_order_acquire))
+      throw Error(WIA_ERROR_ABORTED, "the communicator was revoked (wia_comm_revoke)");
+  }
+  // Ranks whose device reported a failure, or that wia_report_failure named.
+  std::vector<int> failed_ranks() const override;
+  void report_failed(int rank) override;
+  // What a shrink keeps (api_recovery.cpp): each rank's origin rank.
+  void set_origin(std::vector<int> origin_of_rank, int origin_size);
+  int origin_rank(int rank) const override {
+    return origin_of_rank_.empty() ? rank : origin_of_rank_[static_cast<std::size_t>(rank)];
+  }
+  int origin_size() const override { return origin_of_rank_.empty() ? size() : origin_size_; }
 
   wia_algorithm_t last_selected() const override;
 
@@ -226,6 +247,10 @@ class DeviceCommunicator final : public CommunicatorBase {
   // The first error a rank's internal stream reported: sticky.
   wia_status_t device_failure_ = WIA_SUCCESS;
   std::string device_failure_message_;
+  std::set<int> failed_ranks_;  // err_mu_
+  std::atomic<bool> revoked_{false};
+  std::vector<int> origin_of_rank_;
+  int origin_size_ = 0;
   wia_algorithm_t last_selected_{};
 };
 

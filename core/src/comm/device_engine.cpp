@@ -110,7 +110,7 @@ void DeviceCommunicator::completion_loop() {
       const std::string message = fmt::format("collective #{} failed on the device of rank {}: {}",
                                               op->seq, rank, e.what());
       op->sync.fail(e.status(), message);
-      record_device_failure(e.status(), message);
+      record_device_failure(e.status(), message, rank);
     }
     device_rank_done(&op->done_args[rank]);
   }
@@ -187,13 +187,56 @@ void DeviceCommunicator::shutdown_device_engine() noexcept {
 // The communicator's async error, and the sticky failure every later post
 // reports (check_internal_stream): the engine's streams are in an unknown
 // state from here on.
-void DeviceCommunicator::record_device_failure(wia_status_t status, const std::string& message) {
+void DeviceCommunicator::record_device_failure(wia_status_t status, const std::string& message,
+                                               int rank) {
   record_async_error(status, message);
   std::lock_guard<std::mutex> lock(err_mu_);
   if (device_failure_ == WIA_SUCCESS) {
     device_failure_ = status;
     device_failure_message_ = message;
   }
+  if (rank >= 0) failed_ranks_.insert(rank);
+}
+
+void DeviceCommunicator::revoke() {
+  const std::string message = "wia_comm_revoke was called on the communicator";
+  revoked_.store(true, std::memory_order_release);
+  record_device_failure(WIA_ERROR_ABORTED, message);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [seq, op] : ops_) op->sync.fail(WIA_ERROR_ABORTED, message);
+}
+
+// An enqueue touches every rank's device, and its error says which device
+// in words only: ask each rank's internal stream, and count as failed the
+// ranks whose device cannot even answer (a busy stream is no failure).
+void DeviceCommunicator::note_broken_devices() {
+  Runtime& rt = Runtime::get();
+  for (int r = 0; r < size(); ++r) {
+    try {
+      device_call(rt.device(devices_[r]), "stream_query(collectives' stream)",
+                  [&](const wia_device_ops_v1_t& o, void* ctx) {
+                    return o.stream_query(ctx, internal_streams_[r]);
+                  });
+    } catch (const Error&) {
+      std::lock_guard<std::mutex> lock(err_mu_);
+      failed_ranks_.insert(r);
+    }
+  }
+}
+
+std::vector<int> DeviceCommunicator::failed_ranks() const {
+  std::lock_guard<std::mutex> lock(err_mu_);
+  return {failed_ranks_.begin(), failed_ranks_.end()};
+}
+
+void DeviceCommunicator::report_failed(int rank) {
+  std::lock_guard<std::mutex> lock(err_mu_);
+  failed_ranks_.insert(rank);
+}
+
+void DeviceCommunicator::set_origin(std::vector<int> origin_of_rank, int origin_size) {
+  origin_of_rank_ = std::move(origin_of_rank);
+  origin_size_ = origin_size;
 }
 
 void DeviceCommunicator::check_internal_stream(int rank) {
@@ -209,7 +252,7 @@ void DeviceCommunicator::check_internal_stream(int rank) {
   } catch (const Error& e) {
     const std::string message =
         fmt::format("work of an earlier collective failed on rank {}: {}", rank, e.what());
-    record_device_failure(e.status(), message);
+    record_device_failure(e.status(), message, rank);
     // Sets other ranks posted into can never complete now: fail them, so
     // their users' streams report this error instead of a timeout.
     {
@@ -318,8 +361,8 @@ wia_status_t DeviceCommunicator::post_device(int rank, Call call, wia_stream_s* 
         record_async_error(result.status, result.message);
         stream->set_async_error(result.status, result.message);
       }
+      completion_signal_.notify();  // then the decrement: see run_stream_task
       in_flight_.fetch_sub(1);
-      completion_signal_.notify();
       return result;
     });
   } else {
@@ -385,6 +428,7 @@ void DeviceCommunicator::enqueue_ready_ops() {
       // Work already on the internal streams may still use pooled buffers:
       // no later collective may run beside it.
       record_device_failure(e.status(), message);
+      note_broken_devices();
       // Ranks whose done event is recorded are released by the completion
       // thread once their enqueued work has finished; the others now.
       {
@@ -420,8 +464,8 @@ void DeviceCommunicator::reclaim_finished_ops() {
 void DeviceCommunicator::release_rank(Operation& op, int rank) {
   if (op.accounted[rank].exchange(1, std::memory_order_acq_rel)) return;
   // `op` may be reclaimed from here on; only the communicator is touched.
+  completion_signal_.notify();  // then the decrement: see run_stream_task
   in_flight_.fetch_sub(1);
-  completion_signal_.notify();
 }
 
 void DeviceCommunicator::device_rank_done(void* arg) {
@@ -480,8 +524,8 @@ void DeviceCommunicator::run_device_stream_task(StreamTask& g) {
     if (!op.enqueued.load(std::memory_order_acquire) && !op.device_ranks[rank].done)
       release_rank(op, rank);
   }
+  completion_signal_.notify();  // then the decrement: see run_stream_task
   in_flight_.fetch_sub(1);
-  completion_signal_.notify();
 }
 
 }  // namespace wia::comm

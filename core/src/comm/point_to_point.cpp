@@ -55,12 +55,14 @@ struct DeviceCommunicator::P2pStreamTask {
 void DeviceCommunicator::post_send(int rank, int peer, const void* buf, std::uint64_t count,
                                    wia_datatype_t dtype, std::uint32_t timeout_ms,
                                    wia_stream_s* stream) {
+  check_revoked();
   post_p2p(rank, peer, true, const_cast<void*>(buf), count, dtype, timeout_ms, stream);
 }
 
 void DeviceCommunicator::post_recv(int rank, int peer, void* buf, std::uint64_t count,
                                    wia_datatype_t dtype, std::uint32_t timeout_ms,
                                    wia_stream_s* stream) {
+  check_revoked();
   post_p2p(rank, peer, false, buf, count, dtype, timeout_ms, stream);
 }
 
@@ -181,8 +183,9 @@ void DeviceCommunicator::run_p2p_stream_task(P2pStreamTask& g) {
     std::lock_guard<std::mutex> lock(mu_);
     messages_.erase({m.src, m.dst, m.n});
   }
-  in_flight_.fetch_sub(1);
+  // Then the decrement: see DeviceCommunicator::run_stream_task.
   completion_signal_.notify();
+  in_flight_.fetch_sub(1);
 }
 
 }  // namespace wia::comm

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "common/error.hpp"
 
 namespace wia::comm {
@@ -19,12 +22,16 @@ std::string join(const std::vector<int>& v) {
 RedundancyView redundancy_view(const wia_redundancy_config_t& config, int origin_size,
                                const std::vector<int>& origins, int me) {
   const int k = config.redundancy_factor;
-  if (config.failure_recovery != WIA_RECOVERY_INSTANT &&
-      config.failure_recovery != WIA_RECOVERY_CHECKPOINT)
+  // Copied out as an int: a C caller may store any value in the enum,
+  // which C++ may not read as the enum.
+  std::int32_t mode;
+  static_assert(sizeof mode == sizeof config.failure_recovery);
+  std::memcpy(&mode, &config.failure_recovery, sizeof mode);
+  if (mode != WIA_RECOVERY_INSTANT && mode != WIA_RECOVERY_CHECKPOINT)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("failure_recovery {} is neither WIA_RECOVERY_INSTANT nor "
                             "WIA_RECOVERY_CHECKPOINT",
-                            static_cast<int>(config.failure_recovery)));
+                            mode));
   if (k < 1 || k > origin_size || origin_size % k != 0)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("redundancy_factor {} does not divide the communicator's {} ranks "
@@ -44,7 +51,7 @@ RedundancyView redundancy_view(const wia_redundancy_config_t& config, int origin
   for (int s = 0; s < shards; ++s)
     if (live[static_cast<std::size_t>(s)].empty()) lost_shards.push_back(s);
 
-  if (config.failure_recovery == WIA_RECOVERY_CHECKPOINT && !lost_ranks.empty())
+  if (mode == WIA_RECOVERY_CHECKPOINT && !lost_ranks.empty())
     throw Error(WIA_ERROR_REMOTE,
                 fmt::format("rank(s) {} of the original {} failed and failure_recovery is "
                             "WIA_RECOVERY_CHECKPOINT: restore the latest checkpoint "

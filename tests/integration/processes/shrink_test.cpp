@@ -791,23 +791,56 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("revoke, agree and shrink on a device-based communicator: WIA_ERROR_NOT_SUPPORTED") {
+TEST_CASE("revoke, agree and shrink on a device-based communicator act for the whole process") {
+  // No device failed: agree returns the flag and no failed rank, shrink a
+  // communicator of every device, and revoke fails the old one's later
+  // collectives with WIA_ERROR_ABORTED. (A lost GPU: provider_cuda_fake's
+  // device_lost_shrink.)
   const auto st = run_ranks(1, "host:\n  devices: 2\n", [](int, int) {
     const wia_device_t devices[2] = {0, 1};
     wia_communicator_t comm = nullptr;
     if (wia_create_communicator(devices, 2, &comm) != WIA_SUCCESS) return kApiError;
-    int flag = 1;
+    int flag = 5, failed[2] = {-1, -1}, nfailed = -1;
     wia_communicator_t next = nullptr;
-    const bool refused =
-        wia_comm_revoke(comm) == WIA_ERROR_NOT_SUPPORTED &&
-        wia_comm_agree(comm, &flag) == WIA_ERROR_NOT_SUPPORTED &&
-        wia_comm_shrink(comm, &next) == WIA_ERROR_NOT_SUPPORTED && !next &&
-        wia_create_communicator_fault_tolerant(&next, comm) == WIA_ERROR_NOT_SUPPORTED;
+    const bool agreed =
+        wia_comm_agree_failed(comm, &flag, failed, 2, &nfailed) == WIA_SUCCESS && flag == 5 &&
+        nfailed == 0;
+    const bool shrunk = wia_comm_shrink(comm, &next) == WIA_SUCCESS && next &&
+                        wia_comm_size(next) == 2 && !wia_detect_device_failure(next);
+    float x[2][4] = {{1, 2, 3, 4}, {10, 20, 30, 40}};
+    wia_collective_config_t cfg{};
+    cfg.datatype = WIA_FLOAT32;
+    cfg.reduction_op = WIA_REDUCE_SUM;
+    wia_stream_t s[2] = {};
+    bool summed = true;
+    for (int r = 0; r < 2; ++r) summed = summed && wia_create_stream_on(r, &s[r]) == WIA_SUCCESS;
+    float* buf[2] = {};
+    for (int r = 0; r < 2 && summed; ++r)
+      summed = wia_malloc_on(r, reinterpret_cast<void**>(&buf[r]), sizeof x[r]) == WIA_SUCCESS &&
+               wia_memcpy(buf[r], x[r], sizeof x[r]) == WIA_SUCCESS;
+    wia_group_start();
+    for (int r = 0; r < 2 && summed; ++r)
+      summed = wia_all_reduce(next, buf[r], buf[r], 4, &cfg, s[r]) == WIA_SUCCESS;
+    wia_group_end();
+    for (int r = 0; r < 2 && summed; ++r) {
+      float out[4] = {};
+      summed = wia_stream_synchronize(s[r]) == WIA_SUCCESS &&
+               wia_memcpy(out, buf[r], sizeof out) == WIA_SUCCESS && out[0] == 11 &&
+               out[3] == 44;
+    }
+    const bool revoked = wia_comm_revoke(comm) == WIA_SUCCESS &&
+                         wia_all_reduce(comm, buf[0], buf[0], 4, &cfg, s[0]) != WIA_SUCCESS &&
+                         std::string(wia_get_last_error()).find("wia_comm_revoke") !=
+                             std::string::npos;
+    wia_stream_synchronize(s[0]);
     const bool bad_args = wia_comm_agree(comm, nullptr) == WIA_ERROR_INVALID_ARGUMENT &&
                           wia_comm_shrink(comm, nullptr) == WIA_ERROR_INVALID_ARGUMENT &&
                           wia_comm_revoke(nullptr) == WIA_ERROR_INVALID_ARGUMENT;
     wia_destroy_communicator(comm);
-    return refused && bad_args ? kOk : kWrong;
+    wia_destroy_communicator(next);
+    std::fprintf(stderr, "agreed %d shrunk %d summed %d revoked %d bad_args %d\n", agreed, shrunk,
+                 summed, revoked, bad_args);
+    return agreed && shrunk && summed && revoked && bad_args ? kOk : kWrong;
   });
   check_all(st, kOk);
 }

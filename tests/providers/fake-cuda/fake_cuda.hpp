@@ -43,6 +43,7 @@ struct Faults {
   bool stream_error = false;  // the first kernel launch fails on its stream
   bool device_lost = false;   // after `lost_after` calls: sticky ILLEGAL_ADDRESS
   long lost_after = 0;
+  int lost_device = -1;  // >= 0: only that device's context is lost (WIA_FAKE_CUDA_LOST_DEVICE)
 };
 
 class Stream;

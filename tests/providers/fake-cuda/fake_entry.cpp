@@ -40,6 +40,7 @@ Faults parse_faults() {
     }
   }
   if (const char* after = std::getenv("WIA_FAKE_CUDA_FAULT_AFTER")) f.lost_after = std::atol(after);
+  if (const char* dev = std::getenv("WIA_FAKE_CUDA_LOST_DEVICE")) f.lost_device = std::atoi(dev);
   return f;
 }
 
@@ -54,10 +55,16 @@ int parse_device_count() {
 // a lost device is sticky for every call (as after a real illegal-address
 // fault, the context is unusable); host functions may not call the driver
 // (CUDA returns NOT_PERMITTED); nothing works before cuInit.
-CUresult gate(bool needs_init) {
+CUresult gate(bool needs_init, bool switches_context) {
   if (t_in_host_function) return kErrorNotPermitted;
   Driver& d = driver();
-  if (d.faults.device_lost) {
+  // One lost device: calls made while its context is current fail (the
+  // calls that change the current context still work, as on a machine
+  // where one GPU fell off the bus and the others go on).
+  const bool on_lost_device = d.faults.lost_device < 0 ||
+                              (!switches_context && t_current != nullptr &&
+                               t_current->device == d.faults.lost_device);
+  if (d.faults.device_lost && on_lost_device) {
     if (g_device_lost.load()) return WIA_CUDA_ERROR_ILLEGAL_ADDRESS;
     if (g_calls.fetch_add(1) >= d.faults.lost_after) {
       g_device_lost = true;
@@ -79,7 +86,9 @@ struct gated<Impl> {
     const void* self = reinterpret_cast<const void*>(Impl);
     const bool needs_init = self != reinterpret_cast<const void*>(&fake_cuInit) &&
                             self != reinterpret_cast<const void*>(&fake_cuDriverGetVersion);
-    if (const CUresult st = gate(needs_init); st != WIA_CUDA_SUCCESS) return st;
+    const bool switches_context = self == reinterpret_cast<const void*>(&fake_cuCtxSetCurrent) ||
+                                  self == reinterpret_cast<const void*>(&fake_cuCtxGetCurrent);
+    if (const CUresult st = gate(needs_init, switches_context); st != WIA_CUDA_SUCCESS) return st;
     return Impl(args...);
   }
 };

@@ -54,6 +54,99 @@ int report(bool ok, const std::string& what) {
   return ok ? 0 : 1;
 }
 
+// Three GPUs; GPU 1 is lost after a number of driver calls (the double's
+// WIA_FAKE_CUDA_LOST_DEVICE). All-reduces run until one fails; then the
+// communicator names rank 1 as failed, revoke / agree / shrink act for
+// the whole process, and the shrunk communicator of GPUs 0 and 2 (origin
+// ranks 0 and 2) computes right. A stream of a lost GPU is abandoned, as
+// an application must.
+int device_lost_shrink() {
+  constexpr int kGpus = 3;
+  constexpr std::size_t n = 4096;
+  wia_stream_t s[kGpus] = {};
+  float* buf[kGpus] = {};
+  for (int r = 0; r < kGpus; ++r)
+    if (wia_create_stream_on(r, &s[r]) != WIA_SUCCESS ||
+        wia_malloc_on(r, reinterpret_cast<void**>(&buf[r]), n * sizeof(float)) != WIA_SUCCESS)
+      return report(false, std::string("setup: ") + wia_get_last_error());
+  const wia_device_t devices[kGpus] = {0, 1, 2};
+  wia_communicator_t comm = nullptr;
+  if (wia_create_communicator(devices, kGpus, &comm) != WIA_SUCCESS)
+    return report(false, std::string("communicator: ") + wia_get_last_error());
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  cfg.reduction_op = WIA_REDUCE_SUM;
+  std::vector<float> host(n);
+  // Every rank's input is (origin rank + 1) * (i % 7): the sum is known.
+  auto fill = [&](int origin, float* dev) {
+    for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>((origin + 1) * (i % 7));
+    return wia_memcpy(dev, host.data(), n * sizeof(float)) == WIA_SUCCESS;
+  };
+  auto check = [&](const float* dev, int weight) {
+    if (wia_memcpy(host.data(), dev, n * sizeof(float)) != WIA_SUCCESS) return false;
+    for (std::size_t i = 0; i < n; ++i)
+      if (host[i] != static_cast<float>(weight * (i % 7))) return false;
+    return true;
+  };
+  int steps = 0;
+  std::string failure;
+  for (; steps < 2000 && failure.empty(); ++steps) {
+    for (int r = 0; r < kGpus; ++r)
+      if (!fill(r, buf[r])) failure = std::string("fill: ") + wia_get_last_error();
+    if (!failure.empty()) break;
+    wia_group_start();
+    for (int r = 0; r < kGpus; ++r)
+      if (wia_all_reduce(comm, buf[r], buf[r], n, &cfg, s[r]) != WIA_SUCCESS && failure.empty())
+        failure = std::string("post: ") + wia_get_last_error();
+    wia_group_end();
+    for (int r = 0; r < kGpus; ++r)
+      if (wia_stream_synchronize(s[r]) != WIA_SUCCESS && failure.empty())
+        failure = std::string("sync: ") + wia_get_last_error();
+    if (failure.empty())
+      for (int r = 0; r < kGpus; ++r)
+        if (!check(buf[r], 1 + 2 + 3))
+          return report(false, "step " + std::to_string(steps) + ": wrong sum on rank " +
+                                   std::to_string(r));
+  }
+  if (failure.empty()) return report(false, "GPU 1 was never lost");
+  int failed[kGpus] = {-1, -1, -1}, nfailed = -1, flag = 1;
+  const bool detected = wia_detect_device_failure(comm) &&
+                        wia_comm_get_failed(comm, failed, kGpus, &nfailed) == WIA_SUCCESS &&
+                        nfailed == 1 && failed[0] == 1;
+  const bool agreed = wia_comm_revoke(comm) == WIA_SUCCESS &&
+                      wia_comm_agree_failed(comm, &flag, failed, kGpus, &nfailed) == WIA_SUCCESS &&
+                      flag == 1 && nfailed == 1 && failed[0] == 1;
+  wia_communicator_t next = nullptr;
+  if (wia_create_communicator_fault_tolerant(&next, comm) != WIA_SUCCESS)
+    return report(false, std::string("shrink: ") + wia_get_last_error());
+  int o0 = -1, o1 = -1, size = -1;
+  const bool renumbered = wia_comm_size(next) == 2 &&
+                          wia_comm_origin_rank(next, 0, &o0, &size) == WIA_SUCCESS &&
+                          wia_comm_origin_rank(next, 1, &o1, &size) == WIA_SUCCESS && o0 == 0 &&
+                          o1 == 2 && size == 3;
+  bool right = true;
+  for (int step = 0; step < 5 && right; ++step) {
+    right = fill(0, buf[0]) && fill(2, buf[2]);
+    wia_group_start();
+    right = right && wia_all_reduce(next, buf[0], buf[0], n, &cfg, s[0]) == WIA_SUCCESS &&
+            wia_all_reduce(next, buf[2], buf[2], n, &cfg, s[2]) == WIA_SUCCESS;
+    wia_group_end();
+    right = right && wia_stream_synchronize(s[0]) == WIA_SUCCESS &&
+            wia_stream_synchronize(s[2]) == WIA_SUCCESS && check(buf[0], 1 + 3) &&
+            check(buf[2], 1 + 3);
+  }
+  const std::string after = right ? "" : wia_get_last_error();
+  // The old communicator goes, whatever its lost GPU says.
+  wia_destroy_communicator(comm);
+  const bool released = wia_destroy_communicator(next) == WIA_SUCCESS;
+  return report(detected && agreed && renumbered && right && released,
+                "lost after " + std::to_string(steps) + " all-reduces (" + failure +
+                    "); detected " + std::to_string(detected) + ", agreed " +
+                    std::to_string(agreed) + ", renumbered " + std::to_string(renumbered) +
+                    ", shrunk communicator right " + std::to_string(right) + " " + after +
+                    ", released " + std::to_string(released));
+}
+
 int scenario(const std::string& name) {
   select_cuda_provider();
   const wia_status_t init = wia_init();
@@ -153,6 +246,8 @@ int scenario(const std::string& name) {
                 "synchronize:" + (errors.empty() ? std::string(" ok") : errors) +
                     "; next all-reduce:" + next_error +
                     "; async error reported: " + (async_reported ? "yes" : "no"));
+  } else if (name == "device_lost_shrink") {
+    rc = device_lost_shrink();
   } else {
     return report(false, "unknown scenario " + name);
   }
@@ -596,6 +691,9 @@ TEST_CASE("faults: each gives a clear error, nothing crashes or hangs") {
       {"missing_library", {"WIA_CUDA_LIBRARY=/nonexistent/libcuda.so.1"}},
       {"oom", {"WIA_FAKE_CUDA_FAULT=oom"}},
       {"stream_error", {"WIA_FAKE_CUDA_FAULT=stream_error"}},
+      {"device_lost_shrink",
+       {"WIA_FAKE_CUDA_DEVICES=3", "WIA_FAKE_CUDA_FAULT=device_lost", "WIA_FAKE_CUDA_LOST_DEVICE=1",
+        "WIA_FAKE_CUDA_FAULT_AFTER=400"}},
   };
   for (const Case& c : cases) {
     const ChildResult r = run_scenario(c.scenario, c.env);

@@ -4,6 +4,8 @@
 // shard's replicas, and every way it must refuse.
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -75,8 +77,10 @@ TEST_CASE("redundancy: scaled survivors sum to the whole job's sum of every shar
 TEST_CASE("redundancy: refusals name what is wrong") {
   CHECK(refusal(instant(3), 4, {0, 1, 2, 3}).find("redundancy_factor 3") != std::string::npos);
   CHECK(refusal(instant(0), 4, {0, 1, 2, 3}).find("redundancy_factor 0") != std::string::npos);
-  CHECK(refusal({2, static_cast<wia_recovery_mode_t>(7)}, 4, {0, 1, 2, 3})
-            .find("failure_recovery 7") != std::string::npos);
+  wia_redundancy_config_t bad_mode = instant(2);
+  const std::int32_t seven = 7;  // what a C caller may store; C++ may not write it as the enum
+  std::memcpy(&bad_mode.failure_recovery, &seven, sizeof seven);
+  CHECK(refusal(bad_mode, 4, {0, 1, 2, 3}).find("failure_recovery 7") != std::string::npos);
   // Both replicas of shard 1 (ranks 1 and 3) gone.
   const std::string both = refusal(instant(2), 4, {0, 2});
   CHECK(both.find("shard 1 (ranks 1, 3)") != std::string::npos);
