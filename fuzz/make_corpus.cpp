@@ -19,6 +19,7 @@
 #include "compress/codec.hpp"
 #include "fuzz_secret.hpp"
 #include "shm_wire.hpp"
+#include "tcp_wire.hpp"
 
 namespace {
 
@@ -376,6 +377,58 @@ void descriptor_seeds() {
   write("descriptor", "broken", broken);
 }
 
+// --- tcp frames: [u8 receives][u8 sends], per request [u8 tag][u24 bytes],
+//     then [u16 control length][control bytes][data-socket bytes]
+
+void tcp_request(Bytes& b, std::uint8_t tag, std::uint32_t bytes) {
+  b.push_back(tag);
+  put<std::uint16_t>(b, static_cast<std::uint16_t>(bytes));
+  b.push_back(static_cast<std::uint8_t>(bytes >> 16));
+}
+
+void tcp_msg(Bytes& control, const wia::tcp::WireMsg& m, std::size_t payload = 0) {
+  append(control, &m, sizeof m);
+  for (std::size_t i = 0; i < payload; ++i) control.push_back(static_cast<std::uint8_t>(i));
+}
+
+Bytes tcp_seed(std::uint8_t receives, std::uint8_t sends,
+               const std::vector<std::pair<std::uint8_t, std::uint32_t>>& requests,
+               const Bytes& control, std::size_t data_bytes) {
+  Bytes b{receives, sends};
+  for (const auto& [tag, bytes] : requests) tcp_request(b, tag, bytes);
+  put<std::uint16_t>(b, static_cast<std::uint16_t>(control.size()));
+  b.insert(b.end(), control.begin(), control.end());
+  for (std::size_t i = 0; i < data_bytes; ++i) b.push_back(static_cast<std::uint8_t>(i * 31));
+  return b;
+}
+
+void tcp_seeds() {
+  using wia::tcp::make_msg;
+  using wia::tcp::MsgType;
+  Bytes eager_rts;  // an eager message and an RTS for posted receives, the RTS's payload
+  tcp_msg(eager_rts, make_msg(MsgType::eager, 0, 1, 10), 10);
+  tcp_msg(eager_rts, make_msg(MsgType::rts, 1, 2, 40000));
+  tcp_msg(eager_rts, make_msg(MsgType::eager, 2, 3, 5), 5);  // unexpected: nothing posted
+  write("tcp_frames", "eager-rts", tcp_seed(2, 0, {{1, 100}, {2, 50000}}, eager_rts, 40000));
+  Bytes cts;  // the peer clears our large send
+  tcp_msg(cts, make_msg(MsgType::cts, 0, 3, 100000, 1));
+  write("tcp_frames", "cts", tcp_seed(0, 1, {{3, 100000}}, cts, 0));
+  Bytes nak;  // the peer refuses it
+  tcp_msg(nak, make_msg(MsgType::nak, 0, 3, 100000));
+  write("tcp_frames", "nak", tcp_seed(0, 1, {{3, 100000}}, nak, 0));
+  Bytes bad;  // a broken checksum after a good message
+  tcp_msg(bad, make_msg(MsgType::eager, 0, 1, 4), 4);
+  auto broken = make_msg(MsgType::eager, 1, 1, 4);
+  broken.check ^= 1;
+  tcp_msg(bad, broken, 4);
+  write("tcp_frames", "bad-checksum", tcp_seed(1, 0, {{1, 8}}, bad, 0));
+  Bytes swapped;  // a peer of the other byte order
+  auto other = make_msg(MsgType::eager, 0, 1, 4);
+  other.magic = __builtin_bswap32(other.magic);
+  tcp_msg(swapped, other, 4);
+  write("tcp_frames", "other-byte-order", tcp_seed(1, 0, {{1, 8}}, swapped, 0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -389,5 +442,6 @@ int main(int argc, char** argv) {
   compress_seeds();
   shm_seeds();
   descriptor_seeds();
+  tcp_seeds();
   return 0;
 }
