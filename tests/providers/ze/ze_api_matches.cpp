@@ -77,54 +77,47 @@ static_assert(WIA_ZE_MAKE_VERSION(1, 4) == ZE_MAKE_VERSION(1, 4), "ZE_MAKE_VERSI
                 #ours "." #field " is not where " #theirs " has it"); \
   static_assert(sizeof(ours::field) == sizeof(theirs::field),         \
                 #ours "." #field " has not the size " #theirs " gives it");
+// The field lists stay as written (clang-format cannot lay out macro calls).
+// clang-format off
 WIA_SAME_STRUCT(wia_ze_device_properties_t, ze_device_properties_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_device_properties_t, ze_device_properties_t, field)
-F(stype)
-F(pNext)
-F(type) F(vendorId) F(deviceId) F(flags) F(subdeviceId) F(coreClockRate) F(maxMemAllocSize)
-    F(maxHardwareContexts) F(maxCommandQueuePriority) F(numThreadsPerEU) F(physicalEUSimdWidth)
-        F(numEUsPerSubslice) F(numSubslicesPerSlice) F(numSlices) F(timerResolution) F(
-            timestampValidBits) F(kernelTimestampValidBits) F(uuid) F(name)
+F(stype) F(pNext) F(type) F(vendorId) F(deviceId) F(flags) F(subdeviceId) F(coreClockRate)
+F(maxMemAllocSize) F(maxHardwareContexts) F(maxCommandQueuePriority) F(numThreadsPerEU)
+F(physicalEUSimdWidth) F(numEUsPerSubslice) F(numSubslicesPerSlice) F(numSlices)
+F(timerResolution) F(timestampValidBits) F(kernelTimestampValidBits) F(uuid) F(name)
 #undef F
-            WIA_SAME_STRUCT(wia_ze_device_memory_properties_t, ze_device_memory_properties_t)
+WIA_SAME_STRUCT(wia_ze_device_memory_properties_t, ze_device_memory_properties_t)
 #define F(field) \
   WIA_SAME_FIELD(wia_ze_device_memory_properties_t, ze_device_memory_properties_t, field)
-                F(stype) F(pNext) F(flags) F(maxClockRate) F(maxBusWidth) F(totalSize) F(name)
+F(stype) F(pNext) F(flags) F(maxClockRate) F(maxBusWidth) F(totalSize) F(name)
 #undef F
-                    WIA_SAME_STRUCT(wia_ze_context_desc_t, ze_context_desc_t)
+WIA_SAME_STRUCT(wia_ze_context_desc_t, ze_context_desc_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_context_desc_t, ze_context_desc_t, field)
-                        F(stype) F(pNext) F(flags)
+F(stype) F(pNext) F(flags)
 #undef F
-                            WIA_SAME_STRUCT(wia_ze_command_queue_desc_t, ze_command_queue_desc_t)
+WIA_SAME_STRUCT(wia_ze_command_queue_desc_t, ze_command_queue_desc_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_command_queue_desc_t, ze_command_queue_desc_t, field)
-                                F(stype) F(pNext) F(ordinal) F(index) F(flags) F(mode) F(priority)
+F(stype) F(pNext) F(ordinal) F(index) F(flags) F(mode) F(priority)
 #undef F
-                                    WIA_SAME_STRUCT(wia_ze_event_pool_desc_t, ze_event_pool_desc_t)
+WIA_SAME_STRUCT(wia_ze_event_pool_desc_t, ze_event_pool_desc_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_event_pool_desc_t, ze_event_pool_desc_t, field)
-                                        F(stype) F(pNext) F(flags) F(count)
+F(stype) F(pNext) F(flags) F(count)
 #undef F
-                                            WIA_SAME_STRUCT(wia_ze_event_desc_t, ze_event_desc_t)
+WIA_SAME_STRUCT(wia_ze_event_desc_t, ze_event_desc_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_event_desc_t, ze_event_desc_t, field)
-                                                F(stype) F(pNext) F(index) F(signal) F(wait)
+F(stype) F(pNext) F(index) F(signal) F(wait)
 #undef F
-                                                    WIA_SAME_STRUCT(wia_ze_device_mem_alloc_desc_t,
-                                                                    ze_device_mem_alloc_desc_t)
+WIA_SAME_STRUCT(wia_ze_device_mem_alloc_desc_t, ze_device_mem_alloc_desc_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_device_mem_alloc_desc_t, ze_device_mem_alloc_desc_t, field)
-                                                        F(stype) F(pNext) F(flags) F(ordinal)
+F(stype) F(pNext) F(flags) F(ordinal)
 #undef F
-                                                            WIA_SAME_STRUCT(
-                                                                wia_ze_host_mem_alloc_desc_t,
-                                                                ze_host_mem_alloc_desc_t)
+WIA_SAME_STRUCT(wia_ze_host_mem_alloc_desc_t, ze_host_mem_alloc_desc_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_host_mem_alloc_desc_t, ze_host_mem_alloc_desc_t, field)
-                                                                F(stype) F(pNext) F(flags)
+F(stype) F(pNext) F(flags)
 #undef F
-                                                                    WIA_SAME_STRUCT(
-                                                                        wia_ze_ipc_mem_handle_t,
-                                                                        ze_ipc_mem_handle_t)
-                                                                        WIA_SAME_FIELD(
-                                                                            wia_ze_ipc_mem_handle_t,
-                                                                            ze_ipc_mem_handle_t,
-                                                                            data)
+WIA_SAME_STRUCT(wia_ze_ipc_mem_handle_t, ze_ipc_mem_handle_t)
+WIA_SAME_FIELD(wia_ze_ipc_mem_handle_t, ze_ipc_mem_handle_t, data)
+// clang-format on
 #undef WIA_SAME_FIELD
 #undef WIA_SAME_STRUCT
 
