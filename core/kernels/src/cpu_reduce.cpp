@@ -40,7 +40,13 @@
 #include <immintrin.h>
 #endif
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
+// Not under ThreadSanitizer: GCC instruments the ifunc resolvers that
+// target_clones generates, and the dynamic loader runs them while
+// relocating libwia.so, before the TSan runtime is initialised: every
+// program crashed at load. The baseline clone keeps the kernels' memory
+// accesses instrumented, which is what TSan is there to check.
+#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define WIA_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
