@@ -255,8 +255,8 @@ class Bootstrap {
   std::vector<std::string> host_ids_;
 
   Fd socket_;
-  Fd wake_;  // eventfd; readable once abort() was called
-  std::timed_mutex send_mu_;
+  Fd wake_;             // eventfd; readable once abort() was called
+  std::mutex send_mu_;  // one frame at a time; see lock_within (session.cpp)
   std::atomic<bool> aborted_{false};
   std::atomic<bool> stream_broken_{false};  // a send stopped mid-frame
   std::mutex abort_mu_;

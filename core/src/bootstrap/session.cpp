@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "bootstrap/bootstrap.hpp"
@@ -30,6 +31,22 @@ constexpr std::string_view kTag = "bootstrap";
 // How long a rank waits, after its own timeout, for the root to name the
 // missing ranks.
 constexpr auto kReportGrace = std::chrono::seconds(5);
+
+// Locks `lock`'s mutex within `limit`, or returns false. Polled try_lock
+// rather than a std::timed_mutex: libstdc++ waits for a steady_clock
+// deadline in pthread_mutex_clocklock, which ThreadSanitizer (GCC 12's and
+// clang 14's runtimes) does not intercept: it saw the unlock without the
+// lock, reported "unlock of an unlocked mutex" and lost the ordering the
+// mutex gives. Only the goodbye and abort() wait like this, off every
+// fast path; the holder is a send that abort() has just woken.
+bool lock_within(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (!lock.try_lock()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -78,8 +95,8 @@ NodeLayout compute_node_layout(std::span<const std::string> host_ids) {
 Bootstrap::~Bootstrap() {
   if (socket_.valid() && !failed_ && !aborted_.load()) {
     try {
-      std::unique_lock lock(send_mu_, std::chrono::seconds(1));
-      if (lock.owns_lock()) {
+      std::unique_lock lock(send_mu_, std::defer_lock);
+      if (lock_within(lock, std::chrono::seconds(1))) {
         int error = 0;
         const auto bye = wire::Writer(wire::FrameType::kBye).finish();
         send_all(socket_.get(), bye, Clock::now() + std::chrono::seconds(2), -1, &error);
@@ -452,8 +469,8 @@ void Bootstrap::abort(std::string_view reason) noexcept {
     [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
     if (!socket_.valid() || stream_broken_.load()) return;
     // The waiter (if any) lets go of the socket once woken.
-    std::unique_lock lock(send_mu_, std::chrono::seconds(1));
-    if (!lock.owns_lock()) return;
+    std::unique_lock lock(send_mu_, std::defer_lock);
+    if (!lock_within(lock, std::chrono::seconds(1))) return;
     int error = 0;
     const auto frame = wire::Writer(wire::FrameType::kAbort).text(reason.substr(0, 1024)).finish();
     send_all(socket_.get(), frame, Clock::now() + std::chrono::seconds(1), -1, &error);
