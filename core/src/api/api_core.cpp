@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "api/guard.hpp"
+#include "bootstrap/hosted_roots.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "runtime/objects.hpp"
@@ -67,6 +68,9 @@ WIA_API wia_status_t wia_finalize(void) {
     if (!Runtime::initialized()) return;
     api::wait_for_pending_checkpoints();  // their staging copies run on streams
     api::destroy_all_communicators();  // they hold device memory and stream tasks on streams
+    // The bootstrap roots this process hosted for those communicators have
+    // finished with them: join their threads rather than leave them to exit.
+    bootstrap::reap_finished_hosted_roots();
     Runtime::finalize();
   });
 }

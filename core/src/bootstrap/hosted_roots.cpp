@@ -48,6 +48,18 @@ class RootRegistry {
     for (const auto& r : roots) r->stop();
     // The last reference of each joins its thread as it goes, outside mu_.
   }
+  void reap_finished() {
+    std::vector<std::shared_ptr<RootServer>> finished;
+    {
+      std::lock_guard lock(mu_);
+      forget_inherited();
+      for (auto& r : roots_)
+        if (r->finished()) finished.push_back(std::move(r));
+      std::erase(roots_, nullptr);
+    }
+    // Joined here, outside mu_, by the last reference (a live Bootstrap
+    // that still holds one joins it when it lets go).
+  }
 
  private:
   // Roots inherited through fork() have no thread here: destroying one
@@ -89,5 +101,7 @@ std::shared_ptr<RootServer> find_hosted_root(const Secret& secret) {
 }
 
 void stop_hosted_roots() { registry().stop_all(); }
+
+void reap_finished_hosted_roots() { registry().reap_finished(); }
 
 }  // namespace wia::bootstrap

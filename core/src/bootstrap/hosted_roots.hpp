@@ -32,4 +32,10 @@ std::shared_ptr<RootServer> find_hosted_root(const Secret& secret);
 // joined when that lets go.
 void stop_hosted_roots();
 
+// Joins the threads of the roots that have finished (every rank said
+// goodbye, or the job failed) and forgets them; running roots stay.
+// wia_finalize calls it, so that a process ending right after (even by
+// _exit) leaves no finished, never-joined root thread behind.
+void reap_finished_hosted_roots();
+
 }  // namespace wia::bootstrap
