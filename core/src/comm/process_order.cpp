@@ -221,8 +221,12 @@ void ProcessCommunicator::run_stream_task(StreamTask& task) {
   }
   if (st != WIA_SUCCESS) task.stream->set_async_error(unless_aborted(st), error);
   if (task.large) large_in_flight_.fetch_sub(1);
-  in_flight_.fetch_sub(1);
+  // Notify, then decrement, and touch nothing after: once drain() reads
+  // in_flight_ at 0 its caller may free this communicator, signal
+  // included (the same order as DeviceCommunicator::run_stream_task, where
+  // ThreadSanitizer saw notify() run on a freed communicator).
   order_signal_.notify();
+  in_flight_.fetch_sub(1);
 }
 
 // Operations run in posting order, whatever streams they were posted on.
