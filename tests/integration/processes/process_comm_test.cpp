@@ -291,9 +291,15 @@ TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within 
     const auto before = shm_entries();
     const auto start = std::chrono::steady_clock::now();
     auto killed_at = start;
+    // Rank 1 marks this file once its first all-reduce is done: every rank
+    // has then joined. The kill waits for it rather than for a fixed time,
+    // which a slow start (ThreadSanitizer on a loaded machine) overran:
+    // the kill then landed before the loop and the survivors' first
+    // failure check saw it.
+    const std::string in_loop = unique_id_env();
     const auto st = run_ranks(
         3, base_yaml(15000),
-        [](int rank, int nranks) {
+        [&in_loop](int rank, int nranks) {
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;
           std::vector<float> b(8u << 20, 1.0f);  // 32 MiB
@@ -301,6 +307,8 @@ TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within 
           cfg.datatype = WIA_FLOAT32;
           if (wia_detect_device_failure(comm)) return kWrong;
           for (int it = 0; it < 1000; ++it) {
+            if (it == 1 && rank == 1)
+              if (FILE* f = std::fopen(in_loop.c_str(), "w")) std::fclose(f);
             if (wia_all_reduce(comm, b.data(), b.data(), b.size(), &cfg, nullptr) != WIA_SUCCESS ||
                 wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
               std::fprintf(stderr, "rank %d saw: %s\n", rank, wia_get_last_error());
@@ -321,12 +329,16 @@ TEST_CASE("kill -9 of a rank in a large all-reduce: every survivor fails within 
           return kNoError;
         },
         {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}},
-        [&killed_at](std::vector<pid_t>& pids) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        [&killed_at, &in_loop](std::vector<pid_t>& pids) {
+          const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+          while (access(in_loop.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < limit)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));  // inside a later one
           kill(pids[1], SIGKILL);
           killed_at = std::chrono::steady_clock::now();
         },
         60);
+    std::remove(in_loop.c_str());
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // How long the survivors took to notice and exit (a figure, not a
