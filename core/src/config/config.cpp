@@ -5,6 +5,7 @@
 #include "config/config.hpp"
 
 #include <fmt/core.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -39,6 +40,51 @@ using cfg::ValueType;
                             std::string_view what) {
   bad_declaration(fmt::format("provider '{}' parameter #{}{}: {}", provider, index,
                               key ? fmt::format(" '{}'", key) : std::string(), what));
+}
+
+// Whether `text` holds a second YAML document, and where it starts (a null
+// mark when the parser gave no position for it). Not YAML::LoadAll: on some malformed text (a flow
+// sequence's end at the start of a line, fuzz/corpus/config/
+// regress-endless-documents.yaml) yaml-cpp 0.7's parser reports an endless
+// run of empty documents, and LoadAll allocated until the process died.
+// Counting stops at the second document whatever the parser says.
+bool second_document(const std::string& text, YAML::Mark* where) {
+  struct Marks : YAML::EventHandler {
+    int document = 0;  // index of the document being handled
+    bool have = false;
+    YAML::Mark second = YAML::Mark::null_mark();
+    void at(const YAML::Mark& m) {
+      if (document == 1 && !have) {
+        second = m;
+        have = true;
+      }
+    }
+    void OnDocumentStart(const YAML::Mark&) override {}
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark& m, YAML::anchor_t) override { at(m); }
+    void OnAlias(const YAML::Mark& m, YAML::anchor_t) override { at(m); }
+    void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                  const std::string&) override {
+      at(m);
+    }
+    void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {
+      at(m);
+    }
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {
+      at(m);
+    }
+    void OnMapEnd() override {}
+  } marks;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  for (; marks.document < 2; ++marks.document) {
+    if (!parser.HandleNextDocument(marks)) return false;
+  }
+  *where = marks.second;
+  return true;
 }
 
 // 1-based, as editors count. A node without a mark (never the case for
@@ -366,20 +412,22 @@ struct Config::Impl {
 };
 
 void Config::Impl::load_yaml(std::string_view text) {
-  std::vector<YAML::Node> docs;
+  YAML::Node root;
+  bool more_than_one = false;
+  YAML::Mark second = YAML::Mark::null_mark();
   try {
-    docs = YAML::LoadAll(std::string(text));
+    const std::string whole(text);
+    root = YAML::Load(whole);  // the first document only
+    more_than_one = second_document(whole, &second);
   } catch (const YAML::ParserException& e) {
     fail(fmt::format("YAML syntax error at {}: {}", location(file, e.mark), e.msg));
   } catch (const YAML::Exception& e) {
     fail(fmt::format("cannot parse {}: {}", file, e.what()));
   }
-  if (docs.empty()) return;  // empty file or comments only
-  if (docs.size() > 1)
-    fail(fmt::format("{} holds {} YAML documents, expected one (the second starts at {})", file,
-                     docs.size(), location(file, docs[1].Mark())));
-  const YAML::Node& root = docs[0];
-  if (root.IsNull()) return;
+  if (more_than_one)
+    fail(fmt::format("{} holds more than one YAML document, expected one (the second starts at {})",
+                     file, location(file, second)));
+  if (!root.IsDefined() || root.IsNull()) return;  // empty file or comments only
   if (!root.IsMap())
     fail(fmt::format("the top level of {} must be a mapping of sections, found {} at {}", file,
                      node_kind(root), location(file, root.Mark())));

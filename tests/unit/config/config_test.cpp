@@ -186,7 +186,7 @@ TEST_CASE("config: sections and the top level must be mappings") {
   CHECK(parse_error("- log\n- host\n") ==
         "the top level of f.yaml must be a mapping of sections, found a list at f.yaml:1:1");
   CHECK(parse_error("log: {}\n---\nlog: {}\n") ==
-        "f.yaml holds 2 YAML documents, expected one (the second starts at f.yaml:3:1)");
+        "f.yaml holds more than one YAML document, expected one (the second starts at f.yaml:3:1)");
   CHECK(parse_error("? [a, b]\n: 1\n") ==
         "a section name at f.yaml:1:3 must be a plain name, found a list");
   CHECK(parse_error("log:\n  ? [a]\n  : 1\n") ==
