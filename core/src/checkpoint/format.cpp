@@ -251,7 +251,23 @@ std::string to_text(const CommitRecord& r) {
   return with_trailer(std::string(y.c_str()) + "\n");
 }
 
-ShardManifest parse_shard_manifest(const std::string& text, const std::string& path) {
+namespace {
+
+// A manifest whose checksum is right but whose YAML has another shape (a
+// scalar or a list where a mapping belongs) makes yaml-cpp throw its own
+// exceptions from operator[] and as<>(); they must reach the caller as
+// WIA_ERROR_CORRUPT naming the file like every other damage, not escape as
+// an unknown exception (found by fuzz_checkpoint).
+template <typename Read>
+auto read_manifest(const std::string& path, Read read) {
+  try {
+    return read();
+  } catch (const YAML::Exception& e) {
+    corrupt(path, fmt::format("not a libwia manifest: {}", e.what()));
+  }
+}
+
+ShardManifest read_shard_manifest(const std::string& text, const std::string& path) {
   const YAML::Node y = checked_yaml(text, path);
   ShardManifest m;
   m.format_version = get<int>(y, "format_version", path);
@@ -298,7 +314,7 @@ ShardManifest parse_shard_manifest(const std::string& text, const std::string& p
   return m;
 }
 
-CommitRecord parse_commit_record(const std::string& text, const std::string& path) {
+CommitRecord read_commit_record(const std::string& text, const std::string& path) {
   const YAML::Node y = checked_yaml(text, path);
   CommitRecord r;
   r.format_version = get<int>(y, "format_version", path);
@@ -312,6 +328,16 @@ CommitRecord parse_commit_record(const std::string& text, const std::string& pat
                           (r.shard_mode == WIA_CKPT_REPLICATED ? 1 : r.nranks))
     corrupt(path, fmt::format("{} shard entries for {} ranks", r.shard_checksums.size(), r.nranks));
   return r;
+}
+
+}  // namespace
+
+ShardManifest parse_shard_manifest(const std::string& text, const std::string& path) {
+  return read_manifest(path, [&] { return read_shard_manifest(text, path); });
+}
+
+CommitRecord parse_commit_record(const std::string& text, const std::string& path) {
+  return read_manifest(path, [&] { return read_commit_record(text, path); });
 }
 
 std::vector<std::byte> data_header(std::uint64_t seq) {
