@@ -191,6 +191,16 @@ std::string check_params(const wia_provider_v1_t& d, Descriptor* out) {
   if (stride < kParamDeclMinSize || stride > kMaxTableSize)
     return fmt::format("params[0]: struct_size {} is not a v1 parameter declaration (at least {})",
                        stride, kParamDeclMinSize);
+  // The elements are read in place as wia_param_decl_v1_t: a stride that is
+  // not a multiple of its alignment would misalign every element after the
+  // first (undefined behaviour; a fault where alignment is enforced). No C
+  // compiler lays out an array that way, so only a corrupt table has one
+  // (found by fuzz_descriptor).
+  if (stride % alignof(wia_param_decl_v1_t) != 0)
+    return fmt::format(
+        "params[0]: struct_size {} is not a multiple of {}, so the array's elements would be "
+        "misaligned",
+        stride, alignof(wia_param_decl_v1_t));
   const auto* base = reinterpret_cast<const char*>(d.params);
   std::vector<wia_param_decl_v1_t> params;
   params.reserve(d.num_params);
