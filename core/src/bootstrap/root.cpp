@@ -275,6 +275,14 @@ struct RootServer::Loop {
   }
 
   void protocol_error(Conn& c, std::string_view what) {
+    // Refused at hello (rank -1: the job has failed) and waiting for its error
+    // frame to flush: it is no member, so it must not index `members`
+    // (found by fuzz_bootstrap: a hello refused and a bad frame in one read
+    // wrote members[-1]).
+    if (c.stage == Stage::kMember && c.rank < 0) {
+      reject(c, Refusal::kMalformed, what);
+      return;
+    }
     if (c.stage == Stage::kMember) {
       // A rank of the job sent garbage: its state is unknown, so is the job's.
       const int rank = c.rank;
@@ -727,6 +735,37 @@ struct RootServer::Loop {
     }
   }
 };
+
+std::vector<RootServer::FeedResult> RootServer::feed_for_testing(
+    Settings settings, std::span<const FeedChunk> chunks) {
+  RootServer server(std::move(settings), NoThread{});
+  Loop loop(server, "feed");
+  std::map<std::uint8_t, Conn*> by_id;
+  for (const FeedChunk& chunk : chunks) {
+    auto [it, fresh] = by_id.try_emplace(chunk.conn, nullptr);
+    if (fresh) {
+      auto c = std::make_unique<Conn>();
+      c->peer = fmt::format("feed:{}", chunk.conn);
+      c->handshake_deadline = Deadline::max();
+      c->server_nonce.fill(chunk.conn);
+      loop.queue(*c, wire::Writer(wire::FrameType::kChallenge).bytes(c->server_nonce).finish());
+      it->second = c.get();
+      loop.conns.push_back(std::move(c));
+    }
+    Conn& c = *it->second;
+    if (c.dead) continue;
+    c.in.insert(c.in.end(), chunk.bytes.begin(), chunk.bytes.end());
+    loop.parse_frames(c);
+  }
+  std::vector<FeedResult> out;
+  for (const auto& c : loop.conns) {
+    FeedResult r;
+    for (const Buffer& frame : c->out) r.sent.insert(r.sent.end(), frame->begin(), frame->end());
+    r.dropped = c->dead;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 RootServer::RootServer(Fd listener, Settings settings)
     : settings_(std::move(settings)), listener_(std::move(listener)) {

@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bootstrap/siphash.hpp"
 #include "bootstrap/socket.hpp"
@@ -60,8 +62,29 @@ class RootServer {
   // handshake too slow); for tests and diagnostics.
   std::uint64_t rejected_connections() const { return rejected_.load(); }
 
+  // The root's frame handling without sockets or a thread, for fuzz_bootstrap
+  // and the tests of what it found. Each chunk is bytes arriving on
+  // connection `conn` (opened at its first chunk, challenged with a server
+  // nonce of 16 bytes equal to `conn`, so an input can carry a valid
+  // authentication). Returns, per connection in order of opening, the bytes
+  // the root queued for it and whether it dropped the connection. Anything
+  // the handling lets escape escapes (on the serving thread it would stop
+  // the root of the whole job).
+  struct FeedChunk {
+    std::uint8_t conn = 0;
+    std::span<const std::uint8_t> bytes;
+  };
+  struct FeedResult {
+    std::vector<std::uint8_t> sent;
+    bool dropped = false;
+  };
+  static std::vector<FeedResult> feed_for_testing(Settings settings,
+                                                  std::span<const FeedChunk> chunks);
+
  private:
   struct Loop;
+  struct NoThread {};
+  RootServer(Settings settings, NoThread) : settings_(std::move(settings)) {}
   void run() noexcept;
 
   Settings settings_;
