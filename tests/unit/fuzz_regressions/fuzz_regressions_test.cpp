@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+// Inputs the fuzz targets (fuzz/) found to break libwia, each checked here
+// in the ordinary suites: the failure it caused and the error it must give
+// instead. The fuzz input of each is fuzz/corpus/<target>/regress-<name>.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "bootstrap/root.hpp"
+#include "bootstrap/siphash.hpp"
+#include "bootstrap/wire.hpp"
+#include "checkpoint/format.hpp"
+#include "common/error.hpp"
+#include "config/config.hpp"
+#include "provider/abi.hpp"
+
+namespace {
+
+std::string corpus_file(const std::string& target, const std::string& name) {
+  std::ifstream f(std::string(WIA_TEST_SOURCE_DIR) + "/fuzz/corpus/" + target + "/" + name,
+                  std::ios::binary);
+  REQUIRE(f.good());
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+wia::EnvLookup no_env() {
+  return [](const char*) -> const char* { return nullptr; };
+}
+
+wia_status_t fake_init(const wia_host_services_v1_t*, void**) { return WIA_SUCCESS; }
+wia_status_t fake_fini(void*) { return WIA_SUCCESS; }
+void never_called() {}
+
+}  // namespace
+
+TEST_CASE(
+    "config: a file yaml-cpp reads as endless empty documents is refused, not loaded forever") {
+  // yaml-cpp 0.7's LoadAll never returned on this text and allocated until
+  // the process died; the loader now stops at the second document.
+  const std::string text = corpus_file("config", "regress-endless-documents.yaml");
+  try {
+    (void)wia::Config::parse(text, "f.yaml", no_env());
+    FAIL("accepted");
+  } catch (const wia::Error& e) {
+    CHECK(e.status() == WIA_ERROR_CONFIG);
+    CHECK_MESSAGE(std::string(e.what()).find("f.yaml holds more than one YAML document") == 0,
+                  e.what());
+  }
+  // One document, and an empty file, still load.
+  CHECK_NOTHROW((void)wia::Config::parse("log: {level: warn}\n", "f.yaml", no_env()));
+  CHECK_NOTHROW((void)wia::Config::parse("# nothing\n", "f.yaml", no_env()));
+  CHECK_NOTHROW((void)wia::Config::parse("", "f.yaml", no_env()));
+}
+
+TEST_CASE(
+    "checkpoint: a manifest of the wrong shape with a valid checksum is WIA_ERROR_CORRUPT naming "
+    "the file") {
+  // yaml-cpp's BadSubscript escaped parse_shard_manifest as an unknown
+  // exception instead of the corruption error a restore reports.
+  namespace ck = wia::checkpoint;
+  auto signed_text = [](const std::string& body) {
+    return body + fmt::format("# xxh3 {:016x}\n", ck::checksum(body));
+  };
+  const std::string path = "ckpt-00000001/rank-00000.yaml";
+  for (const std::string& body :
+       {std::string("just a scalar\n"), std::string("- a\n- list\n"),
+        std::string("format_version: 1\nseq: 1\nrank: 0\nnranks: 1\nshard_mode: sharded\n"
+                    "compression: none\ndata_bytes: 0\ntensors: [5]\n")}) {
+    try {
+      (void)ck::parse_shard_manifest(signed_text(body), path);
+      FAIL("accepted: " << body);
+    } catch (const wia::Error& e) {
+      CHECK(e.status() == WIA_ERROR_CORRUPT);
+      CHECK_MESSAGE(std::string(e.what()).find(path) == 0, e.what());
+    }
+    try {
+      (void)ck::parse_commit_record(signed_text(body), path);
+      FAIL("accepted: " << body);
+    } catch (const wia::Error& e) {
+      CHECK(e.status() == WIA_ERROR_CORRUPT);
+      CHECK_MESSAGE(std::string(e.what()).find(path) == 0, e.what());
+    }
+  }
+}
+
+TEST_CASE("provider ABI: a parameter array whose stride misaligns its elements is refused") {
+  // A 58-byte stride made the adapter read wia_param_decl_v1_t at
+  // misaligned addresses (undefined behaviour, flagged by UBSan).
+  wia_device_ops_v1_t device;
+  std::memset(&device, 0, sizeof(device));
+  void (*fn)() = never_called;
+  auto* bytes = reinterpret_cast<unsigned char*>(&device);
+  for (std::size_t offset = offsetof(wia_device_ops_v1_t, must_understand) + 8;
+       offset + sizeof(fn) <= sizeof(device); offset += sizeof(fn))
+    std::memcpy(bytes + offset, &fn, sizeof(fn));
+  device.struct_size = sizeof(device);
+  device.abi_version = 1;
+
+  constexpr std::uint32_t kStride = sizeof(wia_param_decl_v1_t) + 2;
+  alignas(8) std::array<unsigned char, 2 * kStride> params{};
+  for (int i = 0; i < 2; ++i) std::memcpy(params.data() + i * kStride, &kStride, 4);
+
+  wia_provider_v1_t d{};
+  d.struct_size = sizeof(d);
+  d.abi_version = WIA_PROVIDER_ABI_VERSION;
+  d.name = "fake";
+  d.version = "1";
+  d.caps = WIA_PROVIDER_CAP_DEVICE;
+  d.host_services_version = WIA_HOST_SERVICES_VERSION;
+  d.init = fake_init;
+  d.fini = fake_fini;
+  d.device = &device;
+  d.num_params = 2;
+  d.params = reinterpret_cast<const wia_param_decl_v1_t*>(params.data());
+  wia::provider_abi::Descriptor out;
+  const std::string why = wia::provider_abi::adapt_v1({&d, sizeof(d)}, &out);
+  CHECK_MESSAGE(why.find("params[0]: struct_size " + std::to_string(kStride) +
+                         " is not a multiple of 8") == 0,
+                why);
+}
+
+TEST_CASE("bootstrap root: a refused hello followed by a malformed frame drops the connection") {
+  // The refused connection (rank -1) was treated as a member: the root
+  // read and wrote members[-1].
+  namespace wire = wia::bootstrap::wire;
+  wia::bootstrap::Secret secret;
+  secret.bytes.fill(7);
+  std::array<std::uint8_t, wire::kNonceBytes> server{}, client{};
+  client.fill(3);
+  std::vector<std::uint8_t> message(wire::kClientRole.begin(), wire::kClientRole.end());
+  message.insert(message.end(), server.begin(), server.end());
+  message.insert(message.end(), client.begin(), client.end());
+  std::uint8_t mac[8];
+  wire::store_le(mac, wia::bootstrap::siphash24(secret, message), 8);
+  std::vector<std::uint8_t> bytes =
+      wire::Writer(wire::FrameType::kAuth).bytes(client).bytes(mac).finish();
+  // Rank 5 of a 2-rank job: refused at hello.
+  const auto hello =
+      wire::Writer(wire::FrameType::kHello).u32(5).u32(2).u32(1).text("h").text("n").finish();
+  bytes.insert(bytes.end(), hello.begin(), hello.end());
+  const std::string junk = "GET / HTTP/1.1\r\n\r\n";
+  bytes.insert(bytes.end(), junk.begin(), junk.end());
+
+  wia::bootstrap::RootServer::Settings settings;
+  settings.secret = secret;
+  const wia::bootstrap::RootServer::FeedChunk chunk{0, bytes};
+  const auto out = wia::bootstrap::RootServer::feed_for_testing(settings, {&chunk, 1});
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].dropped);
+
+  // And the fuzz input that found it.
+  const std::string found = corpus_file("bootstrap", "regress-refused-hello-then-garbage");
+  std::vector<wia::bootstrap::RootServer::FeedChunk> chunks;
+  const auto* p = reinterpret_cast<const std::uint8_t*>(found.data());
+  std::size_t pos = 0;
+  settings.secret = {{0x77, 0x69, 0x61, 0x2d, 0x66, 0x75, 0x7a, 0x7a, 0x2d, 0x73, 0x65, 0x63, 0x72,
+                      0x65, 0x74, 0x21}};  // fuzz/fuzz_secret.hpp
+  while (pos + 3 <= found.size()) {
+    const std::size_t n =
+        std::min<std::size_t>(p[pos + 1] | (p[pos + 2] << 8), found.size() - pos - 3);
+    chunks.push_back({static_cast<std::uint8_t>(p[pos] % 4), {p + pos + 3, n}});
+    pos += 3 + n;
+  }
+  CHECK_NOTHROW((void)wia::bootstrap::RootServer::feed_for_testing(settings, chunks));
+}
