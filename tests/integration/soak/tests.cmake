@@ -5,8 +5,11 @@
 # processes, each run also failing on RSS, descriptor or /dev/shm growth
 # (tools/wia-soak/wia_soak.cpp). Fixed seeds, so a CI failure replays as
 # printed; the long soak (docs/reliability.md) draws fresh ones.
+# Sizes go up to 16 MiB here (0 - 64 MiB in the long soak): the warm-up
+# runs one operation of each kind at the largest size over every mode, and
+# at 64 MiB that alone took half of the ~90 s this may take on 2 cores.
 # Under the sanitizers (WIA_SANITIZE) every run does a quarter of the
-# operations with sizes up to 8 MiB: ASan's shadow memory and its slower
+# operations with sizes up to 4 MiB: ASan's shadow memory and its slower
 # copies would otherwise take several minutes, and its allocator keeps
 # freed memory in quarantine, so the RSS bound is raised there too.
 if(NOT TARGET wia-soak)
@@ -16,10 +19,10 @@ wia_test_loads_providers(wia-soak)
 
 if(WIA_SANITIZE)
   set(_soak_scale 4)
-  set(_soak_extra --max-size 8M --rss-bound 256M)
+  set(_soak_extra --max-size 4M --rss-bound 256M)
 else()
   set(_soak_scale 1)
-  set(_soak_extra)
+  set(_soak_extra --max-size 16M)
 endif()
 math(EXPR _soak_dev_ops "800 / ${_soak_scale}")
 math(EXPR _soak_shm_ops "700 / ${_soak_scale}")
