@@ -13,6 +13,8 @@ packages=(
   libibverbs-dev  # the verbs provider's headers and its test double (docs/transport-verbs.md)
   python3-torch libtorch-dev pybind11-dev python3-dev  # the torch backend (docs/torch.md)
   libamdhip64-dev  # ROCm's header, to check the hip provider's own declarations (docs/provider-hip.md)
+  clang libclang-rt-14-dev  # the fuzz preset: clang 14 and libFuzzer (docs/reliability.md)
+  libze-dev  # Level Zero's header and loader (libze1), to check the ze provider's declarations and its absence without a driver (docs/provider-ze.md)
 )
 
 missing=()
