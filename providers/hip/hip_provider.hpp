@@ -30,7 +30,15 @@ struct Runtime {
   int version = 0;          // hipRuntimeGetVersion, e.g. 50221601
 #define WIA_HIP_DECLARE_MEMBER(ret, name, params) wia_PFN_##name name = nullptr;
   WIA_HIP_RUNTIME_ENTRIES(WIA_HIP_DECLARE_MEMBER)
+  WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(WIA_HIP_DECLARE_MEMBER)
 #undef WIA_HIP_DECLARE_MEMBER
+  // Queues fn(data) on the stream after the work before it, as the ABI's
+  // launch_host_func: hipLaunchHostFunc, or hipStreamAddCallback where the
+  // runtime has no hipLaunchHostFunc (ROCm 5.2).
+  wia_hipError_t enqueue_host_fn(wia_hipStream_t stream, wia_hipHostFn_t fn, void* data) const;
+  const char* host_fn_entry() const {
+    return hipLaunchHostFunc != nullptr ? "hipLaunchHostFunc" : "hipStreamAddCallback";
+  }
 };
 
 // The ONE mapping from a hipError_t to a wia status.

@@ -16,7 +16,7 @@ namespace wia::hip {
 
 namespace {
 
-// hipMemcpyAsync and hipLaunchHostFunc on one stream, for
+// hipMemcpyAsync and host functions on one stream, for
 // common::enqueue_staged_reduce.
 struct StreamQueue {
   Provider& p;
@@ -27,9 +27,9 @@ struct StreamQueue {
     return p.fail_hip(r, s.device, "reduce_async: hipMemcpyAsync (%s, %zu bytes)", what, bytes);
   }
   wia_status_t host_fn(wia_host_fn_t fn, void* data, const char* what) {
-    const wia_hipError_t r = p.rt.hipLaunchHostFunc(s.hip, fn, data);
+    const wia_hipError_t r = p.rt.enqueue_host_fn(s.hip, fn, data);
     if (r == WIA_hipSuccess) return WIA_SUCCESS;
-    return p.fail_hip(r, s.device, "reduce_async: hipLaunchHostFunc(%s)", what);
+    return p.fail_hip(r, s.device, "reduce_async: %s(%s)", p.rt.host_fn_entry(), what);
   }
   void leak(std::size_t bytes) {
     p.log(WIA_LOG_WARN, "reduce_async on HIP device %d: %zu staging bytes leak", s.device, bytes);

@@ -149,6 +149,10 @@ wia_status_t runtime_open(Provider& p, const std::string& library) {
   }
   WIA_HIP_RUNTIME_ENTRIES(WIA_HIP_RESOLVE)
 #undef WIA_HIP_RESOLVE
+#define WIA_HIP_RESOLVE_OPTIONAL(ret, name, params) \
+  rt.name = reinterpret_cast<wia_PFN_##name>(::dlsym(rt.library, #name));
+  WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(WIA_HIP_RESOLVE_OPTIONAL)
+#undef WIA_HIP_RESOLVE_OPTIONAL
   if (missing != nullptr) {
     // Before hipInit nothing of the runtime runs yet: unloading is safe.
     ::dlclose(rt.library);
@@ -163,6 +167,33 @@ wia_status_t runtime_open(Provider& p, const std::string& library) {
                   error_name(rt, r).c_str());
   if (rt.hipRuntimeGetVersion(&rt.version) != WIA_hipSuccess) rt.version = 0;
   return WIA_SUCCESS;
+}
+
+namespace {
+
+// hipStreamAddCallback's callback running a host function. Like CUDA's
+// stream callbacks it also runs when earlier work failed (`status`): the
+// function may release what the caller waits for, and the failure is the
+// stream's, reported by its next synchronize.
+struct HostFnCall {
+  wia_hipHostFn_t fn;
+  void* data;
+};
+void run_host_fn(wia_hipStream_t, wia_hipError_t, void* arg) {
+  const HostFnCall call = *static_cast<HostFnCall*>(arg);
+  delete static_cast<HostFnCall*>(arg);
+  call.fn(call.data);
+}
+
+}  // namespace
+
+wia_hipError_t Runtime::enqueue_host_fn(wia_hipStream_t stream, wia_hipHostFn_t fn,
+                                        void* data) const {
+  if (hipLaunchHostFunc != nullptr) return hipLaunchHostFunc(stream, fn, data);
+  auto* call = new HostFnCall{fn, data};
+  const wia_hipError_t r = hipStreamAddCallback(stream, run_host_fn, call, 0);
+  if (r != WIA_hipSuccess) delete call;
+  return r;
 }
 
 wia_status_t discover_devices(Provider& p) {

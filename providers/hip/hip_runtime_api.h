@@ -30,6 +30,8 @@ typedef int wia_hipError_t;
 typedef struct wia_ihipStream_t* wia_hipStream_t;
 typedef struct wia_ihipEvent_t* wia_hipEvent_t;
 typedef void (*wia_hipHostFn_t)(void* user_data);
+typedef void (*wia_hipStreamCallback_t)(wia_hipStream_t stream, wia_hipError_t status,
+                                        void* user_data);
 
 #define WIA_HIP_IPC_HANDLE_SIZE 64
 typedef struct wia_hipIpcMemHandle {
@@ -102,7 +104,8 @@ static inline unsigned int wia_hip_ipc_lazy_flag(int runtime_version) {
   X(wia_hipError_t, hipStreamQuery, (wia_hipStream_t stream))                                   \
   X(wia_hipError_t, hipStreamWaitEvent,                                                         \
     (wia_hipStream_t stream, wia_hipEvent_t event, unsigned int flags))                         \
-  X(wia_hipError_t, hipLaunchHostFunc, (wia_hipStream_t stream, wia_hipHostFn_t fn, void* data)) \
+  X(wia_hipError_t, hipStreamAddCallback,                                                       \
+    (wia_hipStream_t stream, wia_hipStreamCallback_t callback, void* data, unsigned int flags))  \
   X(wia_hipError_t, hipEventCreateWithFlags, (wia_hipEvent_t * event, unsigned int flags))      \
   X(wia_hipError_t, hipEventDestroy, (wia_hipEvent_t event))                                    \
   X(wia_hipError_t, hipEventRecord, (wia_hipEvent_t event, wia_hipStream_t stream))             \
@@ -114,8 +117,15 @@ static inline unsigned int wia_hip_ipc_lazy_flag(int runtime_version) {
     (void** ptr, wia_hipIpcMemHandle_t handle, unsigned int flags))                             \
   X(wia_hipError_t, hipIpcCloseMemHandle, (void* ptr))
 
+/* Entries a runtime may lack: ROCm 5.2 (Debian 12's libamdhip64.so.5)
+ * declares hipLaunchHostFunc in its header but does not export it; the
+ * provider then runs host functions through hipStreamAddCallback. */
+#define WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(X) \
+  X(wia_hipError_t, hipLaunchHostFunc, (wia_hipStream_t stream, wia_hipHostFn_t fn, void* data))
+
 #define WIA_HIP_DECLARE_PFN(ret, name, params) typedef ret(*wia_PFN_##name) params;
 WIA_HIP_RUNTIME_ENTRIES(WIA_HIP_DECLARE_PFN)
+WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(WIA_HIP_DECLARE_PFN)
 #undef WIA_HIP_DECLARE_PFN
 
 #ifdef __cplusplus

@@ -138,8 +138,8 @@ wia_status_t launch_host_func(void* ctx, wia_provider_stream_t h, wia_host_fn_t 
       return st;
     // Same signature as hipHostFn_t; the runtime runs it on its own thread with
     // the ordering the ABI asks for.
-    const wia_hipError_t r = p.rt.hipLaunchHostFunc(s->hip, fn, user_data);
-    if (r != WIA_hipSuccess) return p.fail_hip(r, s->device, "hipLaunchHostFunc");
+    const wia_hipError_t r = p.rt.enqueue_host_fn(s->hip, fn, user_data);
+    if (r != WIA_hipSuccess) return p.fail_hip(r, s->device, "%s", p.rt.host_fn_entry());
     return WIA_SUCCESS;
   });
 }

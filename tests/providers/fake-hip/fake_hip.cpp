@@ -482,12 +482,29 @@ FAKE_API Err hipStreamQuery(wia_hipStream_t stream) {
   return std::exchange(s->error, WIA_hipSuccess);
 }
 
+// Built without it (FAKE_HIP_ROCM52) the double is ROCm 5.2's runtime as
+// Debian ships it: declared in the header, not exported.
+#ifndef FAKE_HIP_ROCM52
 FAKE_API Err hipLaunchHostFunc(wia_hipStream_t stream, wia_hipHostFn_t fn, void* data) {
   GATE();
   if (fn == nullptr) return WIA_hipErrorInvalidValue;
   return enqueue(stream, [=] {
     t_in_host_fn = true;
     fn(data);
+    t_in_host_fn = false;
+    return static_cast<Err>(WIA_hipSuccess);
+  });
+}
+#endif
+
+// Runs after the work before it, with that work's status, as HIP's.
+FAKE_API Err hipStreamAddCallback(wia_hipStream_t stream, wia_hipStreamCallback_t callback,
+                                  void* data, unsigned int flags) {
+  GATE();
+  if (callback == nullptr || flags != 0) return WIA_hipErrorInvalidValue;
+  return enqueue(stream, [=] {
+    t_in_host_fn = true;
+    callback(stream, WIA_hipSuccess, data);
     t_in_host_fn = false;
     return static_cast<Err>(WIA_hipSuccess);
   });

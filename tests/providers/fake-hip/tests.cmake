@@ -24,10 +24,23 @@ target_link_libraries(wia_fake_hip PRIVATE wia_warnings Threads::Threads)
 target_link_options(wia_fake_hip PRIVATE -Wl,-soname,libamdhip64.so.5 -Wl,--no-undefined)
 set(WIA_FAKE_HIP_FILE ${WIA_FAKE_HIP_DIR}/libamdhip64.so.5)
 
+# The same double as Debian's ROCm 5.2 runtime: no hipLaunchHostFunc
+# exported, so the provider queues host functions with hipStreamAddCallback.
+add_library(wia_fake_hip_rocm52 SHARED ${CMAKE_CURRENT_LIST_DIR}/fake_hip.cpp)
+set_target_properties(wia_fake_hip_rocm52 PROPERTIES
+  OUTPUT_NAME amdhip64 PREFIX "lib" SUFFIX ".so.5"
+  LIBRARY_OUTPUT_DIRECTORY ${WIA_FAKE_HIP_DIR}/rocm52
+  CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+target_compile_definitions(wia_fake_hip_rocm52 PRIVATE FAKE_HIP_ROCM52)
+target_include_directories(wia_fake_hip_rocm52 SYSTEM PRIVATE ${PROJECT_SOURCE_DIR}/providers/hip)
+target_link_libraries(wia_fake_hip_rocm52 PRIVATE wia_warnings Threads::Threads)
+target_link_options(wia_fake_hip_rocm52 PRIVATE -Wl,-soname,libamdhip64.so.5 -Wl,--no-undefined)
+set(WIA_FAKE_HIP_ROCM52_FILE ${WIA_FAKE_HIP_DIR}/rocm52/libamdhip64.so.5)
+
 if(NOT TARGET wia-provider-hip OR NOT TARGET wia-conformance)
   return()
 endif()
-add_dependencies(wia-conformance wia-provider-hip wia_fake_hip)
+add_dependencies(wia-conformance wia-provider-hip wia_fake_hip wia_fake_hip_rocm52)
 
 # Passes only when wia-conformance exits 0 AND reports L3, the highest
 # level of a device provider. The double is named through the provider's
@@ -39,6 +52,17 @@ add_test(NAME conformance_hip_fake
     $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-hip>
     ${CMAKE_CURRENT_BINARY_DIR}/conformance-hip-fake.xml ${WIA_FAKE_HIP_FILE})
 set_tests_properties(conformance_hip_fake PROPERTIES TIMEOUT 600
+  ENVIRONMENT "WIA_LOG_LEVEL=warn")
+
+# On ROCm 5.2's exports (no hipLaunchHostFunc): L0-L3 again, host functions
+# and the staged reductions through hipStreamAddCallback.
+add_test(NAME conformance_hip_fake_rocm52
+  COMMAND /bin/sh -c "\"$0\" --provider \"$1\" --param library=\"$3\" --level 3 \
+--junit \"$2\" > \"$2.log\" 2>&1; rc=$?; cat \"$2.log\"; \
+[ $rc -eq 0 ] && grep -q 'highest level fully passed: L3' \"$2.log\""
+    $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-hip>
+    ${CMAKE_CURRENT_BINARY_DIR}/conformance-hip-fake-rocm52.xml ${WIA_FAKE_HIP_ROCM52_FILE})
+set_tests_properties(conformance_hip_fake_rocm52 PROPERTIES TIMEOUT 600
   ENVIRONMENT "WIA_LOG_LEVEL=warn")
 
 # A fault on the "device" while a stream runs the staged reduction: the

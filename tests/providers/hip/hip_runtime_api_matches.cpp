@@ -76,6 +76,8 @@ using wia::test::canon_t;
 
 static_assert(std::is_same_v<canon_t<wia_hipHostFn_t>, canon_t<hipHostFn_t>>,
               "wia_hipHostFn_t is not hipHostFn_t");
+static_assert(std::is_same_v<canon_t<wia_hipStreamCallback_t>, canon_t<hipStreamCallback_t>>,
+              "wia_hipStreamCallback_t is not hipStreamCallback_t");
 
 // Guard against a canonical form that hides a difference.
 static_assert(!std::is_same_v<canon_t<int>, canon_t<unsigned int>>);
@@ -108,7 +110,8 @@ constexpr int kChecked = 0
     WIA_SAME_ENTRY(hipMemcpyPeerAsync) WIA_SAME_ENTRY(hipStreamCreateWithFlags)
     WIA_SAME_ENTRY(hipStreamDestroy) WIA_SAME_ENTRY(hipStreamSynchronize)
     WIA_SAME_ENTRY(hipStreamQuery) WIA_SAME_ENTRY(hipStreamWaitEvent)
-    WIA_SAME_ENTRY(hipLaunchHostFunc) WIA_SAME_ENTRY(hipEventCreateWithFlags)
+    WIA_SAME_ENTRY(hipLaunchHostFunc) WIA_SAME_ENTRY(hipStreamAddCallback)
+    WIA_SAME_ENTRY(hipEventCreateWithFlags)
     WIA_SAME_ENTRY(hipEventDestroy) WIA_SAME_ENTRY(hipEventRecord) WIA_SAME_ENTRY(hipEventQuery)
     WIA_SAME_ENTRY(hipEventSynchronize) WIA_SAME_ENTRY(hipEventElapsedTime)
     WIA_SAME_ENTRY(hipIpcGetMemHandle) WIA_SAME_ENTRY(hipIpcOpenMemHandle)
@@ -117,9 +120,11 @@ constexpr int kChecked = 0
 #undef WIA_SAME_OVERLOADED_ENTRY
 
 #define WIA_COUNT_ENTRY(ret, name, params) +1
-constexpr int kEntries = 0 WIA_HIP_RUNTIME_ENTRIES(WIA_COUNT_ENTRY);
+constexpr int kEntries =
+    0 WIA_HIP_RUNTIME_ENTRIES(WIA_COUNT_ENTRY) WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(WIA_COUNT_ENTRY);
 #undef WIA_COUNT_ENTRY
-static_assert(kChecked == kEntries, "an entry of WIA_HIP_RUNTIME_ENTRIES is not checked here");
+static_assert(kChecked == kEntries,
+              "an entry of WIA_HIP_RUNTIME_ENTRIES or _OPTIONAL_ENTRIES is not checked here");
 
 }  // namespace
 

@@ -16,3 +16,20 @@ if(WIA_HIP_H_DIR)
 else()
   message(STATUS "hip_runtime_api_matches: skipped, hip/hip_runtime_api.h not found (libamdhip64-dev)")
 endif()
+
+# Debian's real ROCm 5.2 runtime without a GPU: it exports no
+# hipLaunchHostFunc (the provider uses hipStreamAddCallback), so the
+# provider gets as far as hipInit and is the clean UNAVAILABLE with that
+# cause, not "has no <entry>".
+find_library(WIA_HIP_RUNTIME_SO NAMES libamdhip64.so.5)
+if(NOT WIA_HIP_RUNTIME_SO)
+  message(STATUS "conformance_hip_debian_runtime: skipped, libamdhip64.so.5 not found (libamdhip64-5)")
+elseif(TARGET wia-provider-hip AND TARGET wia-conformance)
+  add_test(NAME conformance_hip_debian_runtime
+    COMMAND /bin/sh -c "\"$0\" --provider \"$1\" --filter L0.init_fini > \"$2\" 2>&1; rc=$?; cat \"$2\"; \
+[ $rc -eq 0 ] && grep -q 'provider unavailable here: .*hipInit (libamdhip64.so.5)' \"$2\""
+      $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-hip>
+      ${CMAKE_CURRENT_BINARY_DIR}/conformance-hip-debian-runtime.log)
+  set_tests_properties(conformance_hip_debian_runtime PROPERTIES TIMEOUT 60
+    ENVIRONMENT "WIA_LOG_LEVEL=warn")
+endif()
