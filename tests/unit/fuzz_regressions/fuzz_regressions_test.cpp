@@ -19,6 +19,7 @@
 #include "checkpoint/format.hpp"
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "fuzz/fuzz_secret.hpp"
 #include "provider/abi.hpp"
 
 namespace {
@@ -160,8 +161,7 @@ TEST_CASE("bootstrap root: a refused hello followed by a malformed frame drops t
   std::vector<wia::bootstrap::RootServer::FeedChunk> chunks;
   const auto* p = reinterpret_cast<const std::uint8_t*>(found.data());
   std::size_t pos = 0;
-  settings.secret = {{0x77, 0x69, 0x61, 0x2d, 0x66, 0x75, 0x7a, 0x7a, 0x2d, 0x73, 0x65, 0x63, 0x72,
-                      0x65, 0x74, 0x21}};  // fuzz/fuzz_secret.hpp
+  settings.secret = wia::fuzz::kSecret;  // the job the fuzz input was made for
   while (pos + 3 <= found.size()) {
     const std::size_t n =
         std::min<std::size_t>(p[pos + 1] | (p[pos + 2] << 8), found.size() - pos - 3);

@@ -5,3 +5,5 @@
 wia_add_unit_test(fuzz_regressions
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_regressions_test.cpp
   LIBS wia_core_internal)
+# fuzz/fuzz_secret.hpp: the bootstrap secret the fuzz inputs were made with.
+target_include_directories(test_fuzz_regressions PRIVATE ${PROJECT_SOURCE_DIR})
