@@ -11,6 +11,7 @@
 #include "checkpoint/durable_io.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/utf8.hpp"
 #include "kernels/cpu_reduce.hpp"
 
 namespace wia::checkpoint {
@@ -203,6 +204,17 @@ void commit(const Settings& s, std::uint64_t seq, const std::string& ckpt_dir,
   }
 }
 
+// Names and strings go into the YAML manifest, which holds only UTF-8
+// (common/utf8.hpp): anything else would be saved as another name.
+void require_utf8(const std::string& text, const std::string& what) {
+  const std::size_t bad = first_invalid_utf8(text);
+  if (bad != std::string::npos)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                fmt::format("{} is not valid UTF-8 (byte {} of {}); use bytes metadata for binary "
+                            "data",
+                            what, bad, text.size()));
+}
+
 }  // namespace
 
 std::uint64_t Source::bytes() const { return count * kernels::dtype_size(dtype); }
@@ -214,6 +226,7 @@ void Checkpoint::add(Source source) {
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("tensor name of {} bytes (allowed: 1 to {})", source.name.size(),
                             WIA_CHECKPOINT_NAME_MAX));
+  require_utf8(source.name, "tensor name");
   for (const auto& s : sources_)
     if (s.kind == source.kind && s.name == source.name)
       throw Error(
@@ -236,6 +249,9 @@ void Checkpoint::set_metadata(const std::string& name, MetaValue value) {
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("metadata name of {} bytes (allowed: 1 to {})", name.size(),
                             WIA_CHECKPOINT_NAME_MAX));
+  require_utf8(name, "metadata name");
+  if (value.type == MetaValue::Type::kString)
+    require_utf8(value.bytes, fmt::format("the string of metadata '{}'", name));
   metadata_[name] = std::move(value);
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/utf8.hpp"
 #include "kernels/cpu_reduce.hpp"
 
 namespace wia::checkpoint {
@@ -22,6 +23,15 @@ constexpr const char* kTrailer = "# xxh3 ";
 
 [[noreturn]] void corrupt(const std::string& path, const std::string& what) {
   throw Error(WIA_ERROR_CORRUPT, fmt::format("{}: {}", path, what));
+}
+
+// Text read back as a name, key or string value: what the writer refuses
+// (not UTF-8) is damage when read.
+std::string utf8_text(std::string text, const std::string& what, const std::string& path) {
+  const std::size_t bad = first_invalid_utf8(text);
+  if (bad != std::string::npos)
+    corrupt(path, fmt::format("{} is not valid UTF-8 (byte {})", what, bad));
+  return text;
 }
 
 std::string hex64(std::uint64_t v) { return fmt::format("{:016x}", v); }
@@ -281,7 +291,7 @@ ShardManifest read_shard_manifest(const std::string& text, const std::string& pa
   for (const auto& t : y["tensors"]) {
     TensorRecord r;
     r.kind = kind_of(get<std::string>(t, "kind", path), path);
-    r.name = get<std::string>(t, "name", path);
+    r.name = utf8_text(get<std::string>(t, "name", path), "a tensor name", path);
     r.dtype = dtype_of(get<std::string>(t, "dtype", path), path);
     r.count = get<std::uint64_t>(t, "count", path);
     r.offset = get<std::uint64_t>(t, "offset", path);
@@ -290,7 +300,7 @@ ShardManifest read_shard_manifest(const std::string& text, const std::string& pa
     m.tensors.push_back(std::move(r));
   }
   for (const auto& kv : y["metadata"]) {
-    const auto name = kv.first.as<std::string>();
+    const auto name = utf8_text(kv.first.as<std::string>(), "a metadata name", path);
     const YAML::Node v = kv.second;
     MetaValue mv;
     if (v["int"]) {
@@ -302,7 +312,8 @@ ShardManifest read_shard_manifest(const std::string& text, const std::string& pa
       std::memcpy(&mv.d, &bits, 8);
     } else if (v["string"]) {
       mv.type = MetaValue::Type::kString;
-      mv.bytes = get<std::string>(v, "string", path);
+      mv.bytes = utf8_text(get<std::string>(v, "string", path),
+                           fmt::format("the string of metadata '{}'", name), path);
     } else if (v["bytes"]) {
       mv.type = MetaValue::Type::kBytes;
       mv.bytes = from_hex(get<std::string>(v, "bytes", path), path);

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-# Logging and the usable CPU count (core/src/common), through the core's
+# Logging, the usable CPU count and UTF-8 checks (core/src/common), through the core's
 # base archive.
 wia_add_unit_test(common
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/log_test.cpp ${CMAKE_CURRENT_LIST_DIR}/cpus_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/utf8_test.cpp
   LIBS wia_core_base)
 
 # Logging before configure() must follow WIA_LOG_LEVEL / WIA_LOG_FILE read at

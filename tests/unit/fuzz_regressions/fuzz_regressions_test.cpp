@@ -170,3 +170,32 @@ TEST_CASE("bootstrap root: a refused hello followed by a malformed frame drops t
   }
   CHECK_NOTHROW((void)wia::bootstrap::RootServer::feed_for_testing(settings, chunks));
 }
+
+TEST_CASE("checkpoint: names that are not UTF-8 are refused, not merged into one by the writer") {
+  // Metadata keys "\xffr" and "\xfer" parsed as two entries, but yaml-cpp's
+  // emitter writes both as "\ufffdr": the written manifest had a duplicate
+  // key and read back as one entry (fuzz_checkpoint's canonical check).
+  namespace ck = wia::checkpoint;
+  std::string text = corpus_file("checkpoint", "regress-manifest-not-utf8").substr(1);
+  text.resize(text.rfind("# xxh3 "));  // re-sign it, as the fuzz input's 0x80 asks
+  text += fmt::format("# xxh3 {:016x}\n", ck::checksum(text));
+  const std::string path = "ckpt-00000001/rank-00000.yaml";
+  try {
+    (void)ck::parse_shard_manifest(text, path);
+    FAIL("accepted");
+  } catch (const wia::Error& e) {
+    CHECK(e.status() == WIA_ERROR_CORRUPT);
+    CHECK_MESSAGE(std::string(e.what()) == path + ": a metadata name is not valid UTF-8 (byte 0)",
+                  e.what());
+  }
+  // Valid UTF-8 beyond ASCII goes through unchanged.
+  ck::ShardManifest m;
+  m.format_version = 1;
+  m.nranks = 1;
+  m.metadata["\xc3\xa9t\xc3\xa9"].type = ck::MetaValue::Type::kString;
+  m.metadata["\xc3\xa9t\xc3\xa9"].bytes = "\xf0\x9f\x9a\x80";
+  const ck::ShardManifest back = ck::parse_shard_manifest(ck::to_text(m), path);
+  REQUIRE(back.metadata.size() == 1);
+  CHECK(back.metadata.begin()->first == "\xc3\xa9t\xc3\xa9");
+  CHECK(back.metadata.begin()->second.bytes == "\xf0\x9f\x9a\x80");
+}
