@@ -177,6 +177,9 @@ class Conn {
   void complete(Request* r, std::uint64_t size);
   void fail_request(Request* r, const std::string& why);
   void fail_conn(const std::string& why);
+  // Before a failure: delivers the complete messages the peer sent on the
+  // control socket that are still unread (see fail_conn).
+  void salvage_control();
   void drop_unexpected_rts();
   void drain();
   // The peer closed (or reset) the control socket: fail what can no longer
@@ -199,6 +202,7 @@ class Conn {
   int ctrl_fd_ = -1;
   std::vector<DataStream> streams_;
   bool failed_ = false;
+  bool salvaging_ = false;  // inside salvage_control: a failure there waits for the outer one
   std::string failure_;
   // Set when the control socket reached EOF or was reset while payload of
   // matched receives was still due on data sockets: those keep being read

@@ -680,7 +680,8 @@ bool Conn::progress_data() {
 // Failure
 
 void Conn::fail_conn(const std::string& why) {
-  if (failed_) return;
+  if (failed_ || salvaging_) return;
+  salvage_control();
   failed_ = true;
   failure_ = "tcp: connection to " + peer_ + " failed: " + why;
   std::size_t pending = 0;
@@ -701,6 +702,34 @@ void Conn::fail_conn(const std::string& why) {
   }
   drop_unexpected_rts();
   close_sockets();
+}
+
+// Delivery before failure, for the control socket: a peer that gives up
+// sends its reason (the communicator's abort message), then closes while
+// what we sent it is unread, and its kernel resets the sockets. When the
+// reset is what this side notices first (a send on a data socket), the
+// reason still sits in the control socket's receive queue, which Linux
+// keeps readable after a reset. Losing it made a surviving rank call the
+// aborting one dead instead of the rank it named. So the complete messages
+// in it reach their receives (or the unexpected queue) before everything
+// fails; a partial one, EOF or an error ends the salvage.
+void Conn::salvage_control() {
+  if (ctrl_fd_ < 0 || peer_closed_ || connecting()) return;
+  salvaging_ = true;
+  for (int reads = 0; reads < 64 && parse_control() && !rx_paused_; ++reads) {
+    if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+    if (rx_begin_ > 0) {
+      std::memmove(rx_buf_.data(), rx_buf_.data() + rx_begin_, rx_end_ - rx_begin_);
+      rx_end_ -= rx_begin_;
+      rx_begin_ = 0;
+    }
+    if (rx_end_ == rx_buf_.size()) break;
+    const ssize_t n =
+        ::recv(ctrl_fd_, rx_buf_.data() + rx_end_, rx_buf_.size() - rx_end_, MSG_DONTWAIT);
+    if (n <= 0 && !(n < 0 && errno == EINTR)) break;
+    if (n > 0) rx_end_ += static_cast<std::size_t>(n);
+  }
+  salvaging_ = false;
 }
 
 // Eager messages already buffered stay deliverable; RTSs are not (their
