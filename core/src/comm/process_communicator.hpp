@@ -222,6 +222,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   class Control;            // the control channel (abort, query, reply, bye, heartbeat)
   struct Recovery;          // the recovery channel (process_recovery.cpp)
   class RecoveryExchange;   // a shrink's set-up exchange over it
+  class RecoveryDesk;       // its decisions, kept and handed out (process_recovery.cpp)
   struct Heartbeat;         // the heartbeat thread (process_control.cpp)
   struct MeshSetup;         // what connect_mesh's steps gather and share
   struct RunningOperation;  // the operation this rank runs now, in one of four modes
@@ -271,6 +272,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   // connections for a shrink's exchange (null: closed at the end).
   Agreement run_agreement(std::uint32_t op, std::int32_t flag,
                           std::unique_ptr<RecoveryExchange>* session);
+  // The heartbeat thread's part of the recovery channel: answers ranks
+  // that ask for a decision this rank holds (process_recovery.cpp).
+  void answer_recovery() noexcept;
   // One attempt of shrink: the communicator of the agreed members.
   std::unique_ptr<ProcessCommunicator> shrink_to(RecoveryExchange& ex);
   // Maps the peers' windows when every rank has one and every link stays

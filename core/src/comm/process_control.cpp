@@ -400,6 +400,8 @@ void ProcessCommunicator::heartbeat_tick() {
     ~Ticked() { g_ticking.fetch_sub(1); }
   } ticked;
   if (g_exiting.load()) return;
+  // Broken or not: agreements run on broken communicators.
+  answer_recovery();
   if (broken_.load() || abort_requested_.load()) return;  // the failure path has it
   std::unique_lock<std::recursive_mutex> wire(wire_mu_, std::try_to_lock);
   // An operation uses the connections: its own polls send the heartbeats

@@ -147,6 +147,32 @@ struct ProcessCommunicator::Recovery {
   std::uint64_t token = 0;
   std::uint64_t epoch = 0;
   std::mutex mu;  // one agreement or shrink at a time
+
+  // Decisions outlive their coordinator (process_recovery.cpp): this
+  // rank's answers for the agreements it took part in, given to any rank
+  // that asks later, and what the listener brought in between agreements.
+  struct Decided {
+    std::uint64_t epoch = 0;
+    std::uint32_t op = 0;
+    std::int32_t flag = 0;
+    std::vector<std::uint8_t> failed;  // the decision's payload: failed ranks
+  };
+  struct Arrival {  // accepted, its first frame not read yet
+    bootstrap::Fd fd;
+    std::chrono::steady_clock::time_point since;
+  };
+  struct EarlyHello {  // a hello for an agreement this rank has not decided yet
+    bootstrap::Fd fd;
+    std::uint64_t epoch = 0;
+    std::uint32_t op = 0;
+    std::int32_t rank = -1, flag = 0;
+    std::vector<std::uint8_t> payload;
+  };
+  std::mutex answer_mu;  // the members below, and accepting on the listener
+  bool coordinating = false;  // then the coordinator accepts, not the heartbeat thread
+  std::vector<Decided> decided;  // the newest last, at most kKeptDecisions
+  std::vector<Arrival> arrivals;
+  std::vector<EarlyHello> early;
 };
 
 // The heartbeat thread: heartbeat_tick() every tick until stopped.

@@ -23,6 +23,20 @@
 //    as failed;
 //  - it sends every participant the decision: the AND of the flags and the
 //    failed ranks.
+// Decisions outlive their coordinator: a coordinator that dies after
+// sending the decision to some participants and not others must not leave
+// them with different answers. Every rank keeps the decisions it received
+// or made (RecoveryDesk), and hands them out:
+//  - its heartbeat thread answers, between agreements, any rank that asks
+//    for one: a participant whose coordinator died turns to the next
+//    lowest rank, which may have returned with the decision already;
+//  - a rank that becomes coordinator asks every rank it waits for
+//    (kQuery, where it used to only probe that the listener is alive) and
+//    adopts a decision one of them holds, instead of deciding anew.
+// A decision is made once per agreement: by the first coordinator, or by
+// a later one when nobody alive holds the first's. (Without heartbeats
+// nobody answers between agreements, and the old behaviour remains:
+// docs/fault-tolerance.md.)
 // A shrink keeps those connections for the new communicator's set-up
 // exchange (each all-gather goes through the coordinator, the new rank 0),
 // so it needs nothing of a dead rank: not its connections, not the
@@ -35,7 +49,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <span>
 
@@ -58,12 +74,16 @@ enum FrameKind : std::uint32_t {
   kRefuse = 3,    // coordinator -> participant: flag = status, payload = why
   kGather = 4,    // a shrink's set-up exchange: one member's blob
   kGathered = 5,  // every member's, in new-rank order
+  kQuery = 6,     // a coordinator -> any rank: the decision of `epoch`, if it holds it
+  kPending = 7,   // the answer to a query: none yet
 };
 enum RecoveryOp : std::uint32_t { kAgree = 1, kShrink = 2 };
 const char* op_name(std::uint32_t op) {
   return op == kShrink ? "wia_comm_shrink" : "wia_comm_agree";
 }
 constexpr std::uint32_t kMaxPayload = 64u << 20;
+constexpr std::size_t kKeptDecisions = 16;  // agreements a rank answers for
+constexpr std::size_t kMaxEarlyHellos = 1024;
 
 struct Frame {
   std::uint32_t magic = kFrameMagic;
@@ -151,7 +171,134 @@ const char* io_text(bs::IoResult r) {
   return "connection error or a malformed frame";
 }
 
+// Fault injection for tests (shrink_test.cpp, WIA_TEST_AGREE_EXIT_AFTER_SENDING_TO
+// = "3" or "1,2"): the coordinator sends the decision to the listed ranks
+// only and dies, as one killed while telling the participants would.
+[[noreturn]] void exit_after_sending_to(const char* ranks, const std::vector<bs::Fd>& conn,
+                                        const Frame& d, const std::vector<std::uint8_t>& list,
+                                        bs::Deadline deadline) {
+  for (const char* at = ranks; *at;) {
+    char* end = nullptr;
+    const long r = std::strtol(at, &end, 10);
+    if (end == at) break;
+    if (r >= 0 && static_cast<std::size_t>(r) < conn.size() && conn[r].valid())
+      send_frame(conn[r].get(), d, list, deadline);
+    at = *end == ',' ? end + 1 : end;
+  }
+  ::_exit(137);
+}
+
 }  // namespace
+
+// The decisions a rank holds, and the answers it gives from them. Every
+// function runs under Recovery::answer_mu.
+class ProcessCommunicator::RecoveryDesk {
+ public:
+  using Decided = Recovery::Decided;
+
+  static const Decided* find(const Recovery& rc, std::uint64_t epoch) {
+    for (const Decided& d : rc.decided)
+      if (d.epoch == epoch) return &d;
+    return nullptr;
+  }
+
+  static void remember(Recovery& rc, Decided d) {
+    if (find(rc, d.epoch)) return;
+    rc.decided.push_back(std::move(d));
+    if (rc.decided.size() > kKeptDecisions) rc.decided.erase(rc.decided.begin());
+  }
+
+  // Answers a query, or a hello of an agreement this rank holds the
+  // decision of; false (nothing sent) for a hello it cannot answer yet.
+  static bool answer(const Recovery& rc, int fd, std::int32_t me, std::uint32_t kind,
+                     std::uint64_t epoch, std::uint32_t op, std::int32_t from) {
+    const Decided* d = find(rc, epoch);
+    if (!d && kind != kQuery) return false;
+    Frame f;
+    f.token = rc.token;
+    f.epoch = epoch;
+    f.rank = me;
+    f.op = d ? d->op : op;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(200);
+    std::string why;
+    if (!d) {
+      f.kind = kPending;
+    } else if (d->op != op) {
+      why = fmt::format("rank {} called {} (#{} on this communicator), which rank {} knows was "
+                        "{}",
+                        from, op_name(op), epoch, me, op_name(d->op));
+      f.flag = WIA_ERROR_MISMATCH;
+    } else if (kind == kHello && counts_failed(d->failed, from)) {
+      why = fmt::format("rank {}: {}: the survivors count this rank as failed", from, op_name(op));
+      f.flag = WIA_ERROR_REMOTE;
+    } else {
+      f.kind = kDecision;
+      f.flag = d->flag;
+      send_frame(fd, f, d->failed, deadline);
+      return true;
+    }
+    if (!why.empty()) f.kind = kRefuse;
+    send_frame(fd, f, std::span(reinterpret_cast<const std::uint8_t*>(why.data()), why.size()),
+               deadline);
+    return true;
+  }
+
+  // Between agreements (the heartbeat thread) and after one: accepts what
+  // reached the listener, answers what the decisions held here answer, and
+  // keeps the hellos of agreements not decided yet for the coordinator.
+  static void serve(Recovery& rc, std::int32_t me) {
+    const auto now = Clock::now();
+    for (;;) {
+      const int c = ::accept4(rc.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (c < 0) break;
+      rc.arrivals.push_back({bs::Fd(c), now});
+    }
+    for (std::size_t i = rc.arrivals.size(); i-- > 0;) {
+      pollfd pf{rc.arrivals[i].fd.get(), POLLIN, 0};
+      const bool ready = ::poll(&pf, 1, 0) > 0;
+      if (!ready && now - rc.arrivals[i].since < std::chrono::seconds(2)) continue;
+      bs::Fd fd = std::move(rc.arrivals[i].fd);
+      rc.arrivals.erase(rc.arrivals.begin() + static_cast<std::ptrdiff_t>(i));
+      if (!ready) continue;  // connected, never spoke
+      Frame h;
+      std::vector<std::uint8_t> payload;
+      if (recv_frame(fd.get(), rc.token, h, payload, now + std::chrono::milliseconds(200)) !=
+          bs::IoResult::kOk)
+        continue;
+      if (h.kind != kHello && h.kind != kQuery) continue;
+      if (answer(rc, fd.get(), me, h.kind, h.epoch, h.op, h.rank)) continue;
+      if (rc.early.size() >= kMaxEarlyHellos) rc.early.erase(rc.early.begin());
+      rc.early.push_back({std::move(fd), h.epoch, h.op, h.rank, h.flag, std::move(payload)});
+    }
+    for (std::size_t i = rc.early.size(); i-- > 0;) {
+      const Recovery::EarlyHello& e = rc.early[i];
+      if (!find(rc, e.epoch)) continue;
+      answer(rc, e.fd.get(), me, kHello, e.epoch, e.op, e.rank);
+      rc.early.erase(rc.early.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
+  static bool counts_failed(const std::vector<std::uint8_t>& failed, std::int32_t rank) {
+    for (std::size_t at = 0; at + 4 <= failed.size(); at += 4) {
+      std::int32_t r;
+      std::memcpy(&r, failed.data() + at, 4);
+      if (r == rank) return true;
+    }
+    return false;
+  }
+};
+
+void ProcessCommunicator::answer_recovery() noexcept {
+  if (!recovery_ || !recovery_->listener.valid()) return;
+  Recovery& rc = *recovery_;
+  std::unique_lock<std::mutex> lock(rc.answer_mu, std::try_to_lock);
+  if (!lock.owns_lock() || rc.coordinating) return;
+  try {
+    RecoveryDesk::serve(rc, layout_.rank);
+  } catch (const std::exception& e) {
+    log::debug("comm", "rank {}: answering on the recovery channel: {}", layout_.rank, e.what());
+  }
+}
 
 // A shrink's set-up exchange: every all-gather of the new communicator's
 // set-up goes through the coordinator (the new rank 0) over the
@@ -328,6 +475,18 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
   base.op = op;
 
   auto finish = [&](Agreement a, std::vector<bs::Fd> fds) {
+    {
+      // Kept, for the ranks that ask when a coordinator died before
+      // telling them; hellos that waited for it are answered now.
+      std::lock_guard<std::mutex> g(rc.answer_mu);
+      std::vector<std::uint8_t> list;
+      for (const std::int32_t r : a.failed) {
+        const auto* b = reinterpret_cast<const std::uint8_t*>(&r);
+        list.insert(list.end(), b, b + 4);
+      }
+      RecoveryDesk::remember(rc, {epoch, op, a.flag, std::move(list)});
+      RecoveryDesk::serve(rc, me);
+    }
     for (int r : a.failed) note_failed(r);
     if (session) {
       auto ex = std::make_unique<RecoveryExchange>();
@@ -398,13 +557,19 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
     // The coordinator.
     std::vector<bs::Fd> conn(static_cast<std::size_t>(p));
     std::vector<char> heard(static_cast<std::size_t>(p), 0);
-    std::int32_t agreed = flag;
     std::vector<std::int32_t> flags(static_cast<std::size_t>(p), 0);
     struct Pending {
       bs::Fd fd;
       Clock::time_point since;
     };
+    struct Query {  // a kQuery sent to a rank this coordinator waits for
+      bs::Fd fd;
+      int rank;
+      Clock::time_point since;
+    };
     std::vector<Pending> pending;
+    std::vector<Query> queries;
+    std::optional<RecoveryDesk::Decided> adopted;
     auto refuse = [&](bs::Fd& fd, wia_status_t st, const std::string& why) {
       Frame f = base;
       f.kind = kRefuse;
@@ -414,17 +579,60 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
                  std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
       fd.reset();
     };
+    // Counted failed while heard: refused with the decision, unless an
+    // adopted decision says otherwise.
     auto count_failed = [&](int r, const std::string& why) {
       if (failed[r]) return;
       failed[r] = 1;
       log::info("comm", "rank {}: {}: rank {} counted as failed: {}", me, op_name(op), r, why);
-      if (heard[r]) {
-        heard[r] = 0;
-        refuse(conn[r], WIA_ERROR_REMOTE,
-               fmt::format("rank {}: {}: the survivors count this rank as failed ({})", r,
-                           op_name(op), why));
-      }
     };
+    auto take_hello = [&](bs::Fd fd, int from, std::uint32_t from_op, std::int32_t from_flag,
+                          const std::vector<std::uint8_t>& payload) {
+      if (from < 0 || from >= p || from == me || heard[from]) return;
+      if (from_op != op) {
+        refuse(fd, WIA_ERROR_MISMATCH,
+               fmt::format("rank {} called {} (#{} on this communicator) but the coordinator, "
+                           "rank {}, {} (#{})",
+                           from, op_name(from_op), epoch, me, op_name(op), epoch));
+        return;
+      }
+      if (failed[from]) {
+        refuse(fd, WIA_ERROR_REMOTE,
+               fmt::format("rank {}: {}: the survivors count this rank as failed (it was "
+                           "reported failed, or joined too late)",
+                           from, op_name(op)));
+        return;
+      }
+      heard[from] = 1;
+      flags[from] = from_flag;
+      conn[from] = std::move(fd);
+      for (int f : parse_ranks(payload, p))
+        if (f != me) count_failed(f, fmt::format("rank {} knows it failed", from));
+    };
+    {
+      // From here the listener is this thread's: what the heartbeat thread
+      // accepted or read before comes along.
+      std::lock_guard<std::mutex> g(rc.answer_mu);
+      rc.coordinating = true;
+      for (Recovery::Arrival& a : rc.arrivals) pending.push_back({std::move(a.fd), a.since});
+      rc.arrivals.clear();
+      for (std::size_t i = 0; i < rc.early.size();) {
+        Recovery::EarlyHello& e = rc.early[i];
+        if (e.epoch != epoch) {
+          ++i;
+          continue;
+        }
+        take_hello(std::move(e.fd), e.rank, e.op, e.flag, e.payload);
+        rc.early.erase(rc.early.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+    struct Released {  // the listener goes back to the heartbeat thread, whatever happens
+      Recovery& rc;
+      ~Released() {
+        std::lock_guard<std::mutex> g(rc.answer_mu);
+        rc.coordinating = false;
+      }
+    } released{rc};
     auto next_probe = Clock::now() + std::chrono::milliseconds(100);
     for (;;) {
       std::vector<int> awaited;
@@ -441,8 +649,31 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
       std::vector<pollfd> pfds;
       pfds.push_back({rc.listener.get(), POLLIN, 0});
       for (const Pending& q : pending) pfds.push_back({q.fd.get(), POLLIN, 0});
+      for (const Query& q : queries) pfds.push_back({q.fd.get(), POLLIN, 0});
       ::poll(pfds.data(), pfds.size(), std::min(50, bs::ms_until(deadline)));
       const std::size_t before = pending.size();
+      // A rank asked holds the decision: a coordinator before this one
+      // decided and died before telling everyone. Its decision stands.
+      for (std::size_t i = queries.size(); i-- > 0;) {
+        const bool ready = pfds[1 + before + i].revents != 0;
+        if (!ready && Clock::now() - queries[i].since < std::chrono::seconds(1)) continue;
+        Query q = std::move(queries[i]);
+        queries.erase(queries.begin() + static_cast<std::ptrdiff_t>(i));
+        if (!ready) continue;
+        Frame d;
+        std::vector<std::uint8_t> payload;
+        if (recv_frame(q.fd.get(), rc.token, d, payload,
+                       std::min(deadline, Clock::now() + std::chrono::milliseconds(200))) !=
+                bs::IoResult::kOk ||
+            d.kind != kDecision || d.epoch != epoch || d.op != op || adopted)
+          continue;
+        adopted = RecoveryDesk::Decided{epoch, op, d.flag, std::move(payload)};
+        log::info("comm",
+                  "rank {}: {} #{}: rank {} holds the decision of an earlier coordinator; it "
+                  "stands",
+                  me, op_name(op), epoch, q.rank);
+      }
+      if (adopted) break;
       for (;;) {
         const int c = ::accept4(rc.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c < 0) break;
@@ -460,64 +691,92 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
         const bs::IoResult r =
             recv_frame(fd.get(), rc.token, h, payload,
                        std::min(deadline, Clock::now() + std::chrono::milliseconds(1000)));
-        if (r != bs::IoResult::kOk || h.kind != kHello) continue;  // a probe, or a stranger
-        const int from = h.rank;
-        if (from < 0 || from >= p || from == me || heard[from]) continue;
-        if (h.epoch != epoch || h.op != op) {
-          refuse(fd, WIA_ERROR_MISMATCH,
-                 fmt::format("rank {} called {} (#{} on this communicator) but the coordinator, "
-                             "rank {}, {} (#{})",
-                             from, op_name(h.op), h.epoch, me, op_name(op), epoch));
+        if (r != bs::IoResult::kOk || (h.kind != kHello && h.kind != kQuery)) continue;
+        if (h.kind == kQuery || h.epoch < epoch) {
+          // Another coordinator asks (none decided here yet), or a late
+          // participant of an earlier agreement.
+          std::lock_guard<std::mutex> g(rc.answer_mu);
+          if (!RecoveryDesk::answer(rc, fd.get(), me, h.kind, h.epoch, h.op, h.rank))
+            refuse(fd, WIA_ERROR_MISMATCH,
+                   fmt::format("rank {} called {} (#{} on this communicator) but the "
+                               "coordinator, rank {}, {} (#{})",
+                               h.rank, op_name(h.op), h.epoch, me, op_name(op), epoch));
           continue;
         }
-        if (failed[from]) {
-          refuse(fd, WIA_ERROR_REMOTE,
-                 fmt::format("rank {}: {}: the survivors count this rank as failed (it was "
-                             "reported failed, or joined too late)",
-                             from, op_name(op)));
+        if (h.epoch > epoch) {
+          // A rank already in the next agreement (this one's decision
+          // reached it from the coordinator that died): kept for this
+          // rank's next call.
+          std::lock_guard<std::mutex> g(rc.answer_mu);
+          if (rc.early.size() >= kMaxEarlyHellos) rc.early.erase(rc.early.begin());
+          rc.early.push_back({std::move(fd), h.epoch, h.op, h.rank, h.flag, std::move(payload)});
           continue;
         }
-        heard[from] = 1;
-        flags[from] = h.flag;
-        conn[from] = std::move(fd);
-        for (int f : parse_ranks(payload, p))
-          if (f != me) count_failed(f, fmt::format("rank {} knows it failed", from));
+        take_hello(std::move(fd), h.rank, h.op, h.flag, payload);
       }
-      // A dead rank's listener refuses connections: no need to wait the
-      // timeout for it (a cut-off host still costs the timeout).
+      // Ask the ranks still awaited: one whose listener refuses is dead
+      // (no need to wait the timeout for it; a cut-off host still costs
+      // it), one that holds this agreement's decision gives it.
       if (Clock::now() >= next_probe) {
         for (int r : awaited) {
           if (failed[r] || heard[r]) continue;
+          if (std::any_of(queries.begin(), queries.end(),
+                          [r](const Query& q) { return q.rank == r; }))
+            continue;
           int err = 0;
           bs::Fd probe = bs::connect_before(
               rc.address[r], std::min(deadline, Clock::now() + std::chrono::milliseconds(100)),
               &err);
-          if (!probe.valid() && err == ECONNREFUSED)
-            count_failed(r, "its recovery listener refuses connections: the process is gone");
+          if (!probe.valid()) {
+            if (err == ECONNREFUSED)
+              count_failed(r, "its recovery listener refuses connections: the process is gone");
+            continue;
+          }
+          Frame q = base;
+          q.kind = kQuery;
+          if (send_frame(probe.get(), q, {}, Clock::now() + std::chrono::milliseconds(100)) ==
+              bs::IoResult::kOk)
+            queries.push_back({std::move(probe), r, Clock::now()});
         }
         next_probe = Clock::now() + std::chrono::milliseconds(250);
       }
     }
     Agreement a;
-    for (int r = 0; r < p; ++r) {
-      if (heard[r]) agreed &= flags[r];
-      if (failed[r]) a.failed.push_back(r);
+    std::vector<std::uint8_t> list;
+    if (adopted) {
+      a.flag = adopted->flag;
+      list = adopted->failed;
+      a.failed = parse_ranks(list, p);
+    } else {
+      a.flag = flag;
+      for (int r = 0; r < p; ++r) {
+        if (heard[r] && !failed[r]) a.flag &= flags[r];
+        if (failed[r]) a.failed.push_back(r);
+      }
+      list = rank_list(failed);
     }
-    a.flag = agreed;
+    auto in_decision = [&](int r) { return std::binary_search(a.failed.begin(), a.failed.end(), r); };
     Frame d = base;
     d.kind = kDecision;
-    d.flag = agreed;
-    const std::vector<std::uint8_t> list = rank_list(failed);
-    std::vector<bs::Fd> fds;
+    d.flag = a.flag;
+    if (const char* only = std::getenv("WIA_TEST_AGREE_EXIT_AFTER_SENDING_TO"))
+      exit_after_sending_to(only, conn, d, list, deadline);
     for (int r = 0; r < p; ++r) {
       if (!heard[r]) continue;
+      if (in_decision(r)) {
+        refuse(conn[r], WIA_ERROR_REMOTE,
+               fmt::format("rank {}: {}: the survivors count this rank as failed", r,
+                           op_name(op)));
+        continue;
+      }
       if (send_frame(conn[r].get(), d, list, deadline) != bs::IoResult::kOk)
         log::warn("comm", "rank {}: {}: could not send the decision to rank {}", me, op_name(op),
                   r);
     }
+    std::vector<bs::Fd> fds;
     if (session)
       for (int r = 0; r < p; ++r)
-        if (!failed[r]) fds.push_back(std::move(conn[r]));  // by new rank; this rank's unused
+        if (!in_decision(r)) fds.push_back(std::move(conn[r]));  // by new rank; this rank's unused
     log::info("comm", "rank {}: {} #{}: failed ranks {}, flag {:#x}", me, op_name(op), epoch,
               join_ranks(a.failed), static_cast<std::uint32_t>(a.flag));
     return finish(std::move(a), std::move(fds));
@@ -528,9 +787,11 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
 // a set-up exchange goes through the coordinator, which gives nobody the
 // records of a round it could not complete. So all of them agree again,
 // which counts the newly dead, and build again: the application sees one
-// shrink. Bounded: each retry needs a newly failed rank.
+// shrink. Bounded: each retry after the first needs a newly failed rank.
+// (The first attempt may fail with nobody new counted: a coordinator that
+// died while telling the decision, which named it alive.)
 std::unique_ptr<ProcessCommunicator> ProcessCommunicator::shrink(std::vector<int>* failed) {
-  std::vector<int> known;
+  std::optional<std::vector<int>> known;
   for (;;) {
     std::unique_ptr<RecoveryExchange> ex;
     Agreement a = run_agreement(kShrink, 1, &ex);
@@ -539,7 +800,7 @@ std::unique_ptr<ProcessCommunicator> ProcessCommunicator::shrink(std::vector<int
       return shrink_to(*ex);
     } catch (const Error& e) {
       const bool a_death = e.status() == WIA_ERROR_REMOTE || e.status() == WIA_ERROR_TIMEOUT;
-      if (!a_death || a.failed == known) throw;
+      if (!a_death || (known && a.failed == *known)) throw;
       known = a.failed;
       log::warn("comm", "rank {}: wia_comm_shrink: the new communicator's set-up failed ({}); "
                 "agreeing on the survivors again",

@@ -430,6 +430,89 @@ TEST_CASE(
   }
 }
 
+// The coordinator decides, tells some participants and dies
+// (WIA_TEST_AGREE_EXIT_AFTER_SENDING_TO): the others must still return
+// that same decision, not one of their own. "1": the rank told is the
+// next coordinator, whose heartbeat thread hands the decision to the
+// others. "3": the next coordinator (rank 1) was not told; it asks the
+// ranks it waits for and adopts rank 3's. Rank 0's flag (0x3) is in the
+// decision and rank 0 is not in its failed set: a survivor that decided
+// anew would return 0x5 (not 0x1) and rank 0 failed.
+TEST_CASE("agree: a coordinator that dies after telling some participants leaves one answer") {
+  for (const char* told : {"1", "3"}) {
+    INFO("rank 0 told rank(s) " << told << " before dying");
+    const auto st = run_ranks(
+        4, ft_yaml(),
+        [told](int rank, int nranks) {
+          wia_communicator_t comm = join(rank, nranks);
+          if (!comm) return kApiError;
+          if (rank == 0) setenv("WIA_TEST_AGREE_EXIT_AFTER_SENDING_TO", told, 1);
+          int flag = rank == 0 ? 0x3 : rank == 2 ? 0x5 : 0x7;
+          int failed[4] = {-1, -1, -1, -1}, nfailed = -1;
+          if (wia_comm_agree_failed(comm, &flag, failed, 4, &nfailed) != WIA_SUCCESS) {
+            std::fprintf(stderr, "rank %d: agree: %s\n", rank, wia_get_last_error());
+            return kApiError;
+          }
+          if (flag != 0x1 || nfailed != 0) {
+            std::fprintf(stderr, "rank %d: agreed flag %#x, %d failed (first %d)\n", rank, flag,
+                         nfailed, failed[0]);
+            return kWrong;
+          }
+          // The next agreement counts the dead coordinator.
+          flag = rank == 3 ? 0x2 : 0x3;
+          if (wia_comm_agree_failed(comm, &flag, failed, 4, &nfailed) != WIA_SUCCESS ||
+              flag != 0x2 || nfailed != 1 || failed[0] != 0) {
+            std::fprintf(stderr, "rank %d: second agree: flag %#x, %d failed (first %d): %s\n",
+                         rank, flag, nfailed, failed[0], wia_get_last_error());
+            return kWrong;
+          }
+          wia_destroy_communicator(comm);
+          return kOk;
+        },
+        {{"TEST_WIA_ID", unique_id_env()}}, nullptr, 90);
+    CHECK(st[0] == 137);
+    for (int r = 1; r < 4; ++r) {
+      INFO("rank " << r);
+      CHECK(st[r] == kOk);
+    }
+  }
+}
+
+// A shrink whose coordinator dies so: its decision names rank 0 alive, so
+// the set-up of that communicator fails on every survivor; they agree
+// again (counting rank 0) and build one of 3, whose collectives work.
+TEST_CASE("shrink: a coordinator that dies after telling some participants costs one retry") {
+  const auto st = run_ranks(
+      4, ft_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        if (rank == 0) setenv("WIA_TEST_AGREE_EXIT_AFTER_SENDING_TO", "3", 1);
+        wia_communicator_t next = nullptr;
+        if (wia_comm_shrink(comm, &next) != WIA_SUCCESS || !next) {
+          std::fprintf(stderr, "rank %d: shrink: %s\n", rank, wia_get_last_error());
+          return kApiError;
+        }
+        if (wia_comm_size(next) != 3 || wia_comm_rank(next) != rank - 1) {
+          std::fprintf(stderr, "rank %d: new size %d, new rank %d\n", rank, wia_comm_size(next),
+                       wia_comm_rank(next));
+          return kWrong;
+        }
+        wia_destroy_communicator(comm);
+        const std::vector<int> origins = member_origins(next, rank);
+        if (origins.empty()) return kApiError;
+        const int rc = check_new_comm(next, origins);
+        wia_destroy_communicator(next);
+        return rc;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}}, nullptr, 90);
+  CHECK(st[0] == 137);
+  for (int r = 1; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(st[r] == kOk);
+  }
+}
+
 TEST_CASE(
     "shrink: when the coordinator (rank 0) dies during the agreement, the next lowest survivor "
     "takes over") {
