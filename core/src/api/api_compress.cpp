@@ -31,8 +31,10 @@
 #include "common/log.hpp"
 #include "compress/codec.hpp"
 #include "compress/state.hpp"
+#include "config/config.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "runtime/objects.hpp"
+#include "runtime/runtime.hpp"
 
 using namespace wia;
 
@@ -115,7 +117,12 @@ void report_recorded_error(wia_communicator_t comm) {
 
 // Posts the exchange's steps on the streams. From the first post on, a task
 // frees the job: decode when everything was posted, else release_task.
-void post_job(wia_communicator_t comm, std::unique_ptr<Job> job, const Streams& s) {
+// A segment of a pipelined call (`segment`) encodes on the work stream
+// without waiting for the call's stream (the caller made the work stream
+// wait once, for the input), so it runs while the segments before it are
+// exchanged; its other tasks run on the call's stream after its exchange.
+void post_job(wia_communicator_t comm, std::unique_ptr<Job> job, const Streams& s,
+              bool segment = false) {
   Job* j = job.release();
   wia_status_t st = WIA_SUCCESS;
   bool freed_by_decode = false;
@@ -123,10 +130,11 @@ void post_job(wia_communicator_t comm, std::unique_ptr<Job> job, const Streams& 
     if (st == WIA_SUCCESS) st = post();
   };
   auto host = [&](void (*fn)(void*)) {
-    if (s.separate) step([&] { return wia_stream_wait_stream(s.work, s.call); });
-    step([&] { return wia_launch_host_func(s.work, fn, j); });
+    const bool on_work = !segment || fn == encode_task;
+    if (s.separate && !segment) step([&] { return wia_stream_wait_stream(s.work, s.call); });
+    step([&] { return wia_launch_host_func(on_work ? s.work : s.call, fn, j); });
     if (fn == decode_task && st == WIA_SUCCESS) freed_by_decode = true;
-    if (s.separate) step([&] { return wia_stream_wait_stream(s.call, s.work); });
+    if (s.separate && on_work) step([&] { return wia_stream_wait_stream(s.call, s.work); });
   };
   wia_collective_config_t bytes_config{};
   bytes_config.operation = WIA_COLLECTIVE_ALLTOALL;
@@ -370,6 +378,52 @@ void allocate(Job& j) {
   j.buf->headers.resize(sizeof(Header) * p);
 }
 
+// Pipelining (docs/compression.md, "Pipelining"): a call of more than
+// compression.pipeline_segment_bytes of input runs as segments of that
+// size, each encoded, exchanged and decoded on its own, so that with a
+// compression_stream the encode of a segment overlaps the exchange of the
+// ones before it. The split depends on the count, the datatype and the
+// configuration only, never on the streams: every rank splits alike.
+// Not split: PowerSGD (a matrix), quantization with one range over the
+// whole vector (use_dynamic_range false), sparse calls.
+std::size_t segment_entries(const Job& whole, std::size_t element_size) {
+  if (whole.sparse_call || whole.exchange == Exchange::kLowrank) return 0;
+  if (whole.method == WIA_COMPRESS_QUANTIZE && whole.chunk != compress::kChunk) return 0;
+  // (wia_compression_wire_bytes may be asked before wia_init: the
+  // compiled default then, without starting the library for it.)
+  static const std::int64_t compiled = Config().get_int("compression.pipeline_segment_bytes");
+  const auto bytes = static_cast<std::size_t>(
+      Runtime::initialized()
+          ? Runtime::get().config().get_int("compression.pipeline_segment_bytes")
+          : compiled);
+  if (bytes == 0) return 0;
+  // Whole chunks of the codecs (their ranges and scales stay where they
+  // would be without segments).
+  const std::size_t per =
+      std::max<std::size_t>(1, bytes / element_size / compress::kChunk) * compress::kChunk;
+  return whole.n > per ? per : 0;
+}
+
+// The segments of a call: each a Job planned for its part of the buffers,
+// all sharing the buffer's state (one residual, one step).
+std::vector<std::unique_ptr<Job>> split(const Job& whole, const wia_compression_config_t& cfg,
+                                        wia_reduce_op_t rop, std::size_t per) {
+  std::vector<std::unique_ptr<Job>> out;
+  const std::size_t es = compress::float_type_size(whole.dtype);
+  for (std::size_t off = 0; off < whole.n; off += per) {
+    auto sj = std::make_unique<Job>();
+    sj->owner = whole.owner;
+    sj->in = static_cast<const std::byte*>(whole.in) + off * es;
+    sj->out = static_cast<std::byte*>(whole.out) + off * es;
+    plan(*sj, cfg, whole.method, std::min(per, whole.n - off), whole.dtype, rop, whole.nranks);
+    sj->rank = whole.rank;
+    sj->offset = off;
+    sj->total = whole.n;
+    out.push_back(std::move(sj));
+  }
+  return out;
+}
+
 std::int32_t checked_method(const wia_compression_config_t* cfg) {
   api::require_non_null(cfg, "config");
   const std::int32_t method = api::raw_enum(cfg->method);
@@ -417,9 +471,29 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
     std::lock_guard lock(j.state->mutex);
     j.step = j.state->steps++;
   }
-  j.buf = j.state->take_workspace();
-  allocate(j);
-  post_job(comm, std::move(job), s);
+  const std::size_t per = segment_entries(j, es);
+  if (per == 0) {
+    j.buf = j.state->take_workspace();
+    allocate(j);
+    post_job(comm, std::move(job), s);
+    return;
+  }
+  // The segments hold the state; the whole call's Job only planned them
+  // (and gives no empty workspace back to it).
+  const auto state = std::move(j.state);
+  auto segments = split(j, *cfg, rop, per);
+  for (auto& sj : segments) {
+    sj->state = state;
+    sj->step = j.step;
+    sj->buf = state->take_workspace();
+    allocate(*sj);
+  }
+  log::debug("compress", "rank {}: {} of {} entries in {} segments of {}", j.rank,
+             method_name(method), count, segments.size(), per);
+  // The encodes wait for what the call's stream did before (the input),
+  // once; then each segment's encode runs as soon as the one before it.
+  if (s.separate) check_status(wia_stream_wait_stream(s.work, s.call));
+  for (auto& sj : segments) post_job(comm, std::move(sj), s, true);
 }
 
 void all_reduce_sparse(wia_communicator_t comm, const void* values, const std::uint32_t* indices,
@@ -524,7 +598,13 @@ WIA_API wia_status_t wia_compression_wire_bytes(size_t count, wia_datatype_t dat
     }
     Job j;
     plan(j, *config, method, count, dtype, WIA_REDUCE_SUM, nranks);
-    *bytes = count ? wire_bytes(j) : 0;
+    *bytes = 0;
+    if (count == 0) return;
+    if (const std::size_t per = segment_entries(j, compress::float_type_size(dtype)); per > 0) {
+      for (const auto& sj : split(j, *config, WIA_REDUCE_SUM, per)) *bytes += wire_bytes(*sj);
+      return;
+    }
+    *bytes = wire_bytes(j);
   });
 }
 

@@ -73,11 +73,17 @@ void encode(Job& j) {
   std::unique_lock lock(j.state->mutex, std::defer_lock);
   if (j.ef) {
     lock.lock();
-    if (j.state->residual.size() != n) j.state->residual.assign(n, 0.0f);
+    const std::size_t total = std::max(j.total, n);
+    if (j.state->residual.size() != total) j.state->residual.assign(total, 0.0f);
   }
   // With error feedback every codec below encodes x + r and leaves in r
-  // what its message does not carry.
-  std::span<float> r = j.ef ? std::span<float>(j.state->residual) : std::span<float>();
+  // what its message does not carry. A segment of a pipelined call has its
+  // part of the buffer's one residual.
+  std::span<float> r =
+      j.ef ? std::span<float>(j.state->residual).subspan(j.offset, n) : std::span<float>();
+  // Segments draw other random indices and rounding noise than each other
+  // (0 for an unsegmented call: its draws are what they always were).
+  const std::uint64_t salt = static_cast<std::uint64_t>(j.offset) << 24;
   switch (j.method) {
     case WIA_COMPRESS_TOPK: {
       std::vector<Pair>& pairs = j.buf->pairs;
@@ -97,7 +103,7 @@ void encode(Job& j) {
     }
     case WIA_COMPRESS_RANDOMK: {
       j.buf->idx.resize(j.k);
-      randomk_indices(n, j.k, derive_seed(j.seed, j.step, 0x524b), j.buf->idx);
+      randomk_indices(n, j.k, derive_seed(j.seed, j.step, 0x524b ^ salt), j.buf->idx);
       randomk_gather(x, r, j.buf->idx, std::span<float>(j.buf->fsend).first(j.k));
       break;
     }
@@ -110,7 +116,7 @@ void encode(Job& j) {
           const std::size_t begin = std::min(n, static_cast<std::size_t>(s) * j.shard);
           quantize_encode(x.subspan(begin, std::min(j.shard, n - begin)), j.bits, j.chunk,
                           derive_seed(static_cast<std::uint64_t>(j.rank), j.step,
-                                      0x51550000u + static_cast<std::uint64_t>(s)),
+                                      (0x51550000u + static_cast<std::uint64_t>(s)) ^ salt),
                           std::span<std::byte>(m + sizeof(Header), j.slot - sizeof(Header)));
         }
         break;
@@ -121,7 +127,8 @@ void encode(Job& j) {
       const std::span<std::byte> msg(payload(j.buf->send, 0, 0), j.msg_bytes - sizeof(Header));
       if (j.method == WIA_COMPRESS_QUANTIZE)
         quantize_encode(x, j.bits, j.chunk,
-                        derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x5155), msg, r);
+                        derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x5155 ^ salt), msg,
+                        r);
       else
         onebit_encode(x, j.scale_type, msg, r);
       break;
@@ -182,7 +189,8 @@ void quantize_shards_middle(Job& j) {
         j.buf->recv.data() + static_cast<std::size_t>(r) * j.slot + sizeof(Header);
   quantize_decode_sum(msgs, j.bits, j.chunk, mine);
   quantize_encode(mine, j.bits, j.chunk,
-                  derive_seed(static_cast<std::uint64_t>(j.rank), j.step, 0x52510000u),
+                  derive_seed(static_cast<std::uint64_t>(j.rank), j.step,
+                              0x52510000u ^ (static_cast<std::uint64_t>(j.offset) << 24)),
                   std::span<std::byte>(out + sizeof(Header), j.slot - sizeof(Header)));
 }
 

@@ -55,6 +55,9 @@ struct Job {
   const std::uint32_t* sparse_indices = nullptr;
   void* out = nullptr;
   std::size_t n = 0;  // dense entries
+  // A segment of a pipelined call (api_compress.cpp): its first entry in
+  // the caller's buffer, and the buffer's entries (the residual's length).
+  std::size_t offset = 0, total = 0;
   std::size_t k = 0;  // sparse entries per rank
   wia_datatype_t dtype = WIA_FLOAT32;
   bool avg = false;

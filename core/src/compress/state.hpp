@@ -43,7 +43,9 @@ struct BufferState {
   std::vector<float> lowrank_q;  // PowerSGD's warm start (cols x rank); empty: none yet
   // Buffers of finished calls, at most kSpareWorkspaces (under mutex).
   std::vector<std::unique_ptr<Workspace>> spare;
-  static constexpr std::size_t kSpareWorkspaces = 2;
+  // (A pipelined call has a workspace per segment in flight: 8 for 64 MiB
+  // at the default segment size.)
+  static constexpr std::size_t kSpareWorkspaces = 16;
   // A spare workspace, or a new one.
   std::unique_ptr<Workspace> take_workspace();
   void give_back(std::unique_ptr<Workspace> w) noexcept;

@@ -146,6 +146,14 @@ constexpr KeySpec kCoreSchema[] = {
      .default_value = "",
      .description = "Measured links (wia-bw --output) that communicators' cost models and "
                     "wia_discover_topology use instead of the default figures; empty = defaults"},
+    {.key = "compression.pipeline_segment_bytes",
+     .type = ValueType::kInt,
+     .default_value = "8388608",
+     .description = "Compressed all-reduces of more input than this run in segments of this "
+                    "many bytes, so that with a compression_stream the encode of one overlaps "
+                    "the exchange of the ones before (0 = never split; docs/compression.md)",
+     .min_value = 0,
+     .max_value = 1099511627776},
     {.key = "flight_recorder.entries",
      .type = ValueType::kInt,
      .default_value = "2000",
