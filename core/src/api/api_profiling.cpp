@@ -4,6 +4,7 @@
 // profiles, timed by a trampoline) and the report: per-collective
 // statistics, comm time, compute time, overlap, bandwidth utilization.
 #include <fmt/format.h>
+#include <unistd.h>
 #include <wia/wia.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "coll/registry.hpp"
 #include "coll/schedule.hpp"
 #include "comm/comm_profiler.hpp"
+#include "comm/device_communicator.hpp"
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
 #include "compress/codec.hpp"
@@ -69,9 +71,7 @@ void timed_host_fn(void* arg) {
 
 CommProfiler& profiler_of(comm::CommunicatorBase& c) {
   CommProfiler* p = c.profiler();
-  if (p == nullptr)
-    throw Error(WIA_ERROR_NOT_SUPPORTED,
-                "profiling covers process communicators (one rank per process) in this release");
+  if (p == nullptr) throw Error(WIA_ERROR_NOT_SUPPORTED, "this communicator keeps no profile");
   return *p;
 }
 CommProfiler& profiler_of(wia_communicator_t c) { return profiler_of(live(c)); }
@@ -137,16 +137,53 @@ std::string json_escape(const char* s) {
   return out;
 }
 
+// Where a communicator's timeline goes in a trace (docs/profiling.md): a
+// process communicator's rank is the trace's process, a device
+// communicator's process is the operating system's (it holds every rank).
+struct Track {
+  int pid = 0;
+  int tid = 0;  // the communicator's number in this process
+  int nranks = 0;
+  std::string process_name, thread_name;
+  std::string other;  // otherData members naming it, each followed by ','
+};
+
+Track track_of(const comm::CommunicatorBase& c) {
+  Track t;
+  t.nranks = c.size();
+  if (const auto* pc = dynamic_cast<const comm::ProcessCommunicator*>(&c)) {
+    t.pid = pc->rank();
+    t.tid = pc->index_in_process();
+    t.process_name = fmt::format("rank {}", t.pid);
+    t.thread_name = fmt::format("communicator {} ({} ranks)", t.tid, t.nranks);
+    t.other = fmt::format("\"rank\":{},", t.pid);
+    return t;
+  }
+  const auto& dc = dynamic_cast<const comm::DeviceCommunicator&>(c);
+  std::string devices;
+  for (int r = 0; r < dc.size(); ++r)
+    devices += fmt::format("{}{}", r == 0 ? "" : ",", dc.device_of_rank(r));
+  t.pid = static_cast<int>(::getpid());
+  t.tid = dc.index_in_process();
+  t.process_name = fmt::format("process {}", t.pid);
+  t.thread_name = fmt::format("device communicator {} ({} ranks: devices {}, {} engine)", t.tid,
+                              t.nranks, devices, comm::engine_name(dc.engine()));
+  t.other =
+      fmt::format("\"devices\":[{}],\"engine\":\"{}\",", devices, comm::engine_name(dc.engine()));
+  return t;
+}
+
 // Chrome/Perfetto trace JSON (docs/profiling.md): one complete event per
-// operation on track (pid = rank, tid = the communicator's number in this
-// process). ts counts microseconds from 00:00 UTC of the day of the first
-// event, by the wall clock, so the files of all ranks line up when loaded
-// together; not from the Unix epoch, because readers parse ts as a double,
-// which at 1.8e15 us keeps only quarter-microsecond steps.
-std::string trace_json(const CommProfiler::Trace& t, const comm::ProcessCommunicator& pc) {
+// operation on track (pid = rank, or the process of a device communicator;
+// tid = the communicator's number in this process). ts counts
+// microseconds from 00:00 UTC of the day of the first event, by the wall
+// clock, so the files of all ranks line up when loaded together; not from
+// the Unix epoch, because readers parse ts as a double, which at 1.8e15 us
+// keeps only quarter-microsecond steps.
+std::string trace_json(const CommProfiler::Trace& t, const Track& track) {
   using std::chrono::nanoseconds;
-  const int rank = pc.rank();
-  const int tid = pc.index_in_process();
+  const int rank = track.pid;
+  const int tid = track.tid;
   // The steady clock times the operations; the wall clock places them.
   const auto steady_now = Clock::now();
   const std::int64_t wall_now_ns =
@@ -164,10 +201,10 @@ std::string trace_json(const CommProfiler::Trace& t, const comm::ProcessCommunic
   std::string out = "{\"traceEvents\":[\n";
   out += fmt::format(
       "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":{1},"
-      "\"args\":{{\"name\":\"rank {0}\"}}}},\n"
+      "\"args\":{{\"name\":\"{2}\"}}}},\n"
       "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":{1},"
-      "\"args\":{{\"name\":\"communicator {1} ({2} ranks)\"}}}}",
-      rank, tid, pc.size());
+      "\"args\":{{\"name\":\"{3}\"}}}}",
+      rank, tid, json_escape(track.process_name.c_str()), json_escape(track.thread_name.c_str()));
   for (const CommProfiler::TraceEvent& e : t.events) {
     const bool p2p = e.peer >= 0;
     out += fmt::format(
@@ -177,21 +214,21 @@ std::string trace_json(const CommProfiler::Trace& t, const comm::ProcessCommunic
         json_escape(e.name), p2p ? "p2p" : "collective", ts_us(e.start),
         std::chrono::duration<double, std::micro>(e.end - e.start).count(), rank, tid, e.bytes,
         json_escape(e.algorithm), json_escape(e.transport), p2p ? "peer" : "nranks",
-        p2p ? e.peer : pc.size());
+        p2p ? e.peer : track.nranks);
   }
   out += fmt::format(
-      "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{\"rank\":{},\"nranks\":{},"
+      "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{{}\"nranks\":{},"
       "\"communicator\":{},\"events\":{},\"dropped_events\":{},\"max_events\":{},"
       "\"ts_origin_unix_us\":{}}}}}\n",
-      rank, pc.size(), tid, t.events.size(), t.dropped, CommProfiler::kMaxTraceEvents,
+      track.other, track.nranks, tid, t.events.size(), t.dropped, CommProfiler::kMaxTraceEvents,
       origin_ns / 1000);
   return out;
 }
 
 void write_trace(comm::CommunicatorBase& c, const std::string& path) {
   CommProfiler& p = profiler_of(c);
-  const auto& pc = dynamic_cast<const comm::ProcessCommunicator&>(c);
-  const std::string json = trace_json(p.trace(), pc);
+  if (auto* dc = dynamic_cast<comm::DeviceCommunicator*>(&c)) dc->settle_profile();
+  const std::string json = trace_json(p.trace(), track_of(c));
   // Written whole to a temporary name, then renamed: a reader never sees
   // half a trace.
   const std::string tmp = path + ".tmp";
@@ -216,8 +253,14 @@ void write_trace(comm::CommunicatorBase& c, const std::string& path) {
 // WIA_TRACE's file for this rank: "%r" becomes the rank and "%c" the
 // communicator's number in the process; without "%r", ".rank<N>" is
 // appended, and without "%c", ".comm<K>" for communicators after the
-// process's first.
-std::string trace_path_for(const std::string& pattern, const comm::ProcessCommunicator& pc) {
+// process's first. A device communicator holds every rank: "devices"
+// stands for the rank, and its number counts device communicators.
+std::string trace_path_for(const std::string& pattern, const comm::CommunicatorBase& c) {
+  const auto* pc = dynamic_cast<const comm::ProcessCommunicator*>(&c);
+  const std::string rank_part = pc != nullptr ? std::to_string(pc->rank()) : std::string("devices");
+  const int index = pc != nullptr
+                        ? pc->index_in_process()
+                        : dynamic_cast<const comm::DeviceCommunicator&>(c).index_in_process();
   std::string out;
   bool has_rank = false, has_comm = false;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -225,14 +268,13 @@ std::string trace_path_for(const std::string& pattern, const comm::ProcessCommun
         (pattern[i + 1] == 'r' || pattern[i + 1] == 'c')) {
       const bool rank = pattern[++i] == 'r';
       (rank ? has_rank : has_comm) = true;
-      out += std::to_string(rank ? pc.rank() : pc.index_in_process());
+      out += rank ? rank_part : std::to_string(index);
     } else {
       out += pattern[i];
     }
   }
-  if (!has_comm && pc.index_in_process() > 1)
-    out += ".comm" + std::to_string(pc.index_in_process());
-  if (!has_rank) out += ".rank" + std::to_string(pc.rank());
+  if (!has_comm && index > 1) out += ".comm" + std::to_string(index);
+  if (!has_rank) out += pc != nullptr ? ".rank" + rank_part : "." + rank_part;
   return out;
 }
 
@@ -244,11 +286,14 @@ namespace wia::api {
 void write_trace_at_destroy(comm::CommunicatorBase& c) noexcept {
   CommProfiler* p = c.profiler();
   if (p == nullptr || p->trace_at_destroy().empty()) return;
-  const auto& pc = dynamic_cast<const comm::ProcessCommunicator&>(c);
   try {
-    write_trace(c, trace_path_for(p->trace_at_destroy(), pc));
+    write_trace(c, trace_path_for(p->trace_at_destroy(), c));
   } catch (const std::exception& e) {
-    log::error("profile", "rank {}: WIA_TRACE: {}", pc.rank(), e.what());
+    const auto* pc = dynamic_cast<const comm::ProcessCommunicator*>(&c);
+    if (pc != nullptr)
+      log::error("profile", "rank {}: WIA_TRACE: {}", pc->rank(), e.what());
+    else
+      log::error("profile", "device communicator: WIA_TRACE: {}", e.what());
   }
 }
 
@@ -316,7 +361,7 @@ double sum(const std::vector<double>& v) {
 }
 
 // Comm time hidden under this rank's device's host functions.
-void overlap(const CommProfiler::Snapshot& s, comm::ProcessCommunicator& pc,
+void overlap(const CommProfiler::Snapshot& s, const comm::CommunicatorBase& pc,
              wia_comm_profile_report_t& r) {
   std::vector<CommProfiler::Interval> runs;
   {
@@ -594,10 +639,9 @@ void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel&
 }
 
 std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
-                                     comm::ProcessCommunicator& pc) {
+                                     std::optional<tuner::LinkModel> m, int nranks) {
   std::vector<std::string> out;
-  std::optional<tuner::LinkModel> m = pc.cost_model();
-  if (!m || pc.size() < 2) return out;
+  if (!m || nranks < 2) return out;
   const tuner::LinkModel links = *m;
   tuner::Selector model(std::move(*m));
   for (const auto& o : s.ops) {
@@ -625,12 +669,18 @@ std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
 
 std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
   CommProfiler& p = profiler_of(comm);
-  auto& pc = dynamic_cast<comm::ProcessCommunicator&>(live(comm));
+  comm::CommunicatorBase& base = live(comm);
+  auto* pc = dynamic_cast<comm::ProcessCommunicator*>(&base);
+  auto* dc = dynamic_cast<comm::DeviceCommunicator*>(&base);
+  if (dc != nullptr) dc->settle_profile();
   const CommProfiler::Snapshot s = p.snapshot();
   auto block = std::make_unique<ReportBlock>();
   wia_comm_profile_report_t& r = block->report;
   r.window_time = std::chrono::duration<double>(Clock::now() - s.window_start).count();
-  const double bound = s.settings.enable_bandwidth_tracking ? pc.slowest_link_gbps() : 0.0;
+  const double bound = !s.settings.enable_bandwidth_tracking ? 0.0
+                       : pc != nullptr                       ? pc->slowest_link_gbps()
+                       : dc != nullptr                       ? dc->slowest_link_gbps()
+                                                             : 0.0;
   double util = 0;
   std::size_t util_n = 0;
   for (const auto& o : s.ops) {
@@ -657,10 +707,13 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
     block->list.push_back(c);
   }
   r.avg_bandwidth_utilization = util_n > 0 ? util / static_cast<double>(util_n) : 0.0;
-  if (s.settings.enable_overlap_analysis) overlap(s, pc, r);
+  if (s.settings.enable_overlap_analysis) overlap(s, base, r);
   r.num_collectives = static_cast<int>(block->list.size());
   r.collectives = block->list.data();
-  for (const std::string& text : suggestions(s, pc))
+  std::optional<tuner::LinkModel> model;
+  if (pc != nullptr) model = pc->cost_model();
+  if (dc != nullptr) model = dc->cost_model();
+  for (const std::string& text : suggestions(s, std::move(model), base.size()))
     block->suggestions.push_back(block->strings.emplace_back(text).c_str());
   r.num_suggestions = static_cast<int>(block->suggestions.size());
   r.suggestions = block->suggestions.empty() ? nullptr : block->suggestions.data();
@@ -794,8 +847,14 @@ void fill_job(ReportBlock& b, const std::vector<std::vector<WireEntry>>& ranks) 
 }
 
 wia_comm_profile_report_t* build_job_report(wia_communicator_t comm, std::uint32_t timeout_ms) {
+  auto* process = dynamic_cast<comm::ProcessCommunicator*>(&live(comm));
+  if (process == nullptr)
+    throw Error(WIA_ERROR_NOT_SUPPORTED,
+                "a device communicator's ranks are all in this process: wia_get_comm_profile "
+                "already reports the whole communicator (the job-wide summary gathers the "
+                "reports of process communicators)");
   std::unique_ptr<ReportBlock> block = build_block(comm);  // this rank's, before gathering
-  auto& pc = dynamic_cast<comm::ProcessCommunicator&>(live(comm));
+  comm::ProcessCommunicator& pc = *process;
   std::vector<std::vector<WireEntry>> ranks;
   try {
     ranks = gather_entries(pc, block->list, timeout_ms);

@@ -68,6 +68,10 @@ DeviceCommunicator::DeviceCommunicator(std::vector<wia_device_t> devices)
     log::info("coll", "communicator over {} devices: link figures from {}", devices_.size(),
               link_file);
   }
+  static std::atomic<int> created{0};
+  comm_index_ = ++created;
+  if (engine_ == Engine::kDevice)
+    transport_ = CommProfiler::intern_transport(rt.device(devices_[0]).provider->name());
   if (engine_ == Engine::kDevice) init_device_engine();
 }
 
@@ -337,6 +341,10 @@ void DeviceCommunicator::run_stream_task(StreamTask& g) {
     }
   }
   op.task_arrived[rank].store(1, std::memory_order_release);
+  // The last stream task to arrive starts the collective: the profiler
+  // hears of it before any executing thread can see every rank arrived.
+  if (op.arriving.fetch_add(1, std::memory_order_acq_rel) + 1 == size() && !op.sync.failed())
+    record_start(op);
   order = op.arrived.fetch_add(1, std::memory_order_acq_rel);
   op.sync.signal.notify();
 
@@ -388,8 +396,12 @@ void DeviceCommunicator::run_stream_task(StreamTask& g) {
     g.stream->set_async_error(status, message);
     record_async_error(status, message);
   }
+  const bool last = op.finished.fetch_add(1) + 1 == size();
+  // Before this rank's stream moves on: a report taken after every
+  // stream was synchronized has the collective.
+  if (last && !op.sync.failed()) record_end(op);
   completed_[rank].store(op.seq + 1, std::memory_order_release);
-  if (op.finished.fetch_add(1) + 1 == size()) {
+  if (last) {
     std::lock_guard<std::mutex> lock(mu_);
     ops_.erase(op.seq);
   }
@@ -431,5 +443,44 @@ bool DeviceCommunicator::drain() {
 }
 
 int DeviceCommunicator::in_flight() const { return in_flight_.load(); }
+
+void DeviceCommunicator::record_start(const Operation& op) {
+  if (!profiler_.on() || !op.plan) return;
+  const Call& c = op.calls[0];
+  const double p = size();
+  double factor = 1.0;  // broadcast, reduce (nccl-tests' bus bandwidth factors)
+  if (c.collective == coll::Collective::kAllReduce) factor = 2 * (p - 1) / p;
+  if (c.collective == coll::Collective::kAllGather ||
+      c.collective == coll::Collective::kReduceScatter ||
+      c.collective == coll::Collective::kAllToAll)
+    factor = (p - 1) / p;
+  profiler_.posted(op.seq, coll::collective_name(c.collective),
+                   c.count * kernels::dtype_size(c.dtype), factor,
+                   coll::algorithm_name(op.plan->schedule.algorithm), transport_, -1, c.dtype);
+}
+
+void DeviceCommunicator::record_end(const Operation& op) {
+  if (profiler_.on()) profiler_.finished(op.seq, nullptr, nullptr);
+}
+
+double DeviceCommunicator::slowest_link_gbps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const tuner::LinkModel& m = selector_.model();
+  double slowest = m.gbps;
+  if (!m.gbps_matrix.empty()) {
+    slowest = 0.0;
+    for (int a = 0; a < m.nranks; ++a)
+      for (int b = 0; b < m.nranks; ++b) {
+        const double g = m.gbps_matrix[static_cast<std::size_t>(a * m.nranks + b)];
+        if (a != b && g > 0 && (slowest == 0.0 || g < slowest)) slowest = g;
+      }
+  }
+  return slowest;
+}
+
+tuner::LinkModel DeviceCommunicator::cost_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return selector_.model();
+}
 
 }  // namespace wia::comm

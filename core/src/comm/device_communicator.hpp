@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "coll/schedule.hpp"
+#include "comm/comm_profiler.hpp"
 #include "comm/communicator_base.hpp"
 #include "common/error.hpp"
 #include "engine/device_exec.hpp"
@@ -67,6 +68,9 @@ struct Operation {
   std::unique_ptr<std::atomic<std::uint8_t>[]> rank_done;
   std::atomic<int> finished{0};
   std::chrono::steady_clock::time_point deadline;
+  // Inline engine: stream tasks about to arrive; the last one tells the
+  // profiler the operation starts before it lets the others run it.
+  std::atomic<int> arriving{0};
 
   // Device engine only.
   std::vector<engine::DeviceRank> device_ranks;  // input_ready recorded at post
@@ -144,6 +148,21 @@ class DeviceCommunicator final : public CommunicatorBase {
   int origin_size() const override { return origin_of_rank_.empty() ? size() : origin_size_; }
 
   wia_algorithm_t last_selected() const override;
+
+  // Communication profiling (docs/profiling.md): one record per collective
+  // of the communicator, from the engine's start of it (every rank's stream
+  // reached it: inline engine; it was put on the internal streams: device
+  // engine) to its end on the last rank.
+  CommProfiler* profiler() override { return &profiler_; }
+  // 1, 2, ... in creation order among the process's device communicators.
+  int index_in_process() const { return comm_index_; }
+  // The cost model's slowest link between two ranks (GB/s), and the model.
+  double slowest_link_gbps() const;
+  tuner::LinkModel cost_model() const;
+  // Waits until the profiler has the end of every collective whose work is
+  // complete on the devices (the device engine's completion thread reports
+  // it a little after the users' streams may see it); at most 1 s.
+  void settle_profile();
 
  private:
   struct Message;
@@ -240,7 +259,8 @@ class DeviceCommunicator final : public CommunicatorBase {
   std::mutex completion_mu_;
   std::condition_variable completion_cv_;
   std::deque<std::pair<std::shared_ptr<Operation>, int>> completion_queue_;  // completion_mu_
-  bool completion_stop_ = false;                                            // completion_mu_
+  bool completion_stop_ = false;                                             // completion_mu_
+  bool completion_busy_ = false;  // completion_mu_: an entry is taken and not yet reported
 
   mutable std::mutex err_mu_;
   wia_status_t async_error_ = WIA_SUCCESS;
@@ -252,6 +272,18 @@ class DeviceCommunicator final : public CommunicatorBase {
   std::vector<int> origin_of_rank_;
   int origin_size_ = 0;
   wia_algorithm_t last_selected_{};
+
+  // Profiling: a collective's start is reported by whoever starts it on
+  // the engine (record_start), its end by whoever sees the last rank done
+  // (record_end).
+  void record_start(const Operation& op);
+  void record_end(const Operation& op);
+  CommProfiler profiler_;
+  int comm_index_ = 0;
+  // What the profile names as the collectives' transport: "host" for the
+  // inline engine (the core's threads copy in host memory), the devices'
+  // provider for the device engine. Static storage (intern_transport).
+  const char* transport_ = "host";
 };
 
 }  // namespace wia::comm

@@ -100,19 +100,49 @@ void DeviceCommunicator::completion_loop() {
       if (completion_queue_.empty()) return;  // stopping, and nothing is left to wait for
       std::tie(op, rank) = std::move(completion_queue_.front());
       completion_queue_.pop_front();
+      completion_busy_ = true;
     }
     const Device& d = rt.device(devices_[rank]);
     try {
-      device_call(d, "event_synchronize(collective done)", [&](const wia_device_ops_v1_t& o, void* ctx) {
-        return o.event_synchronize(ctx, op->device_ranks[rank].done);
-      });
+      device_call(d, "event_synchronize(collective done)",
+                  [&](const wia_device_ops_v1_t& o, void* ctx) {
+                    return o.event_synchronize(ctx, op->device_ranks[rank].done);
+                  });
     } catch (const Error& e) {
       const std::string message = fmt::format("collective #{} failed on the device of rank {}: {}",
                                               op->seq, rank, e.what());
       op->sync.fail(e.status(), message);
       record_device_failure(e.status(), message, rank);
     }
+    // Ranks are queued in order, so the last one ends the collective.
+    if (rank == size() - 1 && op->enqueued.load(std::memory_order_acquire) && !op->sync.failed())
+      record_end(*op);
     device_rank_done(&op->done_args[rank]);
+    {
+      std::lock_guard<std::mutex> lock(completion_mu_);
+      completion_busy_ = false;
+    }
+  }
+}
+
+void DeviceCommunicator::settle_profile() {
+  if (engine_ != Engine::kDevice) return;  // the inline engine reports before streams move on
+  Runtime& rt = Runtime::get();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(completion_mu_);
+      if (!completion_busy_) {
+        if (completion_queue_.empty()) return;
+        // Still running on the devices: not in the report yet, rightly.
+        const auto& [op, rank] = completion_queue_.front();
+        const Device& d = rt.device(devices_[rank]);
+        if (ops_of(d).event_query(d.provider->ctx(), op->device_ranks[rank].done) != WIA_SUCCESS)
+          return;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
@@ -246,9 +276,10 @@ void DeviceCommunicator::check_internal_stream(int rank) {
   }
   const Device& d = Runtime::get().device(devices_[rank]);
   try {
-    device_call(d, "stream_query(collectives' stream)", [&](const wia_device_ops_v1_t& o, void* ctx) {
-      return o.stream_query(ctx, internal_streams_[rank]);
-    });
+    device_call(d, "stream_query(collectives' stream)",
+                [&](const wia_device_ops_v1_t& o, void* ctx) {
+                  return o.stream_query(ctx, internal_streams_[rank]);
+                });
   } catch (const Error& e) {
     const std::string message =
         fmt::format("work of an earlier collective failed on rank {}: {}", rank, e.what());
@@ -331,8 +362,7 @@ wia_status_t DeviceCommunicator::post_device(int rank, Call call, wia_stream_s* 
     enqueue_ready_ops();
     reclaim_finished_ops();
   }
-  if (!op->enqueued.load(std::memory_order_acquire) && !op->sync.failed() &&
-      group_depth() > 0) {
+  if (!op->enqueued.load(std::memory_order_acquire) && !op->sync.failed() && group_depth() > 0) {
     // The peers post before the group ends (group.hpp): attach then.
     in_flight_.fetch_add(1);
     const bool may_wait = (d.props.flags & WIA_DEVICE_FLAG_WAITING_HOST_FUNC) != 0;
@@ -412,6 +442,7 @@ void DeviceCommunicator::enqueue_ready_ops() {
       op->done_args[r] = {this, op.get(), r};
       args[r] = &op->done_args[r];
     }
+    record_start(*op);  // ends in completion_loop, when its last rank is done
     try {
       engine::enqueue_on_device_streams(*op->plan, op->buffers, op->device_ranks, direct_, *pools_,
                                         op->lease, nullptr, args.data());

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <wia/wia.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -38,13 +39,15 @@ void sleep_400ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(
 int profile(int rank, int nranks) {
   wia_communicator_t comm = join(rank, nranks);
   if (!comm) return kApiError;
-  // A device communicator is not profiled yet: a clear error.
+  // A device communicator beside it is profiled too (device_profile
+  // below), but has no job-wide summary: its ranks are all here.
   wia_device_t dev = 0;
   wia_communicator_t local = nullptr;
   const wia_comm_profiling_t all = {true, true, true};
   if (wia_create_communicator(&dev, 1, &local) == WIA_SUCCESS) {
-    EXPECT_R(wia_enable_comm_profiling(local, &all) == WIA_ERROR_NOT_SUPPORTED);
-    EXPECT_R(std::string(wia_get_last_error()).find("process communicators") != std::string::npos);
+    EXPECT_R(wia_enable_comm_profiling(local, &all) == WIA_SUCCESS);
+    EXPECT_R(wia_get_comm_profile_job(local, 0) == nullptr);
+    EXPECT_R(std::string(wia_get_last_error()).find("device communicator") != std::string::npos);
     wia_destroy_communicator(local);
   }
   EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
@@ -515,6 +518,255 @@ std::string check_trace(const std::string& dir, const std::string& file, int ran
                      " 2 " + std::to_string(dropped) + " " + counts + " 2>&1");
 }
 
+// A device communicator's trace: one track (this process, the
+// communicator), the events of each name, nranks, the devices.
+constexpr const char* kDeviceTraceCheck = R"PY(
+import json, sys
+path, pid, nranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+want = dict(a.split('=') for a in sys.argv[4:])
+t = json.load(open(path))
+ev = [e for e in t['traceEvents'] if e['ph'] == 'X']
+got = {}
+for e in ev:
+    got[e['name']] = got.get(e['name'], 0) + 1
+assert got == {k: int(v) for k, v in want.items()}, ('counts', got, want)
+assert len({(e['pid'], e['tid']) for e in ev}) == 1, 'one track'
+last_end = 0
+for e in ev:
+    assert e['pid'] == pid and e['cat'] == 'collective' and e['dur'] > 0, e
+    assert 0 <= e['ts'] < 2 * 86400e6, e
+    assert e['ts'] >= last_end - 2e-3, ('ts not monotonic', e)
+    last_end = e['ts'] + e['dur']
+    a = e['args']
+    assert a['bytes'] > 0 and a['algorithm'] and a['transport'] == 'host', e
+    assert a['nranks'] == nranks, e
+o = t['otherData']
+assert o['devices'] == list(range(nranks)) and o['nranks'] == nranks, o
+assert o['events'] == len(ev) and o['dropped_events'] == 0, o
+assert o['ts_origin_unix_us'] % 86400000000 == 0 and o['ts_origin_unix_us'] > 1.5e15, o
+names = [e for e in t['traceEvents'] if e['ph'] == 'M']
+assert any(e['name'] == 'thread_name' and 'device communicator' in e['args']['name'] for e in names)
+print('OK')
+)PY";
+
+std::string check_device_trace(const std::string& dir, const std::string& file, long pid,
+                               const std::string& counts) {
+  const std::string script = dir + "/check_device_trace.py";
+  if (FILE* f = std::fopen(script.c_str(), "w")) {
+    std::fputs(kDeviceTraceCheck, f);
+    std::fclose(f);
+  }
+  return run_command("python3 " + script + " " + dir + "/" + file + " " + std::to_string(pid) +
+                     " 4 " + counts + " 2>&1");
+}
+
+// Which part of a device communicator test fails, and why: the process
+// exits kWrong after printing it.
+#define EXPECT_D(cond)                                                        \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      std::fprintf(stderr, "device: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      return kWrong;                                                          \
+    }                                                                         \
+  } while (0)
+
+// One process driving 4 host devices (one rank each): the collective
+// `post` on every rank, then every stream synchronized; returns the
+// wall time around both, by the steady clock.
+struct DeviceRanks {
+  wia_communicator_t comm = nullptr;
+  std::vector<wia_stream_t> streams;
+  std::vector<float*> buf;
+  static constexpr int kRanks = 4;
+  static constexpr std::size_t kFloats = std::size_t{1} << 18;  // 1 MiB
+  bool open() {
+    wia_device_t devs[kRanks] = {0, 1, 2, 3};
+    if (wia_create_communicator(devs, kRanks, &comm) != WIA_SUCCESS) return false;
+    streams.assign(kRanks, nullptr);
+    buf.assign(kRanks, nullptr);
+    for (int r = 0; r < kRanks; ++r) {
+      if (wia_create_stream_on(r, &streams[r]) != WIA_SUCCESS) return false;
+      // Room for an all-gather of 1 MiB per rank after the input.
+      if (wia_malloc_on(r, reinterpret_cast<void**>(&buf[r]), kFloats * 4 * (kRanks + 1)) !=
+          WIA_SUCCESS)
+        return false;
+      std::fill(buf[r], buf[r] + kFloats * (kRanks + 1), 1.0f);
+    }
+    return true;
+  }
+  void close() {
+    for (float* b : buf) wia_free(b);
+    for (wia_stream_t s : streams) wia_destroy_stream(s);
+    wia_destroy_communicator(comm);
+  }
+  template <typename Post>
+  double timed(Post&& post, bool* ok) {
+    const auto t0 = Clock::now();
+    for (int r = 0; r < kRanks; ++r) *ok = *ok && post(r) == WIA_SUCCESS;
+    for (int r = 0; r < kRanks; ++r) *ok = *ok && wia_stream_synchronize(streams[r]) == WIA_SUCCESS;
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+};
+
+// Profiling a device communicator of 4 host devices (collectives.engine
+// from the configuration): exact counts per collective, avg = total /
+// count, each time within the caller's own clock around the call, the
+// trace (TEST_TRACE_DIR/device.json) written, a fusion suggestion after
+// many small all-reduces, disable and reset, and the same errors as a
+// process communicator's.
+int device_profile(int, int) {
+  const std::string dir = std::getenv("TEST_TRACE_DIR");
+  DeviceRanks D;
+  EXPECT_D(D.open());
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  auto allreduce = [&](std::size_t n) {
+    return
+        [&, n](int r) { return wia_all_reduce(D.comm, D.buf[r], D.buf[r], n, &cfg, D.streams[r]); };
+  };
+  bool ok = true;
+
+  // Errors and the empty report before enabling, as on a process
+  // communicator: nothing counted, the same messages.
+  D.timed(allreduce(64), &ok);
+  EXPECT_D(ok);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(D.comm);
+  EXPECT_D(r != nullptr && r->num_collectives == 0 && r->total_comm_time == 0.0);
+  wia_free_comm_profile(r);
+  EXPECT_D(wia_enable_comm_profiling(D.comm, nullptr) == WIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_D(std::string(wia_get_last_error()).find("profiling is NULL") != std::string::npos);
+  EXPECT_D(wia_profile_write_trace(D.comm, nullptr) == WIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_D(wia_profile_write_trace(D.comm, "") == WIA_ERROR_INVALID_ARGUMENT);
+  const std::string bad = dir + "/no-such-dir/trace.json";
+  EXPECT_D(wia_profile_write_trace(D.comm, bad.c_str()) == WIA_ERROR_IO);
+  const std::string why = wia_get_last_error();
+  EXPECT_D(why.find(bad) != std::string::npos &&
+           why.find(std::strerror(ENOENT)) != std::string::npos);
+  EXPECT_D(wia_get_comm_profile_job(D.comm, 0) == nullptr);
+  EXPECT_D(std::string(wia_get_last_error()).find("device communicator") != std::string::npos);
+
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_D(wia_enable_comm_profiling(D.comm, &all) == WIA_SUCCESS);
+  const auto t0 = Clock::now();
+  double ar_walls = 0, ar_max_wall = 0, walls = 0;
+  for (int i = 0; i < 12; ++i) {
+    const double w = D.timed(allreduce(DeviceRanks::kFloats), &ok);
+    ar_walls += w;
+    ar_max_wall = std::max(ar_max_wall, w);
+  }
+  for (int i = 0; i < 3; ++i)
+    walls += D.timed(
+        [&](int k) { return wia_broadcast(D.comm, D.buf[k], 1000, 1, WIA_FLOAT32, D.streams[k]); },
+        &ok);
+  for (int i = 0; i < 2; ++i)
+    walls += D.timed(
+        [&](int k) {
+          return wia_all_gather(D.comm, D.buf[k], D.buf[k] + DeviceRanks::kFloats,
+                                DeviceRanks::kFloats, WIA_FLOAT32, D.streams[k]);
+        },
+        &ok);
+  EXPECT_D(ok);
+  walls += ar_walls;
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  r = wia_get_comm_profile(D.comm);
+  EXPECT_D(r != nullptr);
+  EXPECT_D(r->num_collectives == 3);
+  const wia_collective_profile_t *ar = nullptr, *bc = nullptr, *ag = nullptr;
+  double sum_totals = 0;
+  for (int i = 0; i < r->num_collectives; ++i) {
+    const wia_collective_profile_t& c = r->collectives[i];
+    const std::string name = c.name;
+    (name == "allreduce" ? ar : name == "broadcast" ? bc : ag) = &c;
+    EXPECT_D(name == "allreduce" || name == "broadcast" || name == "allgather");
+    EXPECT_D(std::fabs(c.avg_time * c.invocation_count - c.total_time) < 1e-9);
+    EXPECT_D(c.min_time > 0 && c.min_time <= c.p50_time && c.p50_time <= c.p99_time &&
+             c.p99_time <= c.max_time);
+    EXPECT_D(c.avg_bandwidth > 0 && std::isfinite(c.avg_bandwidth));
+    EXPECT_D(std::strlen(c.algorithm) > 0 && std::string(c.transport) == "host");
+    sum_totals += c.total_time;
+  }
+  EXPECT_D(ar != nullptr && bc != nullptr && ag != nullptr);
+  EXPECT_D(ar->invocation_count == 12 && bc->invocation_count == 3 && ag->invocation_count == 2);
+  EXPECT_D(ar->bytes == 12ull * DeviceRanks::kFloats * 4);
+  EXPECT_D(bc->bytes == 3ull * 1000 * 4 && ag->bytes == 2ull * DeviceRanks::kFloats * 4);
+  // Each collective's time lies inside the caller's clock around its call.
+  EXPECT_D(ar->total_time > 0 && ar->total_time <= ar_walls && ar->max_time <= ar_max_wall);
+  EXPECT_D(std::fabs(r->total_comm_time - sum_totals) < 1e-9);
+  EXPECT_D(r->total_comm_time <= walls && walls <= wall);
+  EXPECT_D(r->avg_bandwidth_utilization > 0 && std::isfinite(r->avg_bandwidth_utilization));
+  EXPECT_D(r->window_time >= wall);
+  std::fprintf(
+      stderr,
+      "device: comm %.4f s of %.4f s called, allreduce avg %.3f ms %.2f GB/s (%s over %s), "
+      "utilization %.3f, %d suggestion(s)\n",
+      r->total_comm_time, walls, ar->avg_time * 1e3, ar->avg_bandwidth, ar->algorithm,
+      ar->transport, r->avg_bandwidth_utilization, r->num_suggestions);
+  wia_free_comm_profile(r);
+
+  // The timeline: one event per collective.
+  const std::string path = dir + "/device.json";
+  EXPECT_D(wia_profile_write_trace(D.comm, path.c_str()) == WIA_SUCCESS);
+
+  // Disabled: nothing more is counted; reset: an empty window.
+  EXPECT_D(wia_disable_comm_profiling(D.comm) == WIA_SUCCESS);
+  D.timed(allreduce(16), &ok);
+  EXPECT_D(ok);
+  r = wia_get_comm_profile(D.comm);
+  EXPECT_D(r != nullptr && r->num_collectives == 3);
+  for (int i = 0; i < r->num_collectives; ++i)
+    if (std::string(r->collectives[i].name) == "allreduce")
+      EXPECT_D(r->collectives[i].invocation_count == 12);
+  wia_free_comm_profile(r);
+  EXPECT_D(wia_reset_comm_profile(D.comm) == WIA_SUCCESS);
+  r = wia_get_comm_profile(D.comm);
+  EXPECT_D(r != nullptr && r->num_collectives == 0);
+  wia_free_comm_profile(r);
+
+  // Suggestions where they apply: 200 all-reduces of 8 B, fused by the
+  // communicator's own cost model.
+  EXPECT_D(wia_enable_comm_profiling(D.comm, &all) == WIA_SUCCESS);
+  for (int i = 0; i < 200; ++i) {
+    for (int k = 0; k < DeviceRanks::kRanks; ++k)
+      ok = ok && wia_all_reduce(D.comm, D.buf[k], D.buf[k], 2, &cfg, D.streams[k]) == WIA_SUCCESS;
+  }
+  for (int k = 0; k < DeviceRanks::kRanks; ++k)
+    ok = ok && wia_stream_synchronize(D.streams[k]) == WIA_SUCCESS;
+  EXPECT_D(ok);
+  r = wia_get_comm_profile(D.comm);
+  EXPECT_D(r != nullptr && r->num_collectives == 1 && r->collectives[0].invocation_count == 200);
+  int fused = 0;
+  for (int i = 0; i < r->num_suggestions; ++i) {
+    std::fprintf(stderr, "device: %s\n", r->suggestions[i]);
+    if (std::string(r->suggestions[i]).find("allreduce: 200 calls under 1.0 MiB") == 0) ++fused;
+  }
+  EXPECT_D(fused == 1);
+  wia_free_comm_profile(r);
+  D.close();
+  return kOk;
+}
+
+// WIA_TRACE and no profiling: a device communicator's timeline is written
+// at destroy to <pattern>.devices.
+int device_trace_from_env(int, int) {
+  DeviceRanks D;
+  EXPECT_D(D.open());
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  bool ok = true;
+  for (int i = 0; i < 5; ++i)
+    D.timed(
+        [&](int k) { return wia_all_reduce(D.comm, D.buf[k], D.buf[k], 256, &cfg, D.streams[k]); },
+        &ok);
+  EXPECT_D(ok);
+  D.close();
+  return kOk;
+}
+
+std::string device_yaml(const char* engine) {
+  return std::string("host:\n  devices: 4\ncollectives:\n  timeout_ms: 20000\n  engine: ") +
+         engine + "\n";
+}
+
 }  // namespace
 
 TEST_CASE("profiling: the timeline trace is Chrome/Perfetto JSON, one event per operation") {
@@ -611,4 +863,35 @@ TEST_CASE("profiling: compression is suggested where the cost model's link is sl
                         {{"TEST_WIA_ID", unique_id_env()}, {"TEST_EXPECT_COMPRESSION", "0"}}));
   }
   run_command("rm -rf " + std::string(tmpl));
+}
+
+TEST_CASE("profiling: a device communicator of 4 host devices is profiled like a process one") {
+  for (const char* engine : {"inline", "device"}) {
+    INFO("collectives.engine " << engine);
+    char tmpl[] = "/tmp/wia-devprof-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    const std::string dir = tmpl;
+    // The rank's process writes its trace; its pid is the trace's.
+    std::vector<pid_t> pids;
+    const auto st = run_ranks(1, device_yaml(engine), device_profile, {{"TEST_TRACE_DIR", dir}},
+                              [&](std::vector<pid_t>& p) { pids = p; });
+    check_all(st);
+    REQUIRE(pids.size() == 1);
+    CHECK(check_device_trace(dir, "device.json", pids[0], "allreduce=12 broadcast=3 allgather=2") ==
+          "OK\n");
+    run_command("rm -rf " + dir);
+  }
+}
+
+TEST_CASE("profiling: WIA_TRACE writes a device communicator's timeline at destroy") {
+  char tmpl[] = "/tmp/wia-devtrace-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  std::vector<pid_t> pids;
+  check_all(run_ranks(1, device_yaml("auto"), device_trace_from_env,
+                      {{"TEST_TRACE_DIR", dir}, {"WIA_TRACE", dir + "/env.json"}},
+                      [&](std::vector<pid_t>& p) { pids = p; }));
+  REQUIRE(pids.size() == 1);
+  CHECK(check_device_trace(dir, "env.json.devices", pids[0], "allreduce=5") == "OK\n");
+  run_command("rm -rf " + dir);
 }
