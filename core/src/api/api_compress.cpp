@@ -437,7 +437,7 @@ std::int32_t checked_method(const wia_compression_config_t* cfg) {
 void all_reduce_compressed(wia_communicator_t comm, const void* input, void* output,
                            std::size_t count, const wia_datatype_t& datatype,
                            const wia_reduce_op_t& op, const wia_compression_config_t* cfg,
-                           wia_stream_t stream) {
+                           wia_stream_t stream, const void* state_key = nullptr) {
   comm::CommunicatorBase& c = api::live(comm);
   const std::int32_t method = checked_method(cfg);
   const wia_datatype_t dtype = api::checked_enum(datatype, WIA_DATATYPE_COUNT, "datatype");
@@ -465,8 +465,16 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
   check_host_buffer(input, count * es, "input");
   check_host_buffer(output, count * es, "output");
   if (count == 0) return;
+  // Across hosts only for the dense messages (quantization, the casts):
+  // top-k's and random-k's are already a small fraction of the vector,
+  // which the dense steps inside the hosts would then move whole.
+  const bool dense_message = method == WIA_COMPRESS_QUANTIZE || method == WIA_COMPRESS_FP16 ||
+                             method == WIA_COMPRESS_BF16;
+  if (!j.ef && dense_message && dtype == WIA_FLOAT32 &&
+      post_across_hosts(comm, c, input, output, count, rop, *cfg, stream))
+    return;
 
-  j.state = compress::states().get(comm, input);
+  j.state = compress::states().get(comm, state_key ? state_key : input);
   {
     std::lock_guard lock(j.state->mutex);
     j.step = j.state->steps++;
@@ -539,8 +547,19 @@ void all_reduce_sparse(wia_communicator_t comm, const void* values, const std::u
 
 namespace wia::api {
 // The compression state of a communicator goes with it (api_coll.cpp).
-void forget_compression_state(const void* comm) noexcept { compress::states().forget(comm); }
+void forget_compression_state(const void* comm) noexcept {
+  compress::states().forget(comm);
+  compressed::forget_across_hosts(comm);
+}
 }  // namespace wia::api
+
+namespace wia::api::compressed {
+void post_compressed(wia_communicator_t comm, const void* input, void* output, std::size_t count,
+                     wia_datatype_t dtype, wia_reduce_op_t op, const wia_compression_config_t* cfg,
+                     wia_stream_t stream, const void* state_key) {
+  all_reduce_compressed(comm, input, output, count, dtype, op, cfg, stream, state_key);
+}
+}  // namespace wia::api::compressed
 
 extern "C" {
 
@@ -612,6 +631,7 @@ WIA_API wia_status_t wia_compression_reset(wia_communicator_t comm) {
   return api::guard(__func__, [&] {
     api::live(comm);
     compress::states().forget(comm);
+    reset_across_hosts(comm);
   });
 }
 

@@ -22,6 +22,10 @@
 #include "compress/codec.hpp"
 #include "compress/state.hpp"
 
+namespace wia::comm {
+class CommunicatorBase;
+}
+
 namespace wia::api::compressed {
 
 // "WIA_COMPRESS_TOPK", ...
@@ -93,6 +97,26 @@ std::span<T> shard_of(const Job& j, std::vector<T>& v, int s) {
   const std::size_t begin = std::min(j.n, static_cast<std::size_t>(s) * j.shard);
   return std::span<T>(v).subspan(begin, std::min(j.shard, j.n - begin));
 }
+
+// The compressed all-reduce (api_compress.cpp), for the calls that build
+// on it: the buffer's compression state (residual, step counter) is keyed
+// by state_key when given, else by input.
+void post_compressed(wia_communicator_t comm, const void* input, void* output, std::size_t count,
+                     wia_datatype_t dtype, wia_reduce_op_t op, const wia_compression_config_t* cfg,
+                     wia_stream_t stream, const void* state_key = nullptr);
+
+// compress_across_hosts.cpp: posts a float32 call (quantization or a cast,
+// without error feedback) as dense inside hosts and compressed between
+// them, when the
+// communicator spans several hosts of equally many ranks (and
+// compression.across_hosts is on); false when it does not qualify.
+bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
+                       const void* input, void* output, std::size_t count, wia_reduce_op_t op,
+                       const wia_compression_config_t& cfg, wia_stream_t stream);
+// The communicators it split from comm: destroyed with comm; their
+// compression state reset with comm's.
+void forget_across_hosts(const void* comm) noexcept;
+void reset_across_hosts(const void* comm) noexcept;
 
 // The stream tasks (wia_host_fn_t); the argument is the Job. A task never
 // throws into the runtime: an exception becomes the communicator's

@@ -154,6 +154,12 @@ constexpr KeySpec kCoreSchema[] = {
                     "the exchange of the ones before (0 = never split; docs/compression.md)",
      .min_value = 0,
      .max_value = 1099511627776},
+    {.key = "compression.across_hosts",
+     .type = ValueType::kBool,
+     .default_value = "true",
+     .description = "Quantized and cast all-reduces without error feedback on process "
+                    "communicators of several hosts with equally many ranks: dense inside each "
+                    "host, compressed only between hosts (docs/compression.md)"},
     {.key = "flight_recorder.entries",
      .type = ValueType::kInt,
      .default_value = "2000",

@@ -181,9 +181,113 @@ int body(int rank, int nranks, const std::string& id_path) {
   return 0;
 }
 
+// Two faked hosts (WIA_HOSTID) of 2 ranks each: float32 calls without
+// error feedback reduce dense inside a host and compress only between
+// hosts. Checked: int8 within the bound of quantizing each host's sum (not
+// each rank's input) plus one step of the total, the same vector on every
+// rank, and the exchange off the communicator itself (its profile has no
+// all-to-all: the flat call's shards would be one); the fp16 cast (padded
+// blocks, an average) and random-k (which stays flat) within their bounds;
+// with compression.across_hosts off (`flat`) the all-to-all is back on the
+// communicator.
+int across_hosts_body(int rank, int nranks, const std::string& id_path, bool flat) {
+  wia_unique_id_t id;
+  wia_communicator_t comm = nullptr;
+  EXPECT(exchange_id(rank, id_path, &id));
+  EXPECT(wia_create_communicator_from_id(&id, nranks, rank, &comm) == WIA_SUCCESS);
+  EXPECT(wia_comm_node_count(comm) == 2);
+  std::vector<float> x(kN), out(kN);
+  std::vector<double> dense(kN, 0), host_sum[2] = {std::vector<double>(kN, 0),
+                                                    std::vector<double>(kN, 0)};
+  for (std::size_t i = 0; i < kN; ++i) {
+    x[i] = input(rank, i);
+    for (int r = 0; r < nranks; ++r) {
+      dense[i] += input(r, i);
+      host_sum[r / 2][i] += input(r, i);
+    }
+  }
+  wia_comm_profiling_t prof{};
+  EXPECT(wia_enable_comm_profiling(comm, &prof) == WIA_SUCCESS);
+  wia_compression_config_t q{};
+  q.method = WIA_COMPRESS_QUANTIZE;
+  q.parameters.quantize.num_bits = 8;
+  q.parameters.quantize.use_dynamic_range = true;
+  EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &q, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  wia_comm_profile_report_t* report = wia_get_comm_profile(comm);
+  EXPECT(report != nullptr);
+  int all_to_all = 0;
+  for (int c = 0; c < report->num_collectives; ++c)
+    if (std::strcmp(report->collectives[c].name, "alltoall") == 0)
+      all_to_all += report->collectives[c].invocation_count;
+  wia_free_comm_profile(report);
+  EXPECT(all_to_all == (flat ? 1 : 0));
+  // The flat bound quantizes every rank's input; across hosts, each host's
+  // sum: b1 over the 2 host sums, then one step of the total.
+  for (std::size_t base = 0; base < kN; base += 256) {
+    double b1 = 0, smin = dense[base], smax = dense[base];
+    const int parts = flat ? nranks : 2;
+    for (int h = 0; h < parts; ++h) {
+      double mn = 1e300, mx = -1e300;
+      for (std::size_t i = base; i < base + 256; ++i) {
+        const double v = flat ? input(h, i) : host_sum[h][i];
+        mn = std::min(mn, v), mx = std::max(mx, v);
+      }
+      b1 += (mx - mn) / 255;
+    }
+    for (std::size_t i = base; i < base + 256; ++i)
+      smin = std::min(smin, dense[i]), smax = std::max(smax, dense[i]);
+    const double bound = b1 + (smax - smin + 2 * b1) / 255;
+    for (std::size_t i = base; i < base + 256; ++i)
+      EXPECT(std::fabs(out[i] - dense[i]) <= bound * (1 + 1e-4) + 1e-4);
+  }
+  std::vector<float> first(out);
+  EXPECT(wia_broadcast(comm, first.data(), kN, 0, WIA_FLOAT32, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  for (std::size_t i = 0; i < kN; ++i) EXPECT(first[i] == out[i]);
+
+  // FP16 over a count that is not a multiple of the 2 ranks per host
+  // (padded blocks), averaged: within the rounding of the partial sums.
+  const std::size_t odd = kN - 3;
+  wia_compression_config_t h{};
+  h.method = WIA_COMPRESS_FP16;
+  std::fill(out.begin(), out.end(), 42.0f);
+  EXPECT(wia_all_reduce_compressed_ex(comm, x.data(), out.data(), odd, WIA_FLOAT32,
+                                      WIA_REDUCE_AVG, &h, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  for (std::size_t i = 0; i < odd; ++i) {
+    double mag = 0;
+    for (int r = 0; r < nranks; ++r) mag += std::fabs(input(r, i));
+    EXPECT(std::fabs(out[i] - dense[i] / nranks) <= (nranks + 2) * 0x1p-11 * mag / nranks + 1e-6);
+  }
+  for (std::size_t i = odd; i < kN; ++i) EXPECT(out[i] == 42.0f);  // nothing past count
+
+  // Random-k 10% without feedback (flat: its messages are small), scaled by
+  // n/k: unbiased, so the mean over 40 steps nears the sum.
+  wia_compression_config_t rk{};
+  rk.method = WIA_COMPRESS_RANDOMK;
+  rk.parameters.randomk.k_ratio = 0.1;
+  rk.parameters.randomk.seed = 3;
+  std::vector<double> mean(kN, 0);
+  const int steps = 40;
+  for (int t = 0; t < steps; ++t) {
+    EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &rk, nullptr) ==
+           WIA_SUCCESS);
+    EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+    for (std::size_t i = 0; i < kN; ++i) mean[i] += out[i] / steps;
+  }
+  double err = 0, norm = 0;
+  for (std::size_t i = 0; i < kN; ++i)
+    err += (mean[i] - dense[i]) * (mean[i] - dense[i]), norm += dense[i] * dense[i];
+  // Variance per entry (n/k - 1) x^2 / steps: relative error about 0.47.
+  EXPECT(std::sqrt(err / norm) < 0.7);
+  EXPECT(wia_destroy_communicator(comm) == WIA_SUCCESS);
+  return 0;
+}
+
 // Forks nranks processes running body; their exit statuses (-1 if killed
 // at the deadline).
-std::vector<int> run(int nranks, const char* transport) {
+std::vector<int> run(int nranks, const char* transport, int variant = 0) {
   char cfg[] = "/tmp/wia-compress-proc-XXXXXX.yaml";
   const int fd = mkstemps(cfg, 5);
   const std::string yaml = "host:\n  devices: 1\ncollectives:\n  timeout_ms: 20000\n";
@@ -198,9 +302,12 @@ std::vector<int> run(int nranks, const char* transport) {
   for (int r = 0; r < nranks; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      setenv("WIA_TRANSPORT", transport, 1);
+      if (transport) setenv("WIA_TRANSPORT", transport, 1);
+      if (variant) setenv("WIA_HOSTID", r < nranks / 2 ? "hostA" : "hostB", 1);
+      if (variant == 2) setenv("WIA_COMPRESSION_ACROSS_HOSTS", "false", 1);
       if (wia_init_with_config(cfg) != WIA_SUCCESS) _exit(11);
-      const int rc = body(r, nranks, idp);
+      const int rc =
+          variant ? across_hosts_body(r, nranks, idp, variant == 2) : body(r, nranks, idp);
       wia_finalize();
       _exit(rc);
     }
@@ -238,4 +345,15 @@ TEST_CASE("compressed and sparse all-reduce across 2 and 4 processes over shm an
         CHECK(st[r] == 0);
       }
     }
+}
+
+TEST_CASE("across two hosts: dense inside a host, compressed between hosts") {
+  for (const int variant : {1, 2}) {
+    INFO((variant == 1 ? "across hosts" : "flat (compression.across_hosts false)"));
+    const auto st = run(4, nullptr, variant);
+    for (int r = 0; r < 4; ++r) {
+      INFO("rank " << r);
+      CHECK(st[r] == 0);
+    }
+  }
 }
