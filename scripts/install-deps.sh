@@ -14,6 +14,7 @@ packages=(
   python3-torch libtorch-dev pybind11-dev python3-dev  # the torch backend (docs/torch.md)
   libamdhip64-dev  # ROCm's header, to check the hip provider's own declarations (docs/provider-hip.md)
   clang libclang-rt-14-dev  # the fuzz preset: clang 14 and libFuzzer (docs/reliability.md)
+  python3-matplotlib  # wia-bench --plot draws its chart with it, run by /usr/bin/python3 (docs/profiling.md)
   libze-dev  # Level Zero's header and loader (libze1), to check the ze provider's declarations and its absence without a driver (docs/provider-ze.md)
 )
 

@@ -9,6 +9,7 @@
 //             [--redop sum] [--algo auto] [--ranks 4] [-n iters] [-w warmup]
 //             [-c 0|1] [--procs N | --procs-from-env] [--sizes 8,64K,1M]
 //             [--compress topk:0.01|randomk:0.1|int8|int4|onebit|lowrank:4|fp16|bf16]
+//             [--profile-overhead] [--trace FILE] [--plot FILE.png]
 //
 // Three ways to run:
 //  - in-process (default): --ranks N host devices in this process, one
@@ -31,10 +32,32 @@
 // algbw on the original size, the relative L2 error of one call from a
 // reset against the exact sum, and the plain all-reduce of the same size
 // timed in the same run (speedup = its time / the compressed time).
+//
+// --op takes a comma-separated list (--op allreduce,allgather): one table
+// per collective, one after another on the same communicator.
+//
+// --plot FILE.png draws, after the sweep, busbw (out-of-place, GB/s)
+// against the size (log2 axis) per collective run, each with its bound as
+// a dashed line, titled with the communicator kind, rank count and
+// transport. The rendering is matplotlib's (Debian python3-matplotlib):
+// wia_plot.py, installed to share/wia/ beside this tool, reads the figures
+// from a temporary JSON file. The interpreter is /usr/bin/python3 when it
+// exists (Debian's, where python3-matplotlib installs its module; a
+// python3 first on PATH may be a pyenv or venv one without it), else
+// python3 from PATH. Checked before the sweep: the directory of FILE is
+// writable, the script is found and matplotlib imports; any failure is one
+// line naming what is wrong (the package to install when matplotlib is
+// missing) and exit status 1.
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <wia/wia.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -57,7 +80,8 @@ struct Options {
   std::uint64_t min_bytes = 8;
   std::uint64_t max_bytes = 64ull << 20;
   double factor = 2;
-  wia_collective_op_t op = WIA_COLLECTIVE_ALLREDUCE;
+  wia_collective_op_t op = WIA_COLLECTIVE_ALLREDUCE;               // ops[0]
+  std::vector<wia_collective_op_t> ops{WIA_COLLECTIVE_ALLREDUCE};  // --op A,B,...
   wia_datatype_t dtype = WIA_FLOAT32;
   wia_reduce_op_t redop = WIA_REDUCE_SUM;
   wia_algorithm_id_t algo = WIA_ALGORITHM_AUTO;
@@ -72,6 +96,7 @@ struct Options {
   bool compressed = false;      // --compress
   bool profile_overhead = false;  // --profile-overhead
   std::string trace;              // --trace FILE: WIA_TRACE for every rank
+  std::string plot;               // --plot FILE.png
   std::string compress_name;
   wia_compression_config_t compress{};
 };
@@ -87,8 +112,9 @@ struct Options {
       "                 direct|pairwise|one_shot|hierarchical] [--ranks N] [-n ITERS]\n"
       "                 [-w WARMUP] [-c 0|1] [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
       "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16]\n"
-      "                 [--profile-overhead] [--trace FILE]\n"
-      "--op also takes the spec's spellings: all_reduce, all_gather, reduce_scatter, all_to_all.\n"
+      "                 [--profile-overhead] [--trace FILE] [--plot FILE.png]\n"
+      "--op also takes the spec's spellings: all_reduce, all_gather, reduce_scatter, all_to_all;\n"
+      "several, comma-separated (--op allreduce,allgather), run one after another.\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
       "--sizes lists the sizes to run instead of the -b/-e/-f sweep.\n"
       "--ranks N: N host devices in this process (default 4); --procs N: N processes,\n"
@@ -101,7 +127,10 @@ struct Options {
       "(process communicators: --procs N), alternating, and the difference.\n"
       "--trace FILE: each rank writes its timeline as Chrome/Perfetto JSON to\n"
       "FILE.rank<N> ('%%r' in FILE: replaced by the rank instead), with --procs N or\n"
-      "--procs-from-env (docs/profiling.md).\n");
+      "--procs-from-env (docs/profiling.md).\n"
+      "--plot FILE.png: after the sweep, a chart of busbw vs size (log2) per op with its\n"
+      "bound, drawn by wia_plot.py with /usr/bin/python3 and matplotlib (Debian package\n"
+      "python3-matplotlib; docs/profiling.md).\n");
   std::exit(2);
 }
 
@@ -158,24 +187,36 @@ Options parse(int argc, char** argv) {
     else if (a == "--procs-from-env") o.procs_from_env = true;
     else if (a == "--profile-overhead") o.profile_overhead = true;
     else if (a == "--trace") o.trace = next();
+    else if (a == "--plot") o.plot = next();
     else if (a == "--compress") {
       o.compress_name = next();
       o.compress = compress_arg(o.compress_name);
       o.compressed = true;
     }
-    else if (a == "--op")
-      // The spec's own spellings (all_reduce, ...) are accepted too.
-      o.op = pick<wia_collective_op_t>("op", next(),
-                                       {{"allreduce", WIA_COLLECTIVE_ALLREDUCE},
-                                        {"all_reduce", WIA_COLLECTIVE_ALLREDUCE},
-                                        {"broadcast", WIA_COLLECTIVE_BROADCAST},
-                                        {"reduce", WIA_COLLECTIVE_REDUCE},
-                                        {"allgather", WIA_COLLECTIVE_ALLGATHER},
-                                        {"all_gather", WIA_COLLECTIVE_ALLGATHER},
-                                        {"reducescatter", WIA_COLLECTIVE_REDUCE_SCATTER},
-                                        {"reduce_scatter", WIA_COLLECTIVE_REDUCE_SCATTER},
-                                        {"alltoall", WIA_COLLECTIVE_ALLTOALL},
-                                        {"all_to_all", WIA_COLLECTIVE_ALLTOALL}});
+    else if (a == "--op") {
+      o.ops.clear();
+      const std::string list = next();
+      for (std::size_t at = 0; at <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', at), list.size());
+        const std::string one = list.substr(at, comma - at);
+        at = comma + 1;
+        // The spec's own spellings (all_reduce, ...) are accepted too.
+        const wia_collective_op_t op =
+            pick<wia_collective_op_t>("op", one.c_str(),
+                                      {{"allreduce", WIA_COLLECTIVE_ALLREDUCE},
+                                       {"all_reduce", WIA_COLLECTIVE_ALLREDUCE},
+                                       {"broadcast", WIA_COLLECTIVE_BROADCAST},
+                                       {"reduce", WIA_COLLECTIVE_REDUCE},
+                                       {"allgather", WIA_COLLECTIVE_ALLGATHER},
+                                       {"all_gather", WIA_COLLECTIVE_ALLGATHER},
+                                       {"reducescatter", WIA_COLLECTIVE_REDUCE_SCATTER},
+                                       {"reduce_scatter", WIA_COLLECTIVE_REDUCE_SCATTER},
+                                       {"alltoall", WIA_COLLECTIVE_ALLTOALL},
+                                       {"all_to_all", WIA_COLLECTIVE_ALLTOALL}});
+        if (std::find(o.ops.begin(), o.ops.end(), op) == o.ops.end()) o.ops.push_back(op);
+      }
+      o.op = o.ops.front();
+    }
     else if (a == "--dtype")
       o.dtype = pick<wia_datatype_t>(
           "dtype", next(),
@@ -209,6 +250,12 @@ Options parse(int argc, char** argv) {
     usage("--trace records process communicators: use --procs N or --procs-from-env");
   if (o.factor <= 1) usage("-f must be > 1");
   if (o.min_bytes > o.max_bytes) usage("-b must not exceed -e");
+  if (o.ops.size() > 1 && (o.compressed || o.profile_overhead))
+    usage(
+        "--op lists several collectives only for the plain sweep (not with --compress or "
+        "--profile-overhead)");
+  if (!o.plot.empty() && (o.compressed || o.profile_overhead))
+    usage("--plot draws the plain sweep: not with --compress or --profile-overhead");
   if (o.compressed) {
     if (o.op != WIA_COLLECTIVE_ALLREDUCE) usage("--compress needs --op allreduce");
     if (o.dtype != WIA_FLOAT32 && o.dtype != WIA_FLOAT16 && o.dtype != WIA_BFLOAT16)
@@ -549,6 +596,31 @@ class Bench {
 
   const std::string& last_algorithm() const { return last_algorithm_; }
   wia_communicator_t comm() const { return comm_; }
+  // --op A,B: the collective post() runs from now on.
+  void set_op(wia_collective_op_t op) { o_.op = op; }
+
+  // Across processes, what one call of `count` elements travelled over, as
+  // the profiler reports it ("shm", "windows", "tcp", ...): one untimed call
+  // with profiling enabled, collective (every rank runs it). In-process the
+  // ranks are host devices of this process: "memory".
+  std::string transport(std::uint64_t count) {
+    if (!distributed_) return "memory";
+    const wia_comm_profiling_t track = {true, false, false};
+    std::string name = "?";
+    if (wia_enable_comm_profiling(comm_, &track) != WIA_SUCCESS) return name;
+    post(count, false);
+    sync();
+    if (wia_comm_profile_report_t* r = wia_get_comm_profile(comm_)) {
+      for (int i = 0; i < r->num_collectives; ++i)
+        if (r->collectives[i].invocation_count > 0 && r->collectives[i].transport &&
+            *r->collectives[i].transport)
+          name = r->collectives[i].transport;
+      wia_free_comm_profile(r);
+    }
+    wia_disable_comm_profiling(comm_);
+    wia_reset_comm_profile(comm_);
+    return name;
+  }
 
  private:
   void allocate(Rank& k, wia_device_t dev) {
@@ -698,10 +770,21 @@ std::vector<std::uint64_t> sweep_sizes(const Options& o) {
   return sizes;
 }
 
-int run_sweep(const Options& o, Bench& bench, bool print) {
-  const std::vector<std::uint64_t> sizes = sweep_sizes(o);
-  if (o.compressed) return run_compressed_sweep(o, bench, sizes, print);
-  if (o.profile_overhead) return run_profile_overhead(o, bench, sizes, print);
+// What --plot draws of one collective's sweep.
+struct PlotPoint {
+  std::uint64_t bytes = 0;
+  double busbw = 0, busbw_inplace = 0, bound = 0;  // GB/s; bound 0 (one rank): none
+  std::string algorithm;
+};
+struct PlotSeries {
+  std::string op, transport;
+  std::vector<PlotPoint> points;
+};
+
+// The table of one collective (o.op), its figures appended to `series`.
+int run_plain_sweep(const Options& o, Bench& bench, const std::vector<std::uint64_t>& sizes,
+                    bool print, PlotSeries& series) {
+  series.op = op_name(o.op);
   const std::size_t es = wia::kernels::dtype_size(o.dtype);
   const int p = bench.nranks();
   if (print) {
@@ -766,11 +849,192 @@ int run_sweep(const Options& o, Bench& bench, bool print) {
       std::fflush(stdout);
     }
     total_wrong += wrong_oop + wrong_ip;
+    series.points.push_back({count * es, busbw_oop, gb / t_ip * bf, bound, algo});
   }
   if (print)
     std::printf("# %s: %llu wrong element(s) in all checks\n", total_wrong ? "FAILED" : "ok",
                 static_cast<unsigned long long>(total_wrong));
   return total_wrong ? 1 : 0;
+}
+
+// --plot: where wia_plot.py is. Installed: <bindir>/WIA_PLOT_REL_DIR (share/wia
+// beside bin/); in the build tree: the source file, whose path is compiled in.
+std::string plot_script() {
+  std::vector<std::string> candidates;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<std::size_t>(n));
+    dir.resize(dir.rfind('/') + 1);
+    candidates.push_back(dir + WIA_PLOT_REL_DIR "/wia_plot.py");
+  }
+  candidates.push_back(WIA_PLOT_SOURCE);
+  for (const std::string& c : candidates)
+    if (access(c.c_str(), R_OK) == 0) return c;
+  std::string where;
+  for (const std::string& c : candidates) where += (where.empty() ? "" : ", ") + c;
+  std::fprintf(stderr,
+               "wia-bench: --plot: wia_plot.py not found (looked at %s; cmake --install "
+               "puts it in share/wia/)\n",
+               where.c_str());
+  return {};
+}
+
+// Debian's interpreter first: python3-matplotlib installs for it, and a
+// python3 first on PATH may be a pyenv shim or venv without the module.
+const char* plot_python() {
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+// Runs python3 wia_plot.py ARGS... with our stdout and stderr; its exit status
+// (127 when it could not be started).
+int run_plot_script(const std::string& script, const std::vector<std::string>& args) {
+  std::vector<std::string> all{plot_python(), script};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // posix_spawn, not fork: the host devices' worker threads are running.
+  pid_t pid = 0;
+  if (const int err = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ)) {
+    std::fprintf(stderr,
+                 "wia-bench: --plot: cannot run %s: %s (install python3 and "
+                 "python3-matplotlib)\n",
+                 argv[0], std::strerror(err));
+    return 127;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return 127;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Before the sweep, so a long run does not end in a chart that cannot be
+// drawn: FILE's directory is a writable directory, the script is found and
+// matplotlib imports. False after saying why on stderr.
+bool plot_precheck(const std::string& file) {
+  const std::size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : file.substr(0, slash);
+  struct stat st {};
+  const char* why = nullptr;
+  if (stat(dir.c_str(), &st) != 0)
+    why = std::strerror(errno);
+  else if (!S_ISDIR(st.st_mode))
+    why = "not a directory";
+  else if (access(dir.c_str(), W_OK | X_OK) != 0)
+    why = std::strerror(errno);
+  if (why) {
+    std::fprintf(stderr, "wia-bench: --plot %s: cannot write into %s: %s\n", file.c_str(),
+                 dir.c_str(), why);
+    return false;
+  }
+  const std::string script = plot_script();
+  if (script.empty()) return false;
+  const int rc = run_plot_script(script, {"--check"});
+  if (rc >= 128)
+    std::fprintf(stderr, "wia-bench: --plot: %s %s --check died of signal %d\n", plot_python(),
+                 script.c_str(), rc - 128);
+  return rc == 0;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// null for what cannot be drawn: not finite, or (a bound) not positive.
+std::string json_number(double v, bool positive = false) {
+  if (!std::isfinite(v) || (positive && v <= 0)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// Writes the figures to a temporary JSON file and has wia_plot.py draw them
+// into o.plot. 0, or 1 after the script or this function said why.
+int write_plot(const Options& o, const Bench& bench, const std::vector<PlotSeries>& all) {
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string data =
+      std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/wia-bench-plot-XXXXXX.json";
+  const int fd = mkstemps(data.data(), 5);
+  if (fd < 0) {
+    std::fprintf(stderr, "wia-bench: --plot: cannot create a temporary file %s: %s\n", data.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  std::string j = "{\"comm\": ";
+  if (bench.distributed())
+    j +=
+        json_string("processes, " + std::to_string(wia_comm_node_count(bench.comm())) + " node(s)");
+  else
+    j += json_string("in-process host devices");
+  j += ", \"ranks\": " + std::to_string(bench.nranks());
+  j += ", \"dtype\": " + json_string(wia::kernels::dtype_name(o.dtype));
+  j += ", \"redop\": " + json_string(wia::kernels::reduce_op_name(o.redop));
+  j += ", \"series\": [";
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const PlotSeries& s = all[i];
+    j += std::string(i ? ",\n  " : "\n  ") + "{\"op\": " + json_string(s.op) +
+         ", \"transport\": " + json_string(s.transport) + ", \"points\": [";
+    for (std::size_t k = 0; k < s.points.size(); ++k) {
+      const PlotPoint& p = s.points[k];
+      j += std::string(k ? ", " : "") + "{\"bytes\": " + std::to_string(p.bytes) +
+           ", \"busbw\": " + json_number(p.busbw) +
+           ", \"busbw_inplace\": " + json_number(p.busbw_inplace) +
+           ", \"bound\": " + json_number(p.bound, true) +
+           ", \"algorithm\": " + json_string(p.algorithm) + "}";
+    }
+    j += "]}";
+  }
+  j += "\n]}\n";
+  const bool written = write(fd, j.data(), j.size()) == static_cast<ssize_t>(j.size());
+  close(fd);
+  int rc = 1;
+  if (!written) {
+    std::fprintf(stderr, "wia-bench: --plot: cannot write %s: %s\n", data.c_str(),
+                 std::strerror(errno));
+  } else if (const std::string script = plot_script(); !script.empty()) {
+    rc = run_plot_script(script, {data, o.plot}) == 0 ? 0 : 1;
+    if (rc) std::fprintf(stderr, "wia-bench: --plot %s: not written\n", o.plot.c_str());
+  }
+  unlink(data.c_str());
+  return rc;
+}
+
+int run_sweep(const Options& o, Bench& bench, bool print) {
+  const std::vector<std::uint64_t> sizes = sweep_sizes(o);
+  if (o.compressed) return run_compressed_sweep(o, bench, sizes, print);
+  if (o.profile_overhead) return run_profile_overhead(o, bench, sizes, print);
+  int rc = 0;
+  std::vector<PlotSeries> series;
+  for (const wia_collective_op_t op : o.ops) {
+    Options one = o;
+    one.op = op;
+    bench.set_op(op);
+    series.emplace_back();
+    rc |= run_plain_sweep(one, bench, sizes, print, series.back());
+    // Every rank takes part in the probe; rank 0 keeps the answer.
+    if (!o.plot.empty() && !series.back().points.empty()) {
+      const std::size_t es = wia::kernels::dtype_size(o.dtype);
+      series.back().transport = bench.transport(series.back().points.front().bytes / es);
+    }
+  }
+  if (print && !o.plot.empty() && write_plot(o, bench, series) != 0) rc = 1;
+  return rc;
 }
 
 // One rank of a job: from the unique id our spawner passed, else from the
@@ -795,6 +1059,8 @@ int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   // Inherited by the spawned ranks; each writes its file at wia_finalize.
   if (!o.trace.empty()) setenv("WIA_TRACE", o.trace.c_str(), 1);
+  // The ranks --procs spawns (WIA_TOOL_UNIQUE_ID set) were checked by their parent.
+  if (!o.plot.empty() && !std::getenv("WIA_TOOL_UNIQUE_ID") && !plot_precheck(o.plot)) return 1;
   if (o.procs > 0) return wia::tools::spawn_local_ranks("wia-bench", o.procs, argc, argv);
   if (o.procs_from_env || (!o.ranks_given && wia::tools::launched_by_launcher()))
     return run_rank(o);

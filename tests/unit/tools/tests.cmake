@@ -188,3 +188,56 @@ assert t[\"otherData\"][\"rank\"] == int(sys.argv[2]), t[\"otherData\"]' \
     bench-trace.json.rank$r $r || exit 1; done && \
   ${_wia_bench} --trace x.json --sizes 64 2>&1 | grep -q 'use --procs N'")
 set_tests_properties(tool_wia_bench_trace PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
+# wia-bench --plot (matplotlib, /usr/bin/python3): two collectives in one
+# in-process run, then 2 processes. The PNG is checked by check_plot.py
+# (signature, CRCs, IHDR size, decoded by matplotlib, not blank; its
+# "wia-series" chunk lists exactly the ops run and its title the
+# communicator, ranks and transport), and the script's report names every
+# op with all its sizes, busbw and bound alike. Skipped, with the reason,
+# where Debian's python3-matplotlib is not installed.
+set(_check_plot "/usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_plot.py")
+add_test(NAME tool_wia_bench_plot COMMAND sh -c "\
+  /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || { echo 'SKIPPED: /usr/bin/python3 has no matplotlib (scripts/install-deps.sh installs python3-matplotlib)'; exit 77; }; \
+  rm -f bench-plot.png bench-plot-procs.png && \
+  ${_wia_bench} --op allreduce,all_gather --ranks 2 --sizes 64,4K,64K -n 2 -w 1 --plot bench-plot.png > bench-plot.out; \
+  rc=$?; cat bench-plot.out; test $rc -eq 0 || exit 1; \
+  grep -q '^# wia-bench: allreduce ' bench-plot.out && grep -q '^# wia-bench: allgather ' bench-plot.out && \
+  test $(grep -c '# ok: 0 wrong' bench-plot.out) -eq 2 && \
+  grep -q '^# plot: allreduce: busbw 3 points, bound 3 points, 64 B .. 64 KiB$' bench-plot.out && \
+  grep -q '^# plot: allgather: busbw 3 points, bound 3 points, 64 B .. 64 KiB$' bench-plot.out && \
+  grep -q '^# plot: wrote bench-plot.png (1000 x 600 px, 2 series)' bench-plot.out && \
+  ${_check_plot} bench-plot.png allreduce,allgather 'in-process host devices, 2 ranks, transport memory' && \
+  ${_wia_bench} --procs 2 --op reducescatter --sizes 64,64K -n 2 -w 1 --plot bench-plot-procs.png > bench-plot.out; \
+  rc=$?; cat bench-plot.out; test $rc -eq 0 || exit 1; \
+  grep -q '^# plot: reducescatter: busbw 2 points, bound 2 points, 64 B .. 64 KiB$' bench-plot.out && \
+  ${_check_plot} bench-plot-procs.png reducescatter 'processes, 1 node(s), 2 ranks, transport '")
+set_tests_properties(tool_wia_bench_plot PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "WIA_LOG_LEVEL=error")
+
+# --plot errors, found before the sweep (nothing printed on stdout), one
+# line each and exit status 1: a directory that does not exist, a path
+# under a regular file, and matplotlib missing (a PYTHONPATH module that
+# fails to import stands in for it): the message names the package. A
+# file that cannot be written at the end (a directory's name) fails the
+# run after the table, also with status 1, leaving no FILE.tmp behind.
+add_test(NAME tool_wia_bench_plot_errors COMMAND sh -c "\
+  out=$(${_wia_bench} --ranks 2 --sizes 64 --plot /nonexistent-wia-dir/x.png 2>plot-err.txt); rc=$?; \
+  cat plot-err.txt; test $rc -eq 1 && test -z \"$out\" || exit 1; \
+  grep -q '^wia-bench: --plot /nonexistent-wia-dir/x.png: cannot write into /nonexistent-wia-dir: No such file or directory$' plot-err.txt || exit 1; \
+  : > plot-not-a-dir; \
+  out=$(${_wia_bench} --ranks 2 --sizes 64 --plot plot-not-a-dir/x.png 2>plot-err.txt); rc=$?; \
+  cat plot-err.txt; test $rc -eq 1 && test -z \"$out\" || exit 1; \
+  grep -q 'cannot write into plot-not-a-dir: not a directory' plot-err.txt || exit 1; \
+  mkdir -p fake-python/matplotlib && \
+  echo 'raise ImportError(\"hidden by the test\")' > fake-python/matplotlib/__init__.py && \
+  out=$(PYTHONPATH=$PWD/fake-python ${_wia_bench} --ranks 2 --sizes 64 --plot plot-never.png 2>plot-err.txt); rc=$?; \
+  cat plot-err.txt; test $rc -eq 1 && test -z \"$out\" && test ! -e plot-never.png || exit 1; \
+  grep -q \"python module 'matplotlib' is missing .*install the Debian package python3-matplotlib\" plot-err.txt || exit 1; \
+  mkdir -p plot-is-a-dir && \
+  ${_wia_bench} --ranks 2 --sizes 64 -n 1 -w 0 --plot plot-is-a-dir > plot-out.txt 2>plot-err.txt; rc=$?; \
+  cat plot-out.txt plot-err.txt; test $rc -eq 1 && grep -q '# ok: 0 wrong' plot-out.txt || exit 1; \
+  grep -q '^wia-bench --plot: cannot write plot-is-a-dir: Is a directory$' plot-err.txt && \
+  grep -q '^wia-bench: --plot plot-is-a-dir: not written$' plot-err.txt && test ! -e plot-is-a-dir.tmp && \
+  ${_wia_bench} --compress fp16 --plot x.png 2>&1 | grep -q 'plot draws the plain sweep'")
+set_tests_properties(tool_wia_bench_plot_errors PROPERTIES TIMEOUT 60 ENVIRONMENT "WIA_LOG_LEVEL=error")
