@@ -50,7 +50,11 @@ typedef enum {
 
 typedef enum {
   WIA_NET_COMPRESS_NONE = 0,
-  WIA_NET_COMPRESS_AUTO = 1 /* no per-link compression yet; see wia_all_reduce_compressed */
+  /* Plain float32 all-reduces of this communicator run int8 or bfloat16
+   * between hosts where its cost model says that pays (lossy; dense inside
+   * each host): config key compression.link_codec = auto for this
+   * communicator, docs/compression.md "Compression between hosts". */
+  WIA_NET_COMPRESS_AUTO = 1
 } wia_net_compression_t;
 
 typedef struct wia_distributed_config {

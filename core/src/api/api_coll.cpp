@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "api/communicators.hpp"
+#include "api/compress_job.hpp"
 #include "api/guard.hpp"
 #include "api/p2p.hpp"
 #include "common/hot_tls.hpp"
@@ -417,6 +418,12 @@ WIA_API wia_status_t wia_all_reduce(wia_communicator_t comm, const void* sendbuf
   return coll_guard(__func__, [&] {
     Request r{coll::Collective::kAllReduce};
     api::require_non_null(config, "config");
+    // Compression as a property of the links between hosts (a policy the
+    // user set: compression.link_codec, WIA_NET_COMPRESS_AUTO); not inside
+    // a group, whose calls must stay plain collectives of comm.
+    if (t_group_depth == 0 && api::compressed::all_reduce_with_link_codec(
+                                  comm, sendbuf, recvbuf, count, *config, stream))
+      return wia_status_t{WIA_SUCCESS};
     r.send = sendbuf, r.recv = recvbuf, r.count = count, r.config = config;
     r.expected_operation = WIA_COLLECTIVE_ALLREDUCE;
     r.op_from_config = true;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "api/communicators.hpp"
+#include "api/compress_job.hpp"
 #include "api/guard.hpp"
 #include "api/p2p.hpp"
 #include "bootstrap/bootstrap.hpp"
@@ -113,6 +114,7 @@ WIA_API wia_status_t wia_create_distributed_communicator(const wia_distributed_c
     if (backend == WIA_NET_RDMA) preferred = "verbs";
     *comm = api::publish(comm::ProcessCommunicator::create(*bs, device, preferred));
     api::note_distributed_communicator(*comm);
+    if (cfg.compression == WIA_NET_COMPRESS_AUTO) api::compressed::link_codec_auto(*comm);
   });
 }
 

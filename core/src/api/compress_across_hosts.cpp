@@ -28,6 +28,7 @@
 #include <mutex>
 #include <vector>
 
+#include "api/communicators.hpp"
 #include "api/compress_job.hpp"
 #include "api/guard.hpp"
 #include "comm/communicator_base.hpp"
@@ -35,7 +36,9 @@
 #include "common/log.hpp"
 #include "common/page_aligned.hpp"
 #include "compress/state.hpp"
+#include "comm/process_communicator.hpp"
 #include "runtime/runtime.hpp"
+#include "tuner/link_codec.hpp"
 
 namespace wia::api::compressed {
 namespace {
@@ -47,6 +50,10 @@ struct Split {
 
 std::mutex g_mu;
 std::map<const void*, Split> g_splits;  // by the call's communicator
+// Communicators made with WIA_NET_COMPRESS_AUTO (the others follow
+// compression.link_codec), and each one's choices by size bucket.
+std::map<const void*, tuner::LinkCodec> g_auto;
+std::map<std::pair<const void*, std::uint32_t>, tuner::LinkCodec> g_chosen;
 
 // Per call: the blocks and, when count is not a multiple of L, the padded
 // input and output (freed by the last task on the stream).
@@ -184,7 +191,88 @@ bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
   return true;
 }
 
+void link_codec_auto(const void* comm) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_auto[comm] = tuner::LinkCodec::kNone;
+}
+
+// Compression as a property of the links between hosts
+// (docs/compression.md, "Compression between hosts"): policy "int8" or
+// "bf16" always, "auto" where tuner::choose_link_codec estimates it pays.
+bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void* recv,
+                                std::size_t count, const wia_collective_config_t& cfg,
+                                wia_stream_t stream) {
+  bool automatic = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    automatic = g_auto.count(comm) > 0;
+  }
+  const std::string policy =
+      automatic ? "auto" : Runtime::get().config().get_string("compression.link_codec");
+  if (policy == "none") return false;
+  const auto min_bytes = static_cast<std::uint64_t>(
+      Runtime::get().config().get_int("compression.link_codec_min_bytes"));
+  if (api::raw_enum(cfg.datatype) != WIA_FLOAT32 ||
+      (api::raw_enum(cfg.reduction_op) != WIA_REDUCE_SUM &&
+       api::raw_enum(cfg.reduction_op) != WIA_REDUCE_AVG) ||
+      api::raw_enum(cfg.algorithm) != 0 || count * 4 < min_bytes)
+    return false;
+  comm::CommunicatorBase& c = api::live(comm);
+  auto* pc = dynamic_cast<comm::ProcessCommunicator*>(&c);
+  if (pc == nullptr) return false;
+  const int p = c.size(), hosts = c.node_count();
+  if (hosts < 2) return false;
+  std::vector<int> per_host(static_cast<std::size_t>(hosts), 0);
+  for (int r = 0; r < p; ++r) ++per_host[static_cast<std::size_t>(c.node_rank(r))];
+  for (const int n : per_host)
+    if (n != per_host[0]) return false;
+  const std::uint32_t bucket = tuner::Selector::size_bucket(count);
+  tuner::LinkCodec codec = tuner::LinkCodec::kNone;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (const auto it = g_chosen.find({comm, bucket}); it != g_chosen.end())
+      codec = it->second, known = true;
+  }
+  if (!known) {
+    const auto model = pc->cost_model();
+    if (!model) return false;
+    tuner::LinkCodecCall call;
+    call.hosts = hosts;
+    call.per_host = per_host[0];
+    call.count = count;
+    call.forced = policy == "int8"   ? tuner::LinkCodec::kInt8
+                  : policy == "bf16" ? tuner::LinkCodec::kBf16
+                                     : tuner::LinkCodec::kNone;
+    const tuner::LinkCodecChoice choice = tuner::choose_link_codec(*model, call);
+    codec = choice.codec;
+    log::info("compress", "rank {}: float32 all-reduces of about {} entries (compression "
+              "policy {}): {}",
+              wia_comm_rank(comm), count, policy, choice.why);
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_chosen[{comm, bucket}] = codec;
+  }
+  if (codec == tuner::LinkCodec::kNone) return false;
+  wia_compression_config_t cc{};
+  if (codec == tuner::LinkCodec::kInt8) {
+    cc.method = WIA_COMPRESS_QUANTIZE;
+    cc.parameters.quantize.num_bits = 8;
+    cc.parameters.quantize.use_dynamic_range = true;
+  } else {
+    cc.method = WIA_COMPRESS_BF16;
+  }
+  post_compressed(comm, send, recv, count, WIA_FLOAT32,
+                  static_cast<wia_reduce_op_t>(api::raw_enum(cfg.reduction_op)), &cc, stream);
+  return true;
+}
+
 void forget_across_hosts(const void* comm) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_auto.erase(comm);
+    for (auto it = g_chosen.begin(); it != g_chosen.end();)
+      it = it->first.first == comm ? g_chosen.erase(it) : std::next(it);
+  }
   Split s;
   {
     std::lock_guard<std::mutex> lock(g_mu);

@@ -113,6 +113,14 @@ void post_compressed(wia_communicator_t comm, const void* input, void* output, s
 bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
                        const void* input, void* output, std::size_t count, wia_reduce_op_t op,
                        const wia_compression_config_t& cfg, wia_stream_t stream);
+// A plain float32 all-reduce on a communicator of several hosts, run
+// compressed between hosts when the policy (compression.link_codec, or
+// WIA_NET_COMPRESS_AUTO at creation: link_codec_auto) says so; false when
+// it runs plain.
+bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void* recv,
+                                std::size_t count, const wia_collective_config_t& cfg,
+                                wia_stream_t stream);
+void link_codec_auto(const void* comm);
 // The communicators it split from comm: destroyed with comm; their
 // compression state reset with comm's.
 void forget_across_hosts(const void* comm) noexcept;

@@ -160,6 +160,19 @@ constexpr KeySpec kCoreSchema[] = {
      .description = "Quantized and cast all-reduces without error feedback on process "
                     "communicators of several hosts with equally many ranks: dense inside each "
                     "host, compressed only between hosts (docs/compression.md)"},
+    {.key = "compression.link_codec",
+     .type = ValueType::kEnum,
+     .default_value = "none",
+     .description = "Plain float32 all-reduces on process communicators of several hosts: "
+                    "'int8' or 'bf16' between hosts (lossy), 'auto' where the cost model says it "
+                    "pays, 'none' (docs/compression.md, \"Compression between hosts\")",
+     .allowed = "none|auto|int8|bf16"},
+    {.key = "compression.link_codec_min_bytes",
+     .type = ValueType::kInt,
+     .default_value = "1048576",
+     .description = "The smallest all-reduce (one rank's input) compression.link_codec applies to",
+     .min_value = 0,
+     .max_value = 1099511627776},
     {.key = "flight_recorder.entries",
      .type = ValueType::kInt,
      .default_value = "2000",

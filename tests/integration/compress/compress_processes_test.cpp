@@ -285,12 +285,67 @@ int across_hosts_body(int rank, int nranks, const std::string& id_path, bool fla
   return 0;
 }
 
+// A plain wia_all_reduce of 2 MiB of float32 on two faked hosts with
+// compression.link_codec auto (the YAML of the run): compressed (int8
+// between hosts) when the link file makes the link between hosts slow,
+// plain when it is fast. Compressed: no all-reduce on the communicator
+// itself (the exchange ran on the hosts' split communicators), the error
+// of quantizing each host's sum (clearly not a float32 sum's rounding),
+// the same vector on every rank. Plain: one all-reduce, float32 exact.
+int link_codec_body(int rank, int nranks, const std::string& id_path, bool expect_codec) {
+  wia_unique_id_t id;
+  wia_communicator_t comm = nullptr;
+  EXPECT(exchange_id(rank, id_path, &id));
+  EXPECT(wia_create_communicator_from_id(&id, nranks, rank, &comm) == WIA_SUCCESS);
+  constexpr std::size_t n = 1u << 19;
+  std::vector<float> x(n), out(n);
+  std::vector<double> dense(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = input(rank, i);
+    for (int r = 0; r < nranks; ++r) dense[i] += input(r, i);
+  }
+  wia_comm_profiling_t prof{};
+  EXPECT(wia_enable_comm_profiling(comm, &prof) == WIA_SUCCESS);
+  wia_collective_config_t sum{};
+  sum.datatype = WIA_FLOAT32;
+  sum.reduction_op = WIA_REDUCE_SUM;
+  EXPECT(wia_all_reduce(comm, x.data(), out.data(), n, &sum, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  wia_comm_profile_report_t* report = wia_get_comm_profile(comm);
+  EXPECT(report != nullptr);
+  int all_reduces = 0;
+  for (int c = 0; c < report->num_collectives; ++c)
+    if (std::strcmp(report->collectives[c].name, "allreduce") == 0)
+      all_reduces += report->collectives[c].invocation_count;
+  wia_free_comm_profile(report);
+  EXPECT(all_reduces == (expect_codec ? 0 : 1));
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(out[i] - dense[i]));
+  if (expect_codec) {
+    // Host sums in [-10, 10], chunks spanning most of it: each host's sum
+    // within a step of 20/255, the total within one more step of its
+    // range (40/255): at most about 0.32 off (docs/compression.md).
+    if (!(worst > 1e-3 && worst < 0.33)) std::fprintf(stderr, "rank %d: worst %g\n", rank, worst);
+    EXPECT(worst > 1e-3 && worst < 0.33);
+  } else {
+    EXPECT(worst < 1e-4);
+  }
+  std::vector<float> first(out);
+  EXPECT(wia_broadcast(comm, first.data(), n, 0, WIA_FLOAT32, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  for (std::size_t i = 0; i < n; ++i) EXPECT(first[i] == out[i]);
+  EXPECT(wia_destroy_communicator(comm) == WIA_SUCCESS);
+  return 0;
+}
+
 // Forks nranks processes running body; their exit statuses (-1 if killed
-// at the deadline).
-std::vector<int> run(int nranks, const char* transport, int variant = 0) {
+// at the deadline). variant: 0 body, 1 and 2 across_hosts_body (2 flat),
+// 3 and 4 link_codec_body (3 expecting the codec); 1-4 on two faked hosts.
+std::vector<int> run(int nranks, const char* transport, int variant = 0,
+                     const std::string& extra_yaml = "") {
   char cfg[] = "/tmp/wia-compress-proc-XXXXXX.yaml";
   const int fd = mkstemps(cfg, 5);
-  const std::string yaml = "host:\n  devices: 1\ncollectives:\n  timeout_ms: 20000\n";
+  const std::string yaml = "host:\n  devices: 1\ncollectives:\n  timeout_ms: 20000\n" + extra_yaml;
   REQUIRE(fd >= 0);
   REQUIRE(write(fd, yaml.data(), yaml.size()) == static_cast<ssize_t>(yaml.size()));
   close(fd);
@@ -306,8 +361,9 @@ std::vector<int> run(int nranks, const char* transport, int variant = 0) {
       if (variant) setenv("WIA_HOSTID", r < nranks / 2 ? "hostA" : "hostB", 1);
       if (variant == 2) setenv("WIA_COMPRESSION_ACROSS_HOSTS", "false", 1);
       if (wia_init_with_config(cfg) != WIA_SUCCESS) _exit(11);
-      const int rc =
-          variant ? across_hosts_body(r, nranks, idp, variant == 2) : body(r, nranks, idp);
+      const int rc = variant >= 3 ? link_codec_body(r, nranks, idp, variant == 3)
+                     : variant    ? across_hosts_body(r, nranks, idp, variant == 2)
+                                  : body(r, nranks, idp);
       wia_finalize();
       _exit(rc);
     }
@@ -356,4 +412,33 @@ TEST_CASE("across two hosts: dense inside a host, compressed between hosts") {
       CHECK(st[r] == 0);
     }
   }
+}
+
+TEST_CASE("compression between hosts as a link property: auto compresses a slow link only") {
+  char tmpl[] = "/tmp/wia-link-codec-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  for (const double between : {0.125, 100.0}) {
+    INFO(between << " GB/s between the hosts");
+    const std::string links = std::string(tmpl) + "/links.yaml";
+    FILE* f = std::fopen(links.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fprintf(f,
+                 "nodes:\n  - {name: a, devices: [\"r0:host0\", \"r1:host0\"]}\n"
+                 "  - {name: b, devices: [\"r2:host0\", \"r3:host0\"]}\n"
+                 "links:\n  - {between: intra_node, type: shared_memory, bandwidth_gbps: 20, "
+                 "latency_us: 1}\n"
+                 "  - {between: inter_node, type: ethernet_100g, bandwidth_gbps: %g, "
+                 "latency_us: 50}\n",
+                 between);
+    std::fclose(f);
+    const std::string yaml =
+        "tuner:\n  link_file: " + links + "\ncompression:\n  link_codec: auto\n";
+    const auto st = run(4, nullptr, between < 1 ? 3 : 4, yaml);
+    for (int r = 0; r < 4; ++r) {
+      INFO("rank " << r);
+      CHECK(st[r] == 0);
+    }
+  }
+  std::remove((std::string(tmpl) + "/links.yaml").c_str());
+  rmdir(tmpl);
 }

@@ -1,4 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# The alpha-beta cost model (core/tuner) over the registered algorithms.
+# The alpha-beta cost model (core/tuner) over the registered algorithms, and
+# the choice of compression between hosts it makes (link_codec).
 wia_add_unit_test(tuner SOURCES ${CMAKE_CURRENT_LIST_DIR}/cost_model_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/link_codec_test.cpp
   LIBS wia_core_internal)
