@@ -27,14 +27,15 @@ shape_link "$rate"
 export WIA_COLLECTIVES_HEARTBEAT_TIMEOUT_MS=${WIA_COLLECTIVES_HEARTBEAT_TIMEOUT_MS:-30000}
 
 # method and the speedup the issue asks for (0: none asked); METHODS=... runs
-# some of them.
+# some of them; COMPRESSION_STREAM=1 encodes on a second stream (pipelined
+# segments, docs/compression.md).
 methods=${METHODS:-"topk:0.01=5 int8=3 onebit=6 lowrank:4=5 int4=0 randomk:0.01=0 fp16=0"}
 echo "# compressed vs plain all-reduce, $size fp32, 2 hosts x 2 ranks, veth shaped to $rate (tc tbf)"
 printf '# %-14s %10s %8s %12s %12s %9s %8s %s\n' method wire cratio "time(us)" "plain(us)" relerr speedup goal
 status=0
 for entry in $methods; do
   method=${entry%=*} goal=${entry#*=}
-  if ! LOG_LEVEL=error run_job "${method%%:*}" 600 --compress "$method" --sizes "$size" -n 1 -w 1 >/dev/null; then
+  if ! LOG_LEVEL=error run_job "${method%%:*}" 600 --compress "$method" ${COMPRESSION_STREAM:+--compression-stream} --sizes "$size" -n 1 -w 1 >/dev/null; then
     echo "  $method: the job failed"; status=1; continue
   fi
   row=$(grep -E '^ +[0-9]+ +[0-9]+ +float32 ' "$work/${method%%:*}.0" | tail -n 1)

@@ -94,6 +94,7 @@ struct Options {
   int procs = 0;              // --procs N: spawn N processes
   bool procs_from_env = false;  // one rank of a launched job
   bool compressed = false;      // --compress
+  bool compression_stream = false;  // --compression-stream
   bool profile_overhead = false;  // --profile-overhead
   std::string trace;              // --trace FILE: WIA_TRACE for every rank
   std::string plot;               // --plot FILE.png
@@ -111,7 +112,8 @@ struct Options {
       "                 recursive_doubling|recursive_halving|bruck|chain|scatter_allgather|\n"
       "                 direct|pairwise|one_shot|hierarchical] [--ranks N] [-n ITERS]\n"
       "                 [-w WARMUP] [-c 0|1] [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
-      "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16]\n"
+      "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16\n"
+      "                 [--compression-stream]]\n"
       "                 [--profile-overhead] [--trace FILE] [--plot FILE.png]\n"
       "--op also takes the spec's spellings: all_reduce, all_gather, reduce_scatter, all_to_all;\n"
       "several, comma-separated (--op allreduce,allgather), run one after another.\n"
@@ -123,6 +125,8 @@ struct Options {
       "--compress: wia_all_reduce_compressed (allreduce, float32/float16/bfloat16, sum/avg)\n"
       "with error feedback for topk, onebit and lowrank; R is k_ratio (topk, randomk) or\n"
       "the rank (lowrank); compared with the plain all-reduce timed in the same run.\n"
+      "--compression-stream: each rank encodes on a second stream of its device, so a\n"
+      "large call's segments overlap (docs/compression.md, \"Pipelining\").\n"
       "--profile-overhead: each size with and without wia_enable_comm_profiling\n"
       "(process communicators: --procs N), alternating, and the difference.\n"
       "--trace FILE: each rank writes its timeline as Chrome/Perfetto JSON to\n"
@@ -193,6 +197,7 @@ Options parse(int argc, char** argv) {
       o.compress = compress_arg(o.compress_name);
       o.compressed = true;
     }
+    else if (a == "--compression-stream") o.compression_stream = true;
     else if (a == "--op") {
       o.ops.clear();
       const std::string list = next();
@@ -256,6 +261,7 @@ Options parse(int argc, char** argv) {
         "--profile-overhead)");
   if (!o.plot.empty() && (o.compressed || o.profile_overhead))
     usage("--plot draws the plain sweep: not with --compress or --profile-overhead");
+  if (o.compression_stream && !o.compressed) usage("--compression-stream needs --compress");
   if (o.compressed) {
     if (o.op != WIA_COLLECTIVE_ALLREDUCE) usage("--compress needs --op allreduce");
     if (o.dtype != WIA_FLOAT32 && o.dtype != WIA_FLOAT16 && o.dtype != WIA_BFLOAT16)
@@ -304,6 +310,7 @@ const char* op_name(wia_collective_op_t op) {
 struct Rank {
   int rank = 0;
   wia_stream_t stream = nullptr;
+  wia_stream_t side = nullptr;  // --compression-stream: where the codec runs
   char* in = nullptr;   // out-of-place input
   char* out = nullptr;  // output (also the in-place buffer)
   std::vector<void*> in_shards, out_shards;
@@ -321,6 +328,7 @@ class Bench {
     for (int r = 0; r < o.ranks; ++r) {
       ranks_[r].rank = r;
       CHECK_WIA(wia_create_stream_on(r, &ranks_[r].stream));
+      if (o.compression_stream) CHECK_WIA(wia_create_stream_on(r, &ranks_[r].side));
       allocate(ranks_[r], r);
     }
   }
@@ -333,6 +341,7 @@ class Bench {
     CHECK_WIA(wia_get_device(&dev));
     ranks_.resize(1);
     ranks_[0].rank = wia_comm_rank(comm);
+    if (o.compression_stream) CHECK_WIA(wia_create_stream_on(dev, &ranks_[0].side));
     allocate(ranks_[0], dev);
   }
   ~Bench() {
@@ -340,6 +349,7 @@ class Bench {
       wia_free(r.in);
       wia_free(r.out);
       if (r.stream) wia_destroy_stream(r.stream);
+      if (r.side) wia_destroy_stream(r.side);
     }
     wia_destroy_communicator(comm_);
   }
@@ -383,8 +393,10 @@ class Bench {
       // Each call posts several collectives and host tasks: no group.
       for (Rank& k : ranks_) {
         char* send = in_place ? k.out : k.in;
-        CHECK_WIA(wia_all_reduce_compressed_ex(comm_, send, k.out, n, o_.dtype, o_.redop,
-                                               &o_.compress, k.stream));
+        wia_compression_config_t c = o_.compress;
+        c.compression_stream = k.side;
+        CHECK_WIA(wia_all_reduce_compressed_ex(comm_, send, k.out, n, o_.dtype, o_.redop, &c,
+                                               k.stream));
       }
       return;
     }
@@ -671,10 +683,11 @@ int run_compressed_sweep(const Options& o, Bench& bench, const std::vector<std::
   const std::size_t es = wia::kernels::dtype_size(o.dtype);
   const int p = bench.nranks();
   if (print) {
-    std::printf("# wia-bench: compressed allreduce (%s)  ranks %d (%s)  dtype %s  redop %s\n",
+    std::printf("# wia-bench: compressed allreduce (%s)  ranks %d (%s)  dtype %s  redop %s%s\n",
                 o.compress_name.c_str(), p,
                 bench.distributed() ? "processes, one rank each" : "in-process host devices",
-                wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop));
+                wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop),
+                o.compression_stream ? "  compression stream" : "");
     std::printf("# wire = bytes each rank sends (wia_compression_wire_bytes); cratio = the plain "
                 "ring all-reduce's wire / wire; algbw on the original size; relerr = |out - exact|_2 / |exact|_2 "
                 "of one call from a reset; speedup = plain all-reduce time / compressed time, "
