@@ -131,17 +131,15 @@ bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
     st = post();
     if (st != WIA_SUCCESS) why = wia_get_last_error();
   };
+  auto host = [&](void (*fn)(void*)) {
+    step([&] { return wia_launch_host_func(stream, fn, raw); });
+  };
   if (padded)
-    step([&] {
-      return wia_launch_host_func(
-          stream,
-          [](void* a) {
-            auto* x = static_cast<Scratch*>(a);
-            std::memcpy(x->padded_in.data(), x->in, x->count * sizeof(float));
-            std::fill(x->padded_in.begin() + static_cast<std::ptrdiff_t>(x->count),
-                      x->padded_in.end(), 0.0f);
-          },
-          raw);
+    host([](void* a) {
+      auto* x = static_cast<Scratch*>(a);
+      std::memcpy(x->padded_in.data(), x->in, x->count * sizeof(float));
+      std::fill(x->padded_in.begin() + static_cast<std::ptrdiff_t>(x->count), x->padded_in.end(),
+                0.0f);
     });
   wia_collective_config_t sum{};
   sum.operation = WIA_COLLECTIVE_REDUCE_SCATTER;
@@ -161,28 +159,18 @@ bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
     });
   });
   if (x.scale != 1.0f)
-    step([&] {
-      return wia_launch_host_func(
-          stream,
-          [](void* a) {
-            auto* x = static_cast<Scratch*>(a);
-            for (float& v : x->block_out) v *= x->scale;
-          },
-          raw);
+    host([](void* a) {
+      auto* x = static_cast<Scratch*>(a);
+      for (float& v : x->block_out) v *= x->scale;
     });
   step([&] {
     return wia_all_gather(s.host, raw->block_out.data(),
                           padded ? raw->gathered.data() : raw->out, block, WIA_FLOAT32, stream);
   });
   if (padded)
-    step([&] {
-      return wia_launch_host_func(
-          stream,
-          [](void* a) {
-            auto* x = static_cast<Scratch*>(a);
-            std::memcpy(x->out, x->gathered.data(), x->count * sizeof(float));
-          },
-          raw);
+    host([](void* a) {
+      auto* x = static_cast<Scratch*>(a);
+      std::memcpy(x->out, x->gathered.data(), x->count * sizeof(float));
     });
   if (wia_launch_host_func(stream, [](void* a) { delete static_cast<Scratch*>(a); }, raw) !=
       WIA_SUCCESS)

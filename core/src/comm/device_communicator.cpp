@@ -465,17 +465,7 @@ void DeviceCommunicator::record_end(const Operation& op) {
 
 double DeviceCommunicator::slowest_link_gbps() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const tuner::LinkModel& m = selector_.model();
-  double slowest = m.gbps;
-  if (!m.gbps_matrix.empty()) {
-    slowest = 0.0;
-    for (int a = 0; a < m.nranks; ++a)
-      for (int b = 0; b < m.nranks; ++b) {
-        const double g = m.gbps_matrix[static_cast<std::size_t>(a * m.nranks + b)];
-        if (a != b && g > 0 && (slowest == 0.0 || g < slowest)) slowest = g;
-      }
-  }
-  return slowest;
+  return selector_.model().slowest_gbps();
 }
 
 tuner::LinkModel DeviceCommunicator::cost_model() const {

@@ -159,17 +159,7 @@ wia_status_t ProcessCommunicator::async_error() const {
 double ProcessCommunicator::slowest_link_gbps() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!selector_) return 0.0;
-  const tuner::LinkModel& m = selector_->model();
-  double slowest = m.gbps;
-  if (!m.gbps_matrix.empty()) {
-    slowest = 0.0;
-    for (int a = 0; a < m.nranks; ++a)
-      for (int b = 0; b < m.nranks; ++b) {
-        const double g = m.gbps_matrix[static_cast<std::size_t>(a * m.nranks + b)];
-        if (a != b && g > 0 && (slowest == 0.0 || g < slowest)) slowest = g;
-      }
-  }
-  return slowest;
+  return selector_->model().slowest_gbps();
 }
 
 std::optional<tuner::LinkModel> ProcessCommunicator::cost_model() {

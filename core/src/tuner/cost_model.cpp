@@ -61,6 +61,17 @@ LinkModel LinkModel::two_level(std::int32_t nranks, std::span<const std::int32_t
   return m;
 }
 
+double LinkModel::slowest_gbps() const {
+  if (gbps_matrix.empty()) return gbps;
+  double slowest = 0.0;
+  for (std::int32_t a = 0; a < nranks; ++a)
+    for (std::int32_t b = 0; b < nranks; ++b) {
+      const double g = gbps_matrix[idx(a, b)];
+      if (a != b && g > 0 && (slowest == 0.0 || g < slowest)) slowest = g;
+    }
+  return slowest;
+}
+
 bool LinkModel::is_uniform() const {
   if (!node_of_rank.empty() || !nic_of_rank.empty()) return false;
   auto all_equal = [this](const std::vector<double>& v) {

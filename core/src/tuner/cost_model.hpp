@@ -121,6 +121,9 @@ struct LinkModel {
   // Uniform links and no NIC sharing or node locality (node_of_rank /
   // nic_of_rank empty): every rank sees the same network.
   bool is_uniform() const;
+  // The lowest bandwidth of any link between two ranks (gbps when the
+  // matrices are empty); what bandwidth utilization is measured against.
+  double slowest_gbps() const;
   // Throws wia::Error(INVALID_ARGUMENT) on bad sizes or non-positive values.
   void validate() const;
 

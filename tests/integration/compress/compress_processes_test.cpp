@@ -60,11 +60,31 @@ bool exchange_id(int rank, const std::string& path, wia_unique_id_t* id) {
     }                                                                                     \
   } while (0)
 
-int body(int rank, int nranks, const std::string& id_path) {
+// This rank's communicator of the job (nullptr on failure).
+wia_communicator_t join(int rank, int nranks, const std::string& id_path) {
   wia_unique_id_t id;
   wia_communicator_t comm = nullptr;
-  EXPECT(exchange_id(rank, id_path, &id));
-  EXPECT(wia_create_communicator_from_id(&id, nranks, rank, &comm) == WIA_SUCCESS);
+  if (!exchange_id(rank, id_path, &id) ||
+      wia_create_communicator_from_id(&id, nranks, rank, &comm) != WIA_SUCCESS)
+    return nullptr;
+  return comm;
+}
+
+// How often comm's profile saw collective `name` (-1: no profile).
+int invocations(wia_communicator_t comm, const char* name) {
+  wia_comm_profile_report_t* report = wia_get_comm_profile(comm);
+  if (report == nullptr) return -1;
+  int n = 0;
+  for (int c = 0; c < report->num_collectives; ++c)
+    if (std::strcmp(report->collectives[c].name, name) == 0)
+      n += report->collectives[c].invocation_count;
+  wia_free_comm_profile(report);
+  return n;
+}
+
+int body(int rank, int nranks, const std::string& id_path) {
+  wia_communicator_t comm = join(rank, nranks, id_path);
+  EXPECT(comm != nullptr);
   std::vector<float> x(kN), out(kN), res(kN), res_sum(kN);
   std::vector<double> dense(kN, 0);
   for (std::size_t i = 0; i < kN; ++i) {
@@ -191,10 +211,8 @@ int body(int rank, int nranks, const std::string& id_path) {
 // with compression.across_hosts off (`flat`) the all-to-all is back on the
 // communicator.
 int across_hosts_body(int rank, int nranks, const std::string& id_path, bool flat) {
-  wia_unique_id_t id;
-  wia_communicator_t comm = nullptr;
-  EXPECT(exchange_id(rank, id_path, &id));
-  EXPECT(wia_create_communicator_from_id(&id, nranks, rank, &comm) == WIA_SUCCESS);
+  wia_communicator_t comm = join(rank, nranks, id_path);
+  EXPECT(comm != nullptr);
   EXPECT(wia_comm_node_count(comm) == 2);
   std::vector<float> x(kN), out(kN);
   std::vector<double> dense(kN, 0), host_sum[2] = {std::vector<double>(kN, 0),
@@ -214,14 +232,7 @@ int across_hosts_body(int rank, int nranks, const std::string& id_path, bool fla
   q.parameters.quantize.use_dynamic_range = true;
   EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &q, nullptr) == WIA_SUCCESS);
   EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
-  wia_comm_profile_report_t* report = wia_get_comm_profile(comm);
-  EXPECT(report != nullptr);
-  int all_to_all = 0;
-  for (int c = 0; c < report->num_collectives; ++c)
-    if (std::strcmp(report->collectives[c].name, "alltoall") == 0)
-      all_to_all += report->collectives[c].invocation_count;
-  wia_free_comm_profile(report);
-  EXPECT(all_to_all == (flat ? 1 : 0));
+  EXPECT(invocations(comm, "alltoall") == (flat ? 1 : 0));
   // The flat bound quantizes every rank's input; across hosts, each host's
   // sum: b1 over the 2 host sums, then one step of the total.
   for (std::size_t base = 0; base < kN; base += 256) {
@@ -293,10 +304,8 @@ int across_hosts_body(int rank, int nranks, const std::string& id_path, bool fla
 // of quantizing each host's sum (clearly not a float32 sum's rounding),
 // the same vector on every rank. Plain: one all-reduce, float32 exact.
 int link_codec_body(int rank, int nranks, const std::string& id_path, bool expect_codec) {
-  wia_unique_id_t id;
-  wia_communicator_t comm = nullptr;
-  EXPECT(exchange_id(rank, id_path, &id));
-  EXPECT(wia_create_communicator_from_id(&id, nranks, rank, &comm) == WIA_SUCCESS);
+  wia_communicator_t comm = join(rank, nranks, id_path);
+  EXPECT(comm != nullptr);
   constexpr std::size_t n = 1u << 19;
   std::vector<float> x(n), out(n);
   std::vector<double> dense(n, 0);
@@ -311,14 +320,7 @@ int link_codec_body(int rank, int nranks, const std::string& id_path, bool expec
   sum.reduction_op = WIA_REDUCE_SUM;
   EXPECT(wia_all_reduce(comm, x.data(), out.data(), n, &sum, nullptr) == WIA_SUCCESS);
   EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
-  wia_comm_profile_report_t* report = wia_get_comm_profile(comm);
-  EXPECT(report != nullptr);
-  int all_reduces = 0;
-  for (int c = 0; c < report->num_collectives; ++c)
-    if (std::strcmp(report->collectives[c].name, "allreduce") == 0)
-      all_reduces += report->collectives[c].invocation_count;
-  wia_free_comm_profile(report);
-  EXPECT(all_reduces == (expect_codec ? 0 : 1));
+  EXPECT(invocations(comm, "allreduce") == (expect_codec ? 0 : 1));
   double worst = 0;
   for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(out[i] - dense[i]));
   if (expect_codec) {

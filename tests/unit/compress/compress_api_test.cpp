@@ -109,6 +109,32 @@ std::vector<std::uint32_t> ref_topk(const std::vector<float>& x, std::size_t k) 
   return idx;
 }
 
+// The error-feedback configurations the tests run: int8 with ranges per
+// chunk, 1-bit with fp16 scales, random-k 10 %.
+wia_compression_config_t int8_ef_cfg() {
+  wia_compression_config_t c{};
+  c.method = WIA_COMPRESS_QUANTIZE;
+  c.parameters.quantize.num_bits = 8;
+  c.parameters.quantize.use_dynamic_range = true;
+  c.error_feedback = true;
+  return c;
+}
+wia_compression_config_t onebit_cfg() {
+  wia_compression_config_t c{};
+  c.method = WIA_COMPRESS_ONEBIT;
+  c.parameters.onebit.use_error_feedback = true;
+  c.parameters.onebit.scaling_factor_precision = WIA_FLOAT16;
+  return c;
+}
+wia_compression_config_t randomk_ef_cfg(std::uint64_t seed) {
+  wia_compression_config_t c{};
+  c.method = WIA_COMPRESS_RANDOMK;
+  c.parameters.randomk.k_ratio = 0.1;
+  c.parameters.randomk.seed = seed;
+  c.error_feedback = true;
+  return c;
+}
+
 wia_compression_config_t topk_cfg(double ratio, bool ef) {
   wia_compression_config_t c{};
   c.method = WIA_COMPRESS_TOPK;
@@ -142,20 +168,6 @@ TEST_CASE("top-k: the sum of every rank's exact top-k, on the pair path and the 
 
 TEST_CASE("error feedback loses nothing: output + every rank's residual = the dense sum") {
   World w;
-  wia_compression_config_t q8{};
-  q8.method = WIA_COMPRESS_QUANTIZE;
-  q8.parameters.quantize.num_bits = 8;
-  q8.parameters.quantize.use_dynamic_range = true;
-  q8.error_feedback = true;
-  wia_compression_config_t ob{};
-  ob.method = WIA_COMPRESS_ONEBIT;
-  ob.parameters.onebit.use_error_feedback = true;
-  ob.parameters.onebit.scaling_factor_precision = WIA_FLOAT16;
-  wia_compression_config_t rk{};
-  rk.method = WIA_COMPRESS_RANDOMK;
-  rk.parameters.randomk.k_ratio = 0.1;
-  rk.parameters.randomk.seed = 42;
-  rk.error_feedback = true;
   wia_compression_config_t lr{};
   lr.method = WIA_COMPRESS_LOWRANK;
   lr.parameters.lowrank.rank = 3;
@@ -163,7 +175,7 @@ TEST_CASE("error feedback loses nothing: output + every rank's residual = the de
   lr.error_feedback = true;
   // (Not the casts: their all-reduce rounds partial sums in half precision
   // on every hop, which no rank's residual sees; their bound is checked below.)
-  for (const auto& cfg : {topk_cfg(0.01, true), q8, ob, rk, lr}) {
+  for (const auto& cfg : {topk_cfg(0.01, true), int8_ef_cfg(), onebit_cfg(), randomk_ef_cfg(42), lr}) {
     INFO("method " << int(cfg.method));
     REQUIRE(wia_compression_reset(w.comm) == WIA_SUCCESS);
     auto in = inputs(3000, 2);
@@ -405,20 +417,7 @@ TEST_CASE("pipelined: segments encode ahead of their exchanges, and lose nothing
 
   // Error feedback over segments: one residual per buffer (read whole by
   // wia_compression_get_residual), and output + residuals = the dense sum.
-  wia_compression_config_t q8{};
-  q8.method = WIA_COMPRESS_QUANTIZE;
-  q8.parameters.quantize.num_bits = 8;
-  q8.parameters.quantize.use_dynamic_range = true;
-  q8.error_feedback = true;
-  wia_compression_config_t ob{};
-  ob.method = WIA_COMPRESS_ONEBIT;
-  ob.parameters.onebit.use_error_feedback = true;
-  wia_compression_config_t rk{};
-  rk.method = WIA_COMPRESS_RANDOMK;
-  rk.parameters.randomk.k_ratio = 0.1;
-  rk.parameters.randomk.seed = 9;
-  rk.error_feedback = true;
-  for (const auto& cfg : {topk_cfg(0.01, true), q8, ob, rk}) {
+  for (const auto& cfg : {topk_cfg(0.01, true), int8_ef_cfg(), onebit_cfg(), randomk_ef_cfg(9)}) {
     INFO("method " << int(cfg.method));
     REQUIRE(wia_compression_reset(w.comm) == WIA_SUCCESS);
     const auto dense = dense_sum(in);
