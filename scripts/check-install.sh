@@ -13,9 +13,14 @@ trap 'rm -rf "$prefix" "$work"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in include/wia/wia.h include/wia/provider.h include/wia/status.h \
          lib/libwia.so lib/wia/providers/libwia-provider-host.so bin/wia-info bin/wia-conformance \
-         lib/pkgconfig/wia.pc lib/cmake/wia/wiaConfig.cmake; do
+         lib/pkgconfig/wia.pc lib/cmake/wia/wiaConfig.cmake bin/wia-bench share/wia/wia_plot.py; do
   [ -e "$prefix/$f" ] || { echo "check-install: missing $f in the installed tree"; exit 1; }
 done
+# The installed tools run from any prefix without LD_LIBRARY_PATH.
+env -u LD_LIBRARY_PATH "$prefix/bin/wia-info" --config >/dev/null ||
+  { echo "check-install: the installed wia-info does not run"; exit 1; }
+env -u LD_LIBRARY_PATH "$prefix/bin/wia-bench" --ranks 2 --sizes 1K -n 1 -w 0 >/dev/null ||
+  { echo "check-install: the installed wia-bench does not run"; exit 1; }
 
 failed=0
 for ex in "$root"/examples/*/; do
