@@ -195,8 +195,16 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
     std::lock_guard<std::mutex> lock(g_mu);
     automatic = g_auto.count(comm) > 0;
   }
-  const std::string policy =
-      automatic ? "auto" : Runtime::get().config().get_string("compression.link_codec");
+  auto* pc = dynamic_cast<comm::ProcessCommunicator*>(&api::live(comm));
+  if (pc == nullptr) return false;
+  // Who asks, first that applies: WIA_NET_COMPRESS_AUTO at creation, the
+  // compress key of the selector rule of the links between nodes, the
+  // configuration.
+  const std::optional<selector::LinkCompress>& rule = pc->link_compress();
+  const std::string policy = automatic ? "auto"
+                             : rule    ? rule->method
+                                       : Runtime::get().config().get_string(
+                                          "compression.link_codec");
   if (policy == "none") return false;
   const auto min_bytes = static_cast<std::uint64_t>(
       Runtime::get().config().get_int("compression.link_codec_min_bytes"));
@@ -205,9 +213,7 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
        api::raw_enum(cfg.reduction_op) != WIA_REDUCE_AVG) ||
       api::raw_enum(cfg.algorithm) != 0 || count * 4 < min_bytes)
     return false;
-  comm::CommunicatorBase& c = api::live(comm);
-  auto* pc = dynamic_cast<comm::ProcessCommunicator*>(&c);
-  if (pc == nullptr) return false;
+  const comm::CommunicatorBase& c = *pc;
   const int p = c.size(), hosts = c.node_count();
   if (hosts < 2) return false;
   std::vector<int> per_host(static_cast<std::size_t>(hosts), 0);
@@ -234,9 +240,21 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
                                      : tuner::LinkCodec::kNone;
     const tuner::LinkCodecChoice choice = tuner::choose_link_codec(*model, call);
     codec = choice.codec;
+    // The rule's `when`: only over links slower than it says.
+    const bool too_fast = !automatic && rule && rule->below_gbps > 0 &&
+                          choice.between_gbps >= rule->below_gbps;
+    if (too_fast) codec = tuner::LinkCodec::kNone;
     log::info("compress", "rank {}: float32 all-reduces of about {} entries (compression "
-              "policy {}): {}",
-              wia_comm_rank(comm), count, policy, choice.why);
+              "{}): {}{}",
+              wia_comm_rank(comm), count,
+              automatic ? "WIA_NET_COMPRESS_AUTO"
+              : rule    ? fmt::format("rule {} at {}", rule->describe(), rule->where)
+                        : "compression.link_codec " + policy,
+              choice.why,
+              too_fast ? fmt::format("; not compressed: {:g} GB/s between hosts is not under "
+                                     "the rule's {:g}",
+                                     choice.between_gbps, rule->below_gbps)
+                       : "");
     std::lock_guard<std::mutex> lock(g_mu);
     g_chosen[{comm, bucket}] = codec;
   }

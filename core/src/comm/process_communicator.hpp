@@ -60,6 +60,7 @@
 #include "engine/net_exec.hpp"
 #include "engine/progress_signal.hpp"
 #include "engine/window_allreduce.hpp"
+#include "selector/selector.hpp"
 #include "topology/topology.hpp"
 #include "tuner/cost_model.hpp"
 
@@ -460,6 +461,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   SameMessagesMemo same_messages_memo_;
   std::size_t plan_memo_next_ = 0;
   std::unique_ptr<tuner::Selector> selector_;
+  std::optional<selector::LinkCompress> link_compress_;  // choose_link_transports
   // The node grouping when the communicator spans nodes (hierarchical
   // algorithms and the two-level link model use it), else nullptr.
   std::shared_ptr<const coll::RankGroups> groups_;
@@ -524,6 +526,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   // A copy of the cost model the tuner selects with (profiling's
   // suggestions); none before the links are set up.
   std::optional<tuner::LinkModel> cost_model();
+  // The compress key of the selector rule that decides this communicator's
+  // links between nodes (none when that rule has none, or on one node).
+  const std::optional<selector::LinkCompress>& link_compress() const { return link_compress_; }
 
  private:
   // Records operation `seq` as posted.

@@ -250,6 +250,17 @@ void ProcessCommunicator::choose_link_transports(MeshSetup& s,
         fmt::format("rank {} (node {}, {})", q, layout_.node_of_rank[q], choice.transport);
     log::debug("comm", "rank {} -> rank {}: {}", me, q, choice.describe());
   }
+  // A rule's compress key, for the links between nodes: the same on every
+  // rank (the first pair of ranks on two nodes, in rank order, whose rule
+  // has one), as every rank must post the same collectives.
+  link_compress_.reset();
+  for (int a = 0; a < p && !link_compress_; ++a)
+    for (int b = a + 1; b < p && !link_compress_; ++b)
+      if (layout_.node_of_rank[a] != layout_.node_of_rank[b])
+        link_compress_ = s.choose(layout_, a, b).compress;
+  if (link_compress_)
+    log::info("comm", "rank {}: float32 all-reduces compress between nodes: {} ({})", me,
+              link_compress_->describe(), link_compress_->where);
 }
 
 void ProcessCommunicator::connect_peers(MeshSetup& s, Exchange& exchange,

@@ -126,18 +126,66 @@ class RuleReader {
       const YAML::Node rn = node[k];
       const std::string path = fmt::format("{}[{}]", key, k);
       if (!rn.IsMap()) fail(rn.Mark(), path, "must be a mapping with match and transports");
-      check_keys(rn, path, {"name", "match", "transports"});
+      check_keys(rn, path, {"name", "match", "transports", "compress"});
       if (!rn["transports"]) fail(rn.Mark(), path + ".transports", "is required");
       Rule r;
       r.where = where(rn.Mark());
       r.name = rn["name"] ? scalar(rn["name"], path + ".name") : fmt::format("rule {}", k + 1);
       if (rn["match"]) r.match = match(rn["match"], path + ".match", *rs);
       r.transports = transports(rn["transports"], path + ".transports");
+      if (rn["compress"]) r.compress = compress(rn["compress"], path + ".compress", r.match);
       rs->rules.push_back(std::move(r));
     }
   }
 
  private:
+  // compress: {method: int8|bf16|auto, when: "bandwidth < 10GB/s"}, on a
+  // rule that can decide links between nodes (the compressed all-reduce
+  // compresses only what crosses between hosts).
+  LinkCompress compress(const YAML::Node& n, const std::string& key, const Match& m) const {
+    if (!n.IsMap())
+      fail(n.Mark(), key, "must be a mapping {method: int8|bf16|auto, when: \"bandwidth < 10GB/s\"}");
+    check_keys(n, key, {"method", "when"});
+    if (!n["method"]) fail(n.Mark(), key + ".method", "is required (int8, bf16 or auto)");
+    LinkCompress c;
+    c.where = where(n.Mark());
+    c.method = scalar(n["method"], key + ".method");
+    if (c.method != "int8" && c.method != "bf16" && c.method != "auto") {
+      const std::vector<std::string> methods = {"int8", "bf16", "auto"};
+      const std::string near = cfg::closest_match(c.method, methods);
+      fail(n["method"].Mark(), key + ".method",
+           fmt::format("'{}' is not int8, bf16 or auto{}", c.method,
+                       near.empty() ? "" : fmt::format("; did you mean '{}'?", near)));
+    }
+    if ((m.classes & class_bit(LinkClass::kDifferentNodes)) == 0)
+      fail(n.Mark(), key,
+           "applies only to links between nodes, and this rule's match has no "
+           "different_nodes link");
+    if (n["when"]) c.below_gbps = bandwidth_below(n["when"], key + ".when");
+    return c;
+  }
+  // "bandwidth < 10GB/s" (also Gb/s, Gbit/s, MB/s, Mb/s, Mbit/s): GB/s.
+  double bandwidth_below(const YAML::Node& n, const std::string& key) const {
+    const std::string text = scalar(n, key);
+    char unit[16] = {};
+    double v = 0;
+    int used = 0;
+    const bool parsed =
+        std::sscanf(text.c_str(), " bandwidth < %lf %15[A-Za-z/]%n", &v, unit, &used) == 2 &&
+        static_cast<std::size_t>(used) == text.size();
+    const std::string u = unit;
+    const double scale = u == "GB/s"                    ? 1.0
+                         : u == "Gb/s" || u == "Gbit/s" ? 1.0 / 8
+                         : u == "MB/s"                  ? 1e-3
+                         : u == "Mb/s" || u == "Mbit/s" ? 1e-3 / 8
+                                                        : 0.0;
+    if (!parsed || scale == 0.0 || !(v > 0))
+      fail(n.Mark(), key,
+           fmt::format("'{}' is not \"bandwidth < N UNIT\" with N > 0 and UNIT one of GB/s, "
+                       "Gb/s, Gbit/s, MB/s, Mb/s, Mbit/s",
+                       text));
+    return v * scale;
+  }
   std::string where(const YAML::Mark& m) const {
     if (m.is_null()) return file_;
     return fmt::format("{}:{}:{}", file_, m.line + 1, m.column + 1);

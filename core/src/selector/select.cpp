@@ -193,6 +193,7 @@ Choice choose_with(const RuleSet& rs, const LinkInfo& link, const TransportAvail
         c.transport = pref.name;
         c.options = pref.options;
         c.rule = rule_label(r);
+        c.compress = r.compress;
         *decided = static_cast<int>(k);
         return c;
       }
@@ -225,9 +226,15 @@ Choice choose(const RuleSet& rules, const LinkInfo& link, const TransportAvailab
       rules, link, available, [&](int g, bool a) { return in_group(rules, g, link, a); }, &decided);
 }
 
+std::string LinkCompress::describe() const {
+  return below_gbps > 0 ? fmt::format("{} when bandwidth < {:g} GB/s", method, below_gbps)
+                        : method;
+}
+
 std::string Choice::describe() const {
   std::string s = ok() ? fmt::format("{} by {}", transport, rule)
                        : fmt::format("no usable transport ({})", rule);
+  if (ok() && compress) s += fmt::format(", compressed {}", compress->describe());
   if (!passed_over.empty()) {
     s += "; passed over: ";
     for (std::size_t i = 0; i < passed_over.size(); ++i) s += (i ? "; " : "") + passed_over[i];

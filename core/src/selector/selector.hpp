@@ -126,11 +126,24 @@ struct Match {
   int between_a = -1, between_b = -1;  // one end in each (either way round)
 };
 
+// A rule's `compress: {method: int8, when: "bandwidth < 10GB/s"}`:
+// float32 all-reduces compress what crosses the links the rule decides
+// (links between nodes only; docs/compression.md, "Compression between
+// hosts").
+struct LinkCompress {
+  std::string method;      // "int8", "bf16" or "auto"
+  double below_gbps = 0;   // `when: "bandwidth < X"`, GB/s; 0 = always
+  std::string where;       // "file:line:col" of the rule's compress key
+  // "int8 when bandwidth < 10 GB/s".
+  std::string describe() const;
+};
+
 struct Rule {
   std::string name;   // `name:` or "rule N"
   std::string where;  // "file:line:col", "default", "env WIA_TRANSPORT", ...
   Match match;
   std::vector<TransportPref> transports;
+  std::optional<LinkCompress> compress;
   bool passes_on = true;  // false: a forced rule; nothing usable = no transport
   bool is_default = false;
 };
@@ -172,6 +185,7 @@ struct Choice {
   std::string transport;  // "" = nothing usable
   std::map<std::string, std::string> options;
   std::string rule;  // "selector.yaml:12:7 (rule 2 'fast')", "default (different_nodes)"
+  std::optional<LinkCompress> compress;  // the deciding rule's
   // Each preference passed over, in order: "verbs: provider not loaded: ...",
   // "shm: peers are on different nodes", "p2p: devices cannot access peer".
   std::vector<std::string> passed_over;

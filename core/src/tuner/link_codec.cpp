@@ -102,8 +102,11 @@ LinkCodecChoice choose_link_codec(const LinkModel& model, const LinkCodecCall& c
       out.plain_us / 1e3, out.int8_us / 1e3, out.bf16_us / 1e3, H, L, call.count,
       out.codec == LinkCodec::kNone
           ? std::string("plain")
-          : fmt::format("{}, estimated {:.1f}x faster", link_codec_name(out.codec),
-                        out.plain_us / est));
+          : out.plain_us >= est
+              ? fmt::format("{}, estimated {:.1f}x faster", link_codec_name(out.codec),
+                            out.plain_us / est)
+              : fmt::format("{}, estimated {:.1f}x slower (asked for)",
+                            link_codec_name(out.codec), est / out.plain_us));
   return out;
 }
 

@@ -297,7 +297,8 @@ int across_hosts_body(int rank, int nranks, const std::string& id_path, bool fla
 }
 
 // A plain wia_all_reduce of 2 MiB of float32 on two faked hosts with
-// compression.link_codec auto (the YAML of the run): compressed (int8
+// compression.link_codec auto or a selector rule's compress key (the YAML
+// of the run): compressed (int8
 // between hosts) when the link file makes the link between hosts slow,
 // plain when it is fast. Compressed: no all-reduce on the communicator
 // itself (the exchange ran on the hosts' split communicators), the error
@@ -416,7 +417,9 @@ TEST_CASE("across two hosts: dense inside a host, compressed between hosts") {
   }
 }
 
-TEST_CASE("compression between hosts as a link property: auto compresses a slow link only") {
+TEST_CASE(
+    "compression between hosts as a link property: auto, or a selector rule, compresses a slow "
+    "link only") {
   char tmpl[] = "/tmp/wia-link-codec-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   for (const double between : {0.125, 100.0}) {
@@ -433,12 +436,22 @@ TEST_CASE("compression between hosts as a link property: auto compresses a slow 
                  "latency_us: 50}\n",
                  between);
     std::fclose(f);
-    const std::string yaml =
-        "tuner:\n  link_file: " + links + "\ncompression:\n  link_codec: auto\n";
-    const auto st = run(4, nullptr, between < 1 ? 3 : 4, yaml);
+    const std::string files = "tuner:\n  link_file: " + links + "\n";
+    const auto st = run(4, nullptr, between < 1 ? 3 : 4,
+                        files + "compression:\n  link_codec: auto\n");
     for (int r = 0; r < 4; ++r) {
       INFO("rank " << r);
       CHECK(st[r] == 0);
+    }
+    // The same from a selector rule's compress key for the links between
+    // nodes: int8 when the link is slower than 10 GB/s.
+    const std::string rule =
+        "selector:\n  rules:\n    - match: different_nodes\n      transports: [tcp]\n"
+        "      compress: {method: int8, when: \"bandwidth < 10GB/s\"}\n";
+    const auto by_rule = run(4, nullptr, between < 1 ? 3 : 4, files + rule);
+    for (int r = 0; r < 4; ++r) {
+      INFO("selector rule, rank " << r);
+      CHECK(by_rule[r] == 0);
     }
   }
   std::remove((std::string(tmpl) + "/links.yaml").c_str());

@@ -211,7 +211,7 @@ TEST_CASE("selector: malformed rules name file:line:column and the key") {
         "did you mean 'same_node'?");
   CHECK(error_of("selector:\n  rules:\n    - match: any\n      transport: [shm]\n") ==
         "rules.yaml:4:7: key 'selector.rules[0].transport': unknown key (expected one of: name, "
-        "match, transports); did you mean 'transports'?");
+        "match, transports, compress); did you mean 'transports'?");
   CHECK(error_of("selector:\n  rules:\n    - match: {within: rack9}\n      transports: [tcp]\n")
             .find("rules.yaml:3:23: key 'selector.rules[0].match.within': no group 'rack9'") == 0);
   CHECK(error_of("selector:\n  rules: {a: 1}\n")
@@ -227,6 +227,52 @@ TEST_CASE("selector: malformed rules name file:line:column and the key") {
             config_text("selector:\n  rules:\n    - {match: any, transports: [acme]}\n"), &vendor,
             kNoEnv)
             .user_rules() == 1);
+}
+
+TEST_CASE("selector: a rule's compress key rides on its choices between nodes, or is refused") {
+  auto error_of = [](const std::string& yaml) {
+    try {
+      selector::load_rules(config_text(yaml), nullptr, kNoEnv);
+    } catch (const Error& e) {
+      CHECK(e.status() == WIA_ERROR_CONFIG);
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string head = "selector:\n  rules:\n    - match: different_nodes\n"
+                           "      transports: [tcp]\n";
+  CHECK(error_of(head + "      compress: {method: in8}\n") ==
+        "rules.yaml:5:26: key 'selector.rules[0].compress.method': 'in8' is not int8, bf16 or "
+        "auto; did you mean 'int8'?");
+  CHECK(error_of(head + "      compress: {method: int8, when: \"bandwidth > 10GB/s\"}\n")
+            .find("key 'selector.rules[0].compress.when': 'bandwidth > 10GB/s' is not "
+                  "\"bandwidth < N UNIT\"") != std::string::npos);
+  CHECK(error_of(head + "      compress: {method: int8, when: \"bandwidth < 10 furlongs\"}\n")
+            .find("compress.when': 'bandwidth < 10 furlongs'") != std::string::npos);
+  CHECK(error_of(head + "      compress: {when: \"bandwidth < 1GB/s\"}\n")
+            .find("key 'selector.rules[0].compress.method': is required") != std::string::npos);
+  CHECK(error_of("selector:\n  rules:\n    - match: same_node\n      transports: [shm]\n"
+                 "      compress: {method: int8}\n")
+            .find("key 'selector.rules[0].compress': applies only to links between nodes") !=
+        std::string::npos);
+
+  const selector::RuleSet rules = selector::load_rules(
+      config_text(head + "      compress: {method: int8, when: \"bandwidth < 8 Gbit/s\"}\n"),
+      nullptr, kNoEnv);
+  REQUIRE(rules.rules[0].compress);
+  CHECK(rules.rules[0].compress->below_gbps == doctest::Approx(1.0));  // 8 Gbit/s
+  CHECK(rules.rules[0].compress->where == "rules.yaml:5:17");
+  const topo::Topology t = topo::load_yaml(topo_path("4node-ib-hdr.yaml"));
+  const auto avail = cluster_node();
+  selector::TopologyPlan plan(rules, avail, t);
+  const auto& between = plan.at(dev(t, "dgx0/gpu0"), dev(t, "dgx1/gpu0"));
+  CHECK(between.transport == "tcp");
+  REQUIRE(between.compress);
+  CHECK(between.describe().find("compressed int8 when bandwidth < 1 GB/s") != std::string::npos);
+  // Inside a node another rule (the defaults) decides: nothing compressed.
+  const auto& inside = plan.at(dev(t, "dgx0/gpu0"), dev(t, "dgx0/gpu1"));
+  CHECK_FALSE(inside.compress);
+  CHECK(inside.describe().find("compressed") == std::string::npos);
 }
 
 TEST_CASE("selector: at run time a bad rule set falls back to the defaults with the reason") {

@@ -75,6 +75,19 @@ add_test(NAME tool_wia_info_explain COMMAND sh -c "\
   echo \"$out\" | grep -Eq 'different_nodes +64  verbs +.*selector-cluster.yaml:27:7 .inside rack0.' && \
   echo \"$out\" | grep -Eq 'same_numa +112  shm'")
 
+# A rule's compress key: per link whether it applies and the estimated gain
+# on a 64 MiB all-reduce (2 nodes at 1 Gbit/s: int8 about 2.6x); in the
+# summary, the auto estimate.
+add_test(NAME tool_wia_info_explain_compress COMMAND sh -c "\
+  out=$(${_wia_info} --explain --assume-all-transports --rules ${_tool_data}/selector-compress.yaml \
+        --topology-file ${_tool_data}/two-nodes-1gbit.yaml) || exit 1; echo \"$out\"; \
+  echo \"$out\" | grep -q 'node0/cpu0 <-> node1/cpu1  different_nodes  -> tcp' && \
+  echo \"$out\" | grep -Eq 'compressed int8 when bandwidth < 10 GB/s: this link 0.125 GB/s, so it applies; estimated 2.[0-9]+x on a 64 MiB float32 all-reduce' && \
+  test $(echo \"$out\" | grep -c 'compressed int8') -eq 4 && \
+  out=$(${_wia_info} --explain --summary --assume-all-transports --rules ${_tool_data}/selector-compress.yaml \
+        --topology-file ${_tool_data}/two-nodes-1gbit.yaml) || exit 1; echo \"$out\"; \
+  echo \"$out\" | grep -q 'Compression between nodes, 64 MiB float32 all-reduce: 0.125 GB/s between hosts (under 10 GB/s: int8 if it pays)'")
+
 # 1024 ranks: counted per class, selected per link signature (prints its time).
 add_test(NAME tool_wia_info_explain_1024 COMMAND sh -c "\
   start=$(date +%s%N); \
