@@ -181,6 +181,16 @@ wia_status_t post(wia_communicator_t c, Request req, wia_stream_t stream) {
   // next call check again.
   const Stamp stamp = stamp_now();
   comm::CommunicatorBase& comm = live(c);
+  // Compression as a property of the links between hosts (a policy the
+  // user set: a selector rule's compress key, compression.link_codec,
+  // WIA_NET_COMPRESS_AUTO), for communicators that span hosts; never inside
+  // a group, whose calls must stay plain collectives of comm. (A call it
+  // takes leaves the memo unset, so the next one asks again.)
+  if (req.collective == coll::Collective::kAllReduce && req.config != nullptr &&
+      t_group_depth == 0 && comm.node_count() > 1 &&
+      api::compressed::all_reduce_with_link_codec(c, req.send, req.recv, req.count, *req.config,
+                                                  stream))
+    return WIA_SUCCESS;
   wia_stream_s* s = resolve_stream(stream);
   const int rank = rank_of_stream(comm, s);
   comm::Call call;
@@ -418,12 +428,6 @@ WIA_API wia_status_t wia_all_reduce(wia_communicator_t comm, const void* sendbuf
   return coll_guard(__func__, [&] {
     Request r{coll::Collective::kAllReduce};
     api::require_non_null(config, "config");
-    // Compression as a property of the links between hosts (a policy the
-    // user set: compression.link_codec, WIA_NET_COMPRESS_AUTO); not inside
-    // a group, whose calls must stay plain collectives of comm.
-    if (t_group_depth == 0 && api::compressed::all_reduce_with_link_codec(
-                                  comm, sendbuf, recvbuf, count, *config, stream))
-      return wia_status_t{WIA_SUCCESS};
     r.send = sendbuf, r.recv = recvbuf, r.count = count, r.config = config;
     r.expected_operation = WIA_COLLECTIVE_ALLREDUCE;
     r.op_from_config = true;

@@ -471,7 +471,7 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
   const bool dense_message = method == WIA_COMPRESS_QUANTIZE || method == WIA_COMPRESS_FP16 ||
                              method == WIA_COMPRESS_BF16;
   if (!j.ef && dense_message && dtype == WIA_FLOAT32 &&
-      post_across_hosts(comm, c, input, output, count, rop, *cfg, stream))
+      post_across_hosts(comm, c, input, output, count, rop, *cfg, stream, state_key))
     return;
 
   j.state = compress::states().get(comm, state_key ? state_key : input);
@@ -554,6 +554,14 @@ void forget_compression_state(const void* comm) noexcept {
 }  // namespace wia::api
 
 namespace wia::api::compressed {
+bool host_accessible(const void* p) {
+  const auto a = objects().allocations.find(p);
+  if (!a) return true;  // not a libwia allocation: the caller's host memory
+  wia_device_properties_t props{};
+  return wia_get_device_properties(a->device, &props) == WIA_SUCCESS &&
+         props.kind == WIA_DEVICE_KIND_CPU;
+}
+
 void post_compressed(wia_communicator_t comm, const void* input, void* output, std::size_t count,
                      wia_datatype_t dtype, wia_reduce_op_t op, const wia_compression_config_t* cfg,
                      wia_stream_t stream, const void* state_key) {

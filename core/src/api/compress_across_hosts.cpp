@@ -49,6 +49,7 @@ struct Split {
 };
 
 std::mutex g_mu;
+std::mutex g_split_mu;  // one split at a time (a collective, which blocks)
 std::map<const void*, Split> g_splits;  // by the call's communicator
 // Communicators made with WIA_NET_COMPRESS_AUTO (the others follow
 // compression.link_codec), and each one's choices by size bucket.
@@ -70,6 +71,9 @@ void check(wia_status_t st) {
 }
 
 Split split_of(wia_communicator_t comm, const comm::CommunicatorBase& c) {
+  // Held across the split: two threads posting on one communicator must
+  // not both split it.
+  std::lock_guard<std::mutex> once(g_split_mu);
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (const auto it = g_splits.find(comm); it != g_splits.end()) return it->second;
@@ -95,7 +99,8 @@ Split split_of(wia_communicator_t comm, const comm::CommunicatorBase& c) {
 
 bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
                        const void* input, void* output, std::size_t count, wia_reduce_op_t op,
-                       const wia_compression_config_t& cfg, wia_stream_t stream) {
+                       const wia_compression_config_t& cfg, wia_stream_t stream,
+                       const void* state_key) {
   const int p = c.size(), hosts = c.node_count();
   if (hosts < 2 || hosts == p || count == 0) return false;
   if (!Runtime::get().config().get_bool("compression.across_hosts")) return false;
@@ -155,7 +160,7 @@ bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
   step([&] {
     return guard("wia_all_reduce_compressed", [&] {
       post_compressed(s.across, raw->block_in.data(), raw->block_out.data(), block,
-                      WIA_FLOAT32, WIA_REDUCE_SUM, &cfg, stream, input);
+                      WIA_FLOAT32, WIA_REDUCE_SUM, &cfg, stream, state_key ? state_key : input);
     });
   });
   if (x.scale != 1.0f)
@@ -259,6 +264,8 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
     g_chosen[{comm, bucket}] = codec;
   }
   if (codec == tuner::LinkCodec::kNone) return false;
+  // The codecs run on the CPU: device memory runs plain.
+  if (!host_accessible(send) || !host_accessible(recv)) return false;
   wia_compression_config_t cc{};
   if (codec == tuner::LinkCodec::kInt8) {
     cc.method = WIA_COMPRESS_QUANTIZE;
@@ -267,8 +274,13 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
   } else {
     cc.method = WIA_COMPRESS_BF16;
   }
+  // No error feedback here, so the state holds only the step counter (the
+  // rounding noise's) and spare workspaces: one per size bucket, not one
+  // per buffer address, which a caching allocator would grow without end.
+  static const char bucket_keys[64] = {};
   post_compressed(comm, send, recv, count, WIA_FLOAT32,
-                  static_cast<wia_reduce_op_t>(api::raw_enum(cfg.reduction_op)), &cc, stream);
+                  static_cast<wia_reduce_op_t>(api::raw_enum(cfg.reduction_op)), &cc, stream,
+                  &bucket_keys[std::min<std::uint32_t>(bucket, 63)]);
   return true;
 }
 
@@ -287,10 +299,10 @@ void forget_across_hosts(const void* comm) noexcept {
     s = it->second;
     g_splits.erase(it);
   }
-  if (wia_destroy_communicator(s.across) != WIA_SUCCESS ||
-      wia_destroy_communicator(s.host) != WIA_SUCCESS)
-    log::warn("compress", "destroying the communicators of compressed calls across hosts: {}",
-              wia_get_last_error());
+  for (wia_communicator_t part : {s.across, s.host})
+    if (wia_destroy_communicator(part) != WIA_SUCCESS)
+      log::warn("compress", "destroying a communicator of compressed calls across hosts: {}",
+                wia_get_last_error());
 }
 
 void reset_across_hosts(const void* comm) noexcept {

@@ -105,14 +105,21 @@ void post_compressed(wia_communicator_t comm, const void* input, void* output, s
                      wia_datatype_t dtype, wia_reduce_op_t op, const wia_compression_config_t* cfg,
                      wia_stream_t stream, const void* state_key = nullptr);
 
+// Whether p may be read by the CPU codecs: host memory, or an allocation
+// of a CPU device.
+bool host_accessible(const void* p);
+
 // compress_across_hosts.cpp: posts a float32 call (quantization or a cast,
 // without error feedback) as dense inside hosts and compressed between
 // them, when the
 // communicator spans several hosts of equally many ranks (and
 // compression.across_hosts is on); false when it does not qualify.
+// The blocks' compression state is keyed by state_key (the caller's input
+// when null).
 bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
                        const void* input, void* output, std::size_t count, wia_reduce_op_t op,
-                       const wia_compression_config_t& cfg, wia_stream_t stream);
+                       const wia_compression_config_t& cfg, wia_stream_t stream,
+                       const void* state_key = nullptr);
 // A plain float32 all-reduce on a communicator of several hosts, run
 // compressed between hosts when the policy (compression.link_codec, or
 // WIA_NET_COMPRESS_AUTO at creation: link_codec_auto) says so; false when

@@ -205,14 +205,20 @@ void commit(const Settings& s, std::uint64_t seq, const std::string& ckpt_dir,
 }
 
 // Names and strings go into the YAML manifest, which holds only UTF-8
-// (common/utf8.hpp): anything else would be saved as another name.
+// (common/utf8.hpp): anything else would be saved as another name. The
+// message shows the text with its bytes above 0x7e as \xNN.
 void require_utf8(const std::string& text, const std::string& what) {
   const std::size_t bad = first_invalid_utf8(text);
-  if (bad != std::string::npos)
-    throw Error(WIA_ERROR_INVALID_ARGUMENT,
-                fmt::format("{} is not valid UTF-8 (byte {} of {}); use bytes metadata for binary "
-                            "data",
-                            what, bad, text.size()));
+  if (bad == std::string::npos) return;
+  std::string shown;
+  for (const char ch : text.substr(0, 64)) {
+    const auto b = static_cast<unsigned char>(ch);
+    shown += b >= 0x20 && b < 0x7f ? std::string(1, ch) : fmt::format("\\x{:02x}", b);
+  }
+  throw Error(WIA_ERROR_INVALID_ARGUMENT,
+              fmt::format("{} '{}{}' is not valid UTF-8 (byte {} of {}); use bytes metadata for "
+                          "binary data",
+                          what, shown, text.size() > 64 ? "..." : "", bad, text.size()));
 }
 
 }  // namespace

@@ -167,7 +167,11 @@ struct ProcessCommunicator::Recovery {
     std::uint32_t op = 0;
     std::int32_t rank = -1, flag = 0;
     std::vector<std::uint8_t> payload;
+    std::chrono::steady_clock::time_point since;
   };
+  // How long a kept hello may wait for this rank's agreement (its sender
+  // gives up at its collectives.timeout_ms).
+  std::chrono::milliseconds hello_timeout{0};
   std::mutex answer_mu;  // the members below, and accepting on the listener
   bool coordinating = false;  // then the coordinator accepts, not the heartbeat thread
   std::vector<Decided> decided;  // the newest last, at most kKeptDecisions

@@ -84,6 +84,7 @@ const char* op_name(std::uint32_t op) {
 constexpr std::uint32_t kMaxPayload = 64u << 20;
 constexpr std::size_t kKeptDecisions = 16;  // agreements a rank answers for
 constexpr std::size_t kMaxEarlyHellos = 1024;
+constexpr std::size_t kServedPerCall = 8;
 
 struct Frame {
   std::uint32_t magic = kFrameMagic;
@@ -253,13 +254,18 @@ class ProcessCommunicator::RecoveryDesk {
       if (c < 0) break;
       rc.arrivals.push_back({bs::Fd(c), now});
     }
-    for (std::size_t i = rc.arrivals.size(); i-- > 0;) {
+    // At most kServedPerCall frames read per call, and hellos no rank
+    // waits for any more (older than collectives.timeout_ms) dropped: the
+    // heartbeat thread must get back to its heartbeats.
+    std::size_t served = 0;
+    for (std::size_t i = rc.arrivals.size(); i-- > 0 && served < kServedPerCall;) {
       pollfd pf{rc.arrivals[i].fd.get(), POLLIN, 0};
       const bool ready = ::poll(&pf, 1, 0) > 0;
       if (!ready && now - rc.arrivals[i].since < std::chrono::seconds(2)) continue;
       bs::Fd fd = std::move(rc.arrivals[i].fd);
       rc.arrivals.erase(rc.arrivals.begin() + static_cast<std::ptrdiff_t>(i));
       if (!ready) continue;  // connected, never spoke
+      ++served;
       Frame h;
       std::vector<std::uint8_t> payload;
       if (recv_frame(fd.get(), rc.token, h, payload, now + std::chrono::milliseconds(200)) !=
@@ -268,8 +274,12 @@ class ProcessCommunicator::RecoveryDesk {
       if (h.kind != kHello && h.kind != kQuery) continue;
       if (answer(rc, fd.get(), me, h.kind, h.epoch, h.op, h.rank)) continue;
       if (rc.early.size() >= kMaxEarlyHellos) rc.early.erase(rc.early.begin());
-      rc.early.push_back({std::move(fd), h.epoch, h.op, h.rank, h.flag, std::move(payload)});
+      rc.early.push_back(
+          {std::move(fd), h.epoch, h.op, h.rank, h.flag, std::move(payload), now});
     }
+    std::erase_if(rc.early, [&](const Recovery::EarlyHello& e) {
+      return rc.hello_timeout.count() > 0 && now - e.since > rc.hello_timeout;
+    });
     for (std::size_t i = rc.early.size(); i-- > 0;) {
       const Recovery::EarlyHello& e = rc.early[i];
       if (!find(rc, e.epoch)) continue;
@@ -380,6 +390,7 @@ class ProcessCommunicator::RecoveryExchange final : public Exchange {
 
 void ProcessCommunicator::open_recovery_listener(MeshSetup& s) {
   recovery_ = std::make_unique<Recovery>();
+  recovery_->hello_timeout = std::chrono::milliseconds(default_timeout_ms_);
   std::random_device rd;
   s.mine.recovery_nonce =
       (std::uint64_t(rd()) << 32) ^ rd() ^ std::uint64_t(Clock::now().time_since_epoch().count());
@@ -609,6 +620,13 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
       for (int f : parse_ranks(payload, p))
         if (f != me) count_failed(f, fmt::format("rank {} knows it failed", from));
     };
+    struct Released {  // the listener goes back to the heartbeat thread, whatever happens
+      Recovery& rc;
+      ~Released() {
+        std::lock_guard<std::mutex> g(rc.answer_mu);
+        rc.coordinating = false;
+      }
+    } released{rc};
     {
       // From here the listener is this thread's: what the heartbeat thread
       // accepted or read before comes along.
@@ -626,13 +644,6 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
         rc.early.erase(rc.early.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
-    struct Released {  // the listener goes back to the heartbeat thread, whatever happens
-      Recovery& rc;
-      ~Released() {
-        std::lock_guard<std::mutex> g(rc.answer_mu);
-        rc.coordinating = false;
-      }
-    } released{rc};
     auto next_probe = Clock::now() + std::chrono::milliseconds(100);
     for (;;) {
       std::vector<int> awaited;
@@ -673,7 +684,15 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
                   "stands",
                   me, op_name(op), epoch, q.rank);
       }
-      if (adopted) break;
+      if (adopted) {
+        // Connections accepted and not read yet are hellos of this
+        // agreement (or queries): finish() answers them from the decision,
+        // rather than closing them on ranks that would count this one
+        // failed.
+        std::lock_guard<std::mutex> g(rc.answer_mu);
+        for (Pending& q : pending) rc.arrivals.push_back({std::move(q.fd), q.since});
+        break;
+      }
       for (;;) {
         const int c = ::accept4(rc.listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c < 0) break;
@@ -709,7 +728,8 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
           // rank's next call.
           std::lock_guard<std::mutex> g(rc.answer_mu);
           if (rc.early.size() >= kMaxEarlyHellos) rc.early.erase(rc.early.begin());
-          rc.early.push_back({std::move(fd), h.epoch, h.op, h.rank, h.flag, std::move(payload)});
+          rc.early.push_back(
+              {std::move(fd), h.epoch, h.op, h.rank, h.flag, std::move(payload), Clock::now()});
           continue;
         }
         take_hello(std::move(fd), h.rank, h.op, h.flag, payload);

@@ -444,13 +444,13 @@ TEST_CASE("checkpoint: bad input is a clear error and the previous checkpoint st
   // Names and strings must be UTF-8 (the manifest is YAML): "\xff" would
   // be written as U+FFFD, so "a\xff" and "a\xfe" would come back as one.
   CHECK(wia_checkpoint_add_tensor(c, "w\xff", f, 4, WIA_FLOAT32) == WIA_ERROR_INVALID_ARGUMENT);
-  CHECK(last_error().find("tensor name is not valid UTF-8 (byte 1") != std::string::npos);
+  CHECK(last_error().find("tensor name 'w\\xff' is not valid UTF-8 (byte 1") != std::string::npos);
   CHECK(wia_checkpoint_add_metadata(c, "k\xc0\xaf", &v) == WIA_ERROR_INVALID_ARGUMENT);
-  CHECK(last_error().find("metadata name is not valid UTF-8") != std::string::npos);
+  CHECK(last_error().find("metadata name 'k\\xc0\\xaf' is not valid UTF-8") != std::string::npos);
   CHECK(wia_checkpoint_add_metadata_string(c, "run", "exp\xed\xa0\x80") ==
         WIA_ERROR_INVALID_ARGUMENT);
-  CHECK(last_error().find("the string of metadata 'run' is not valid UTF-8 (byte 3") !=
-        std::string::npos);
+  CHECK(last_error().find("the string of metadata 'run' 'exp\\xed\\xa0\\x80' is not valid "
+                          "UTF-8 (byte 3") != std::string::npos);
   CHECK(wia_checkpoint_add_metadata_string(c, "run", "\xc3\xa9t\xc3\xa9 \xf0\x9f\x9a\x80") ==
         WIA_SUCCESS);
   wia_checkpoint_config_t bad = cfg;
