@@ -301,6 +301,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   void post_control_recv(Peer& peer);
   // Makes the communicator unusable and tells the peers why.
   void break_communicator(wia_status_t status, const std::string& reason);
+  // An operation's failure text, led by a peer's abort reason when the
+  // control channel holds one (a connection failure is often its echo).
+  std::string with_peer_reason(RunningOperation& r, wia_status_t status, std::string error);
   void close_all() noexcept;
   // Heartbeats (process_control.cpp, docs/fault-tolerance.md): a thread
   // that, while no operation uses the connections, polls the control

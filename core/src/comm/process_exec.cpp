@@ -308,8 +308,29 @@ wia_status_t ProcessCommunicator::proceed(RunningOperation& r, Clock::time_point
   // beyond release needed.
   running_.store(-1, std::memory_order_release);
   collectives_done_.store(r.index + 1, std::memory_order_release);
-  if (st != WIA_SUCCESS) break_communicator(st, error);
+  if (st != WIA_SUCCESS) {
+    error = with_peer_reason(r, st, error);
+    break_communicator(st, error);
+  }
   return st;
+}
+
+std::string ProcessCommunicator::with_peer_reason(RunningOperation& r, wia_status_t status,
+                                                  std::string error) {
+  // A peer that broke the communicator sent its reason on the control
+  // channel before closing the connection: that says more than the closed
+  // connection this rank's send or receive met first (a mismatch the peer
+  // found, say). Seen on a loaded machine: a one-shot all-reduce's send
+  // failed with EOF while the peer's "differ in op sum vs max" waited.
+  if (status != WIA_ERROR_REMOTE) return error;
+  try {
+    const std::string why = r.control.poll();
+    if (why.find("aborted the communicator") != std::string::npos)
+      return fmt::format("{} (seen here as: {})", why, error);
+  } catch (const std::exception&) {
+    // keep the transport's message
+  }
+  return error;
 }
 
 bool ProcessCommunicator::through_windows(const Call& call, const engine::ExecPlan& plan) const {

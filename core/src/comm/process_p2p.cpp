@@ -129,19 +129,7 @@ wia_status_t ProcessCommunicator::proceed_p2p(RunningOperation& r, Clock::time_p
     return WIA_SUCCESS;
   } catch (const Error& e) {
     r.request = nullptr;  // a failed request is released by the provider
-    error = e.what();
-    if (e.status() == WIA_ERROR_REMOTE) {
-      // A peer that broke the communicator sent its reason on the control
-      // channel before closing the connection: that says more than the
-      // closed connection this request saw first (a size mismatch, say).
-      try {
-        const std::string why = r.control.poll();
-        if (why.find("aborted the communicator") != std::string::npos)
-          error = fmt::format("{} (seen here as: {})", why, error);
-      } catch (const std::exception&) {
-        // keep the transport's message
-      }
-    }
+    error = with_peer_reason(r, e.status(), e.what());
     break_communicator(e.status(), error);
     return e.status();
   }

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "common/utf8.hpp"
 #include "config/schema.hpp"
 #include "wia_common/text.hpp"
 
@@ -151,6 +152,13 @@ Value make_list(std::vector<std::string> items) {
 }
 
 bool parse_value(const Spec& spec, std::string_view text, Value* out, std::string* why) {
+  // YAML holds Unicode: a value that is not UTF-8 would be written back
+  // (wia-info --config, the effective configuration) as other text
+  // (yaml-cpp turns the bad bytes into U+FFFD). Found by fuzz_config.
+  if (const std::size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+    *why = fmt::format("is not valid UTF-8 (byte {} of {})", bad, text.size());
+    return false;
+  }
   Value value;
   switch (spec.type) {
     case ValueType::kInt:

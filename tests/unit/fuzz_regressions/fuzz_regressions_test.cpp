@@ -199,3 +199,23 @@ TEST_CASE("checkpoint: names that are not UTF-8 are refused, not merged into one
   CHECK(back.metadata.begin()->first == "\xc3\xa9t\xc3\xa9");
   CHECK(back.metadata.begin()->second.bytes == "\xf0\x9f\x9a\x80");
 }
+
+TEST_CASE("config: a value that is not UTF-8 is refused, naming the key, not rewritten") {
+  // log.file with bytes no UTF-8 text has: yaml-cpp wrote the effective
+  // configuration back with U+FFFD in their place (fuzz_config's round trip).
+  const std::string text = corpus_file("config", "regress-not-utf8.yaml");
+  try {
+    (void)wia::Config::parse(text, "f.yaml", no_env());
+    FAIL("accepted");
+  } catch (const wia::Error& e) {
+    CHECK(e.status() == WIA_ERROR_CONFIG);
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("f.yaml:10:9") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("log.file") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("is not valid UTF-8") != std::string::npos, what);
+  }
+  // UTF-8 beyond ASCII is a value like any other.
+  const wia::Config ok =
+      wia::Config::parse("log:\n  file: \"/tmp/journal-\xc3\xa9t\xc3\xa9.log\"\n", "f.yaml", no_env());
+  CHECK(ok.get_string("log.file") == "/tmp/journal-\xc3\xa9t\xc3\xa9.log");
+}
