@@ -41,6 +41,17 @@ Config config_text(const std::string& yaml, const EnvLookup& env = kNoEnv) {
 }
 
 // What a cluster node has: shm (this node), tcp (both), verbs absent.
+// The WIA_ERROR_CONFIG message load_rules gives for a rules text.
+std::string error_of(const std::string& yaml) {
+  try {
+    selector::load_rules(config_text(yaml), nullptr, kNoEnv);
+  } catch (const Error& e) {
+    CHECK(e.status() == WIA_ERROR_CONFIG);
+    return std::string(e.what());
+  }
+  return std::string("(no error)");
+}
+
 selector::TransportAvailability cluster_node() {
   selector::TransportAvailability a;
   a.set("shm", {true, "", WIA_TRANSPORT_FLAG_INTRA_NODE, 1});
@@ -191,15 +202,6 @@ TEST_CASE("selector: a discovered topology is one process") {
 }
 
 TEST_CASE("selector: malformed rules name file:line:column and the key") {
-  auto error_of = [](const std::string& yaml) {
-    try {
-      selector::load_rules(config_text(yaml), nullptr, kNoEnv);
-    } catch (const Error& e) {
-      CHECK(e.status() == WIA_ERROR_CONFIG);
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   CHECK(
       error_of(
           "selector:\n  rules:\n    - match: different_nodes\n      transports: [verbs, tpc]\n") ==
@@ -230,15 +232,6 @@ TEST_CASE("selector: malformed rules name file:line:column and the key") {
 }
 
 TEST_CASE("selector: a rule's compress key rides on its choices between nodes, or is refused") {
-  auto error_of = [](const std::string& yaml) {
-    try {
-      selector::load_rules(config_text(yaml), nullptr, kNoEnv);
-    } catch (const Error& e) {
-      CHECK(e.status() == WIA_ERROR_CONFIG);
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
   const std::string head = "selector:\n  rules:\n    - match: different_nodes\n"
                            "      transports: [tcp]\n";
   CHECK(error_of(head + "      compress: {method: in8}\n") ==
