@@ -28,6 +28,7 @@
 #include "api/communicators.hpp"
 #include "api/compress_job.hpp"
 #include "api/guard.hpp"
+#include "comm/process_communicator.hpp"
 #include "common/log.hpp"
 #include "compress/codec.hpp"
 #include "compress/state.hpp"
@@ -451,6 +452,11 @@ void all_reduce_compressed(wia_communicator_t comm, const void* input, void* out
     check_status(wia_all_reduce(comm, input, output, count, &cc, stream));
     return;
   }
+  if (const auto* pc = dynamic_cast<const comm::ProcessCommunicator*>(&c);
+      pc != nullptr && !pc->compression_keys_differ().empty())
+    throw Error(WIA_ERROR_MISMATCH,
+                fmt::format("{}: rank {}: {}", method_name(method), wia_comm_rank(comm),
+                            pc->compression_keys_differ()));
   auto job = std::make_unique<Job>();
   Job& j = *job;
   j.owner = comm;

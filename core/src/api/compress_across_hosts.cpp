@@ -201,7 +201,8 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
     automatic = g_auto.count(comm) > 0;
   }
   auto* pc = dynamic_cast<comm::ProcessCommunicator*>(&api::live(comm));
-  if (pc == nullptr) return false;
+  // Ranks whose compression keys differ all know it: all run plain.
+  if (pc == nullptr || !pc->compression_keys_differ().empty()) return false;
   // Who asks, first that applies: WIA_NET_COMPRESS_AUTO at creation, the
   // compress key of the selector rule of the links between nodes, the
   // configuration.

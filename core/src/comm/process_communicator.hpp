@@ -269,6 +269,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   // peers' addresses taken from theirs after.
   void open_recovery_listener(MeshSetup& s);
   void adopt_recovery_addresses(const MeshSetup& s);
+  void check_compression_keys(const MeshSetup& s);
   // The agreement of agree and shrink; `session` keeps the coordinator's
   // connections for a shrink's exchange (null: closed at the end).
   Agreement run_agreement(std::uint32_t op, std::int32_t flag,
@@ -465,6 +466,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::size_t plan_memo_next_ = 0;
   std::unique_ptr<tuner::Selector> selector_;
   std::optional<selector::LinkCompress> link_compress_;  // choose_link_transports
+  std::string compression_keys_differ_;                  // check_compression_keys
   // The node grouping when the communicator spans nodes (hierarchical
   // algorithms and the two-level link model use it), else nullptr.
   std::shared_ptr<const coll::RankGroups> groups_;
@@ -532,6 +534,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   // The compress key of the selector rule that decides this communicator's
   // links between nodes (none when that rule has none, or on one node).
   const std::optional<selector::LinkCompress>& link_compress() const { return link_compress_; }
+  // Why compressed calls cannot run here (the ranks' compression.* keys
+  // differ), or "".
+  const std::string& compression_keys_differ() const { return compression_keys_differ_; }
 
  private:
   // Records operation `seq` as posted.

@@ -73,6 +73,9 @@ struct RankRecord {
   std::uint32_t recovery_len;
   std::uint8_t recovery_addr[128];
   std::uint64_t recovery_nonce;
+  // The compression.* keys, which decide what collectives a compressed
+  // call posts: every rank must hold the same (check_compression_keys).
+  char compression_keys[192];
 };
 
 // Measured links for a communicator of `nranks` ranks: the file of config

@@ -106,6 +106,7 @@ void ProcessCommunicator::connect_mesh(Exchange& exchange, std::chrono::millisec
     open_recovery_listener(s);
     exchange_records(exchange, s);
     adopt_recovery_addresses(s);
+    check_compression_keys(s);
     note_oversubscription(s);
     choose_link_transports(s, preferred_inter_node);
     connect_peers(s, exchange, timeout);
@@ -161,6 +162,15 @@ void ProcessCommunicator::describe_this_rank(MeshSetup& s) {
       if (CPU_ISSET(c, &set)) mine.cpus[c / 64] |= 1ull << (c % 64);
   const std::string& host = layout_.host_of_rank.empty() ? std::string() : layout_.host_of_rank[me];
   std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof(mine.host) - 1));
+  const Config& config = rt.config();
+  const std::string keys = fmt::format(
+      "pipeline_segment_bytes {}, across_hosts {}, link_codec {}, link_codec_min_bytes {}",
+      config.get_int("compression.pipeline_segment_bytes"),
+      config.get_bool("compression.across_hosts") ? "true" : "false",
+      config.get_string("compression.link_codec"),
+      config.get_int("compression.link_codec_min_bytes"));
+  std::memcpy(mine.compression_keys, keys.data(),
+              std::min(keys.size(), sizeof(mine.compression_keys) - 1));
   // Read before the exchange, so that every rank learns whether all of
   // them hold the same measured figures.
   s.measured = read_measured_links(rt.config(), p);
@@ -182,6 +192,29 @@ void ProcessCommunicator::describe_this_rank(MeshSetup& s) {
       log::info("comm", "rank {}: no node-shared window: {}", me, why);
     }
   }
+}
+
+// Ranks whose compression.* keys differ would post different collectives
+// for one compressed call (segments, the split across hosts, a plain
+// all-reduce turned compressed) and meet only at the timeout. Every rank
+// sees every record, so every rank finds the same difference: compressed
+// calls then fail at once on all of them, naming it, and plain all-reduces
+// stay plain (api/compress_across_hosts.cpp).
+void ProcessCommunicator::check_compression_keys(const MeshSetup& s) {
+  compression_keys_differ_.clear();
+  const auto text = [](const RankRecord& r) {
+    return std::string(r.compression_keys,
+                       strnlen(r.compression_keys, sizeof(r.compression_keys)));
+  };
+  for (int r = 1; r < layout_.size; ++r)
+    if (text(s.records[r]) != text(s.records[0])) {
+      compression_keys_differ_ = fmt::format(
+          "the compression.* keys differ across ranks (rank {}: {}; rank 0: {}): they decide "
+          "which collectives a compressed call posts and must be the same on every rank",
+          r, text(s.records[r]), text(s.records[0]));
+      if (layout_.rank == 0) log::warn("comm", "{}", compression_keys_differ_);
+      return;
+    }
 }
 
 void ProcessCommunicator::exchange_records(Exchange& exchange, MeshSetup& s) {

@@ -341,9 +341,36 @@ int link_codec_body(int rank, int nranks, const std::string& id_path, bool expec
   return 0;
 }
 
+// Rank 1 runs with another compression.pipeline_segment_bytes (variant 5):
+// a compressed call fails at once on both ranks, naming the keys, instead
+// of posting different collectives; plain all-reduces still work.
+int keys_differ_body(int rank, int nranks, const std::string& id_path) {
+  wia_communicator_t comm = join(rank, nranks, id_path);
+  EXPECT(comm != nullptr);
+  std::vector<float> x(kN, 1.0f + static_cast<float>(rank)), out(kN);
+  wia_compression_config_t q{};
+  q.method = WIA_COMPRESS_QUANTIZE;
+  q.parameters.quantize.num_bits = 8;
+  q.parameters.quantize.use_dynamic_range = true;
+  EXPECT(wia_all_reduce_compressed(comm, x.data(), out.data(), kN, &q, nullptr) ==
+         WIA_ERROR_MISMATCH);
+  const std::string why = wia_get_last_error();
+  EXPECT(why.find("the compression.* keys differ across ranks (rank 1: pipeline_segment_bytes "
+                  "4096") != std::string::npos);
+  wia_collective_config_t sum{};
+  sum.datatype = WIA_FLOAT32;
+  sum.reduction_op = WIA_REDUCE_SUM;
+  EXPECT(wia_all_reduce(comm, x.data(), out.data(), kN, &sum, nullptr) == WIA_SUCCESS);
+  EXPECT(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  EXPECT(out[0] == 3.0f && out[kN - 1] == 3.0f);
+  EXPECT(wia_destroy_communicator(comm) == WIA_SUCCESS);
+  return 0;
+}
+
 // Forks nranks processes running body; their exit statuses (-1 if killed
 // at the deadline). variant: 0 body, 1 and 2 across_hosts_body (2 flat),
-// 3 and 4 link_codec_body (3 expecting the codec); 1-4 on two faked hosts.
+// 3 and 4 link_codec_body (3 expecting the codec); 1-4 on two faked hosts;
+// 5 keys_differ_body.
 std::vector<int> run(int nranks, const char* transport, int variant = 0,
                      const std::string& extra_yaml = "") {
   char cfg[] = "/tmp/wia-compress-proc-XXXXXX.yaml";
@@ -361,10 +388,13 @@ std::vector<int> run(int nranks, const char* transport, int variant = 0,
     const pid_t pid = fork();
     if (pid == 0) {
       if (transport) setenv("WIA_TRANSPORT", transport, 1);
-      if (variant) setenv("WIA_HOSTID", r < nranks / 2 ? "hostA" : "hostB", 1);
+      if (variant >= 1 && variant <= 4)
+        setenv("WIA_HOSTID", r < nranks / 2 ? "hostA" : "hostB", 1);
+      if (variant == 5 && r == 1) setenv("WIA_COMPRESSION_PIPELINE_SEGMENT_BYTES", "4096", 1);
       if (variant == 2) setenv("WIA_COMPRESSION_ACROSS_HOSTS", "false", 1);
       if (wia_init_with_config(cfg) != WIA_SUCCESS) _exit(11);
-      const int rc = variant >= 3 ? link_codec_body(r, nranks, idp, variant == 3)
+      const int rc = variant == 5 ? keys_differ_body(r, nranks, idp)
+                     : variant >= 3 ? link_codec_body(r, nranks, idp, variant == 3)
                      : variant    ? across_hosts_body(r, nranks, idp, variant == 2)
                                   : body(r, nranks, idp);
       wia_finalize();
@@ -456,4 +486,12 @@ TEST_CASE(
   }
   std::remove((std::string(tmpl) + "/links.yaml").c_str());
   rmdir(tmpl);
+}
+
+TEST_CASE("ranks whose compression keys differ: compressed calls fail on every rank, naming them") {
+  const auto st = run(2, "shm", 5);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(st[r] == 0);
+  }
 }
