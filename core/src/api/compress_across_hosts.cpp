@@ -70,6 +70,18 @@ void check(wia_status_t st) {
   if (st != WIA_SUCCESS) throw Error(st, wia_get_last_error());
 }
 
+// The ranks on each host when c spans several hosts with equally many
+// (else the blocks would not line up across hosts); 0 otherwise.
+int ranks_per_host(const comm::CommunicatorBase& c) {
+  const int hosts = c.node_count();
+  if (hosts < 2) return 0;
+  std::vector<int> per_host(static_cast<std::size_t>(hosts), 0);
+  for (int r = 0; r < c.size(); ++r) ++per_host[static_cast<std::size_t>(c.node_rank(r))];
+  for (const int n : per_host)
+    if (n != per_host[0]) return 0;
+  return per_host[0];
+}
+
 Split split_of(wia_communicator_t comm, const comm::CommunicatorBase& c) {
   // Held across the split: two threads posting on one communicator must
   // not both split it.
@@ -101,16 +113,9 @@ bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
                        const void* input, void* output, std::size_t count, wia_reduce_op_t op,
                        const wia_compression_config_t& cfg, wia_stream_t stream,
                        const void* state_key) {
-  const int p = c.size(), hosts = c.node_count();
-  if (hosts < 2 || hosts == p || count == 0) return false;
-  if (!Runtime::get().config().get_bool("compression.across_hosts")) return false;
-  // Every host has the same number of ranks (else the blocks of step 2
-  // would not line up).
-  std::vector<int> per_host(static_cast<std::size_t>(hosts), 0);
-  for (int r = 0; r < p; ++r) ++per_host[static_cast<std::size_t>(c.node_rank(r))];
-  const int L = per_host[0];
-  for (const int n : per_host)
-    if (n != L) return false;
+  if (count == 0 || !Runtime::get().config().get_bool("compression.across_hosts")) return false;
+  const int L = ranks_per_host(c);
+  if (L < 2) return false;
 
   const Split s = split_of(comm, c);
   auto scratch = std::make_unique<Scratch>();
@@ -120,7 +125,7 @@ bool post_across_hosts(wia_communicator_t comm, const comm::CommunicatorBase& c,
   x.in = static_cast<const float*>(input);
   x.out = static_cast<float*>(output);
   x.count = count;
-  x.scale = op == WIA_REDUCE_AVG ? 1.0f / static_cast<float>(p) : 1.0f;
+  x.scale = op == WIA_REDUCE_AVG ? 1.0f / static_cast<float>(c.size()) : 1.0f;
   x.block_in.resize(block);
   x.block_out.resize(block);
   if (padded) {
@@ -220,12 +225,8 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
       api::raw_enum(cfg.algorithm) != 0 || count * 4 < min_bytes)
     return false;
   const comm::CommunicatorBase& c = *pc;
-  const int p = c.size(), hosts = c.node_count();
-  if (hosts < 2) return false;
-  std::vector<int> per_host(static_cast<std::size_t>(hosts), 0);
-  for (int r = 0; r < p; ++r) ++per_host[static_cast<std::size_t>(c.node_rank(r))];
-  for (const int n : per_host)
-    if (n != per_host[0]) return false;
+  const int per_host = ranks_per_host(c);
+  if (per_host < 1) return false;
   const std::uint32_t bucket = tuner::Selector::size_bucket(count);
   tuner::LinkCodec codec = tuner::LinkCodec::kNone;
   bool known = false;
@@ -238,8 +239,8 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
     const auto model = pc->cost_model();
     if (!model) return false;
     tuner::LinkCodecCall call;
-    call.hosts = hosts;
-    call.per_host = per_host[0];
+    call.hosts = c.node_count();
+    call.per_host = per_host;
     call.count = count;
     call.forced = policy == "int8"   ? tuner::LinkCodec::kInt8
                   : policy == "bf16" ? tuner::LinkCodec::kBf16

@@ -779,7 +779,9 @@ ProcessCommunicator::Agreement ProcessCommunicator::run_agreement(
       }
       list = rank_list(failed);
     }
-    auto in_decision = [&](int r) { return std::binary_search(a.failed.begin(), a.failed.end(), r); };
+    auto in_decision = [&](int r) {
+      return std::binary_search(a.failed.begin(), a.failed.end(), r);
+    };
     Frame d = base;
     d.kind = kDecision;
     d.flag = a.flag;

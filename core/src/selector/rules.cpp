@@ -144,7 +144,8 @@ class RuleReader {
   // compresses only what crosses between hosts).
   LinkCompress compress(const YAML::Node& n, const std::string& key, const Match& m) const {
     if (!n.IsMap())
-      fail(n.Mark(), key, "must be a mapping {method: int8|bf16|auto, when: \"bandwidth < 10GB/s\"}");
+      fail(n.Mark(), key,
+           "must be a mapping {method: int8|bf16|auto, when: \"bandwidth < 10GB/s\"}");
     check_keys(n, key, {"method", "when"});
     if (!n["method"]) fail(n.Mark(), key + ".method", "is required (int8, bf16 or auto)");
     LinkCompress c;
