@@ -9,7 +9,9 @@
 # ratios libwia-shm / Open MPI and libwia-tcp / Gloo (> 1: libwia faster),
 # and libwia-tcp against the tcp bound from 16 MiB: the same bytes streamed
 # over plain blocking sockets in a ring (tools/bench-peers/tcp_ring_bound.cpp;
-# 1 means libwia reached it). Before each round it times a cache line's
+# 1 means libwia reached it), and libwia-shm against the shm bound from 1 MiB:
+# the same bytes streamed through a shared segment, one memcpy in and one out
+# per process (tools/bench-peers/shm_ring_bound.cpp). Before each round it times a cache line's
 # move between CPUs 0 and 1 (tools/bench-peers/line_pingpong.cpp), the
 # mode this VM is in (docs/performance.md, "The VM's two modes").
 # The cells nearest their targets (2 processes 8 B against Open MPI, 4
@@ -65,6 +67,8 @@ src=$root/tools/bench-peers
 
 [ "$peers/tcp_ring_bound" -nt "$src/tcp_ring_bound.cpp" ] ||
   g++ -O2 -std=c++17 -Wall -pthread -o "$peers/tcp_ring_bound" "$src/tcp_ring_bound.cpp"
+[ "$peers/shm_ring_bound" -nt "$src/shm_ring_bound.cpp" ] ||
+  g++ -O2 -std=c++17 -Wall -pthread -o "$peers/shm_ring_bound" "$src/shm_ring_bound.cpp"
 [ "$peers/line_pingpong" -nt "$src/line_pingpong.cpp" ] ||
   g++ -O2 -std=c++17 -Wall -pthread -o "$peers/line_pingpong" "$src/line_pingpong.cpp"
 
@@ -105,6 +109,10 @@ run_bound() {  # np: the same bytes over plain blocking sockets (tcp_ring_bound.
   timeout 600 "$peers/tcp_ring_bound" "$1" $sizes >"$out/bound.$1" 2>"$out/bound.$1.err" ||
     { echo "# tcp_ring_bound np $1 failed:"; tail -5 "$out/bound.$1.err"; }
 }
+run_shm_bound() {  # np: the same bytes through a shared segment (shm_ring_bound.cpp)
+  timeout 600 "$peers/shm_ring_bound" "$1" $sizes >"$out/shmbound.$1" 2>"$out/shmbound.$1.err" ||
+    { echo "# shm_ring_bound np $1 failed:"; tail -5 "$out/shmbound.$1.err"; }
+}
 run_wia() {  # transport np
   WIA_TRANSPORT=$1 timeout 600 "$wia_bench" --procs "$2" --sizes "$sizes_csv" -w 3 \
     >"$out/wia-$1.$2.raw" 2>"$out/wia-$1.$2.err" ||
@@ -135,30 +143,34 @@ for np in $nps; do
   line_ns=""
   for ((round = 1; round <= rounds; ++round)); do
     line_ns+=" $("$peers/line_pingpong" || true)"
-    run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_wia tcp "$np"; run_bound "$np"
-    for f in mpi.$np gloo.$np wia-shm.$np wia-tcp.$np bound.$np; do
+    run_mpi "$np"; run_gloo "$np"; run_wia shm "$np"; run_shm_bound "$np"; run_wia tcp "$np"
+    run_bound "$np"
+    for f in mpi.$np gloo.$np wia-shm.$np wia-tcp.$np bound.$np shmbound.$np; do
       [ -e "$out/$f" ] && mv "$out/$f" "$out/$f.r$round"
     done
   done
-  for f in mpi gloo wia-shm wia-tcp bound; do median_of_rounds "$f" "$np"; done
+  for f in mpi gloo wia-shm wia-tcp bound shmbound; do median_of_rounds "$f" "$np"; done
   echo
   echo "## $np processes"
   # The VM's mode before each round (docs/performance.md, "The VM's two modes").
   echo "# a cache line from CPU 0 to CPU 1 before each round, ns:$line_ns"
-  printf '| %9s | %9s | %9s | %9s | %9s | %9s | %11s | %9s | %9s | %s\n' size "Open MPI" "wia shm" \
-    Gloo "wia tcp" "tcp bound" "shm/OpenMPI" "tcp/Gloo" "tcp/bound" \
-    "wrong (mpi gloo shm tcp), wia algorithms"
+  printf '| %9s | %9s | %9s | %9s | %11s | %9s | %9s | %9s | %11s | %9s | %9s | %s\n' size \
+    "Open MPI" "wia shm" "shm bound" "shm/OpenMPI" "shm/bound" Gloo "wia tcp" "tcp bound" \
+    "tcp/Gloo" "tcp/bound" "wrong (mpi gloo shm tcp), wia algorithms"
   for s in $sizes; do
     line() { awk -v s="$s" '$1 == s' "$out/$1" 2>/dev/null | head -n 1; }
     m=$(line mpi.$np) g=$(line gloo.$np) ws=$(line wia-shm.$np) wt=$(line wia-tcp.$np)
-    b=$(line bound.$np)
-    awk -v s="$s" -v m="$m" -v g="$g" -v ws="$ws" -v wt="$wt" -v b="$b" 'BEGIN {
-      split(m, M); split(g, G); split(ws, S); split(wt, T); split(b, B)
+    b=$(line bound.$np) sb=$(line shmbound.$np)
+    awk -v s="$s" -v m="$m" -v g="$g" -v ws="$ws" -v wt="$wt" -v b="$b" -v sb="$sb" 'BEGIN {
+      split(m, M); split(g, G); split(ws, S); split(wt, T); split(b, B); split(sb, SB)
       # A bound only where the kernel copies dominate (16 MiB and above):
       # below, one blocking wake-up per message costs more than libwia
       # polling, which then beats the plain stream.
       cell[5] = (s >= 16777216 && B[3] != "") ? B[3] : "-"
       r3 = (s >= 16777216 && B[2] > 0 && T[2] > 0) ? sprintf("%.3g", B[2] / T[2]) : "-"
+      # The shm bound from 1 MiB: below, its per-chunk handshakes dominate.
+      cell[6] = (s >= 1048576 && SB[3] != "") ? SB[3] : "-"
+      r4 = (s >= 1048576 && SB[2] > 0 && S[2] > 0) ? sprintf("%.3g", SB[2] / S[2]) : "-"
       # shown: busbw, or the time in us for 8 bytes; ratios: peer time / libwia time
       cell[1] = (s <= 8) ? M[2] " us" : M[3]; cell[2] = (s <= 8) ? S[2] " us" : S[3]
       cell[3] = (s <= 8) ? G[2] " us" : G[3]; cell[4] = (s <= 8) ? T[2] " us" : T[3]
@@ -166,9 +178,9 @@ for np in $nps; do
       r1 = (M[2] > 0 && S[2] > 0) ? sprintf("%.3g", M[2] / S[2]) : "-"
       r2 = (G[2] > 0 && T[2] > 0) ? sprintf("%.3g", G[2] / T[2]) : "-"
       label = s >= 1048576 ? (s / 1048576) " MiB" : (s >= 1024 ? (s / 1024) " KiB" : s " B")
-      printf "| %9s | %9s | %9s | %9s | %9s | %9s | %11s | %9s | %9s | %s %s %s %s, %s %s\n",
-             label, cell[1], cell[2], cell[3], cell[4], cell[5], r1, r2, r3, M[4], G[4], S[4],
-             T[4], S[5], T[5]
+      printf "| %9s | %9s | %9s | %9s | %11s | %9s | %9s | %9s | %9s | %11s | %9s | %s %s %s %s, %s %s\n",
+             label, cell[1], cell[2], cell[6], r1, r4, cell[3], cell[4], cell[5], r2, r3,
+             M[4], G[4], S[4], T[4], S[5], T[5]
     }'
   done
 done
