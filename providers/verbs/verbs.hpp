@@ -62,7 +62,13 @@ struct Lib {
 #define WIA_VERBS_DECLARE(member, symbol, version, ret, args) ret(*member) args = nullptr;
   WIA_VERBS_SYMBOLS(WIA_VERBS_DECLARE)
 #undef WIA_VERBS_DECLARE
+  // Optional: ibv_reg_dmabuf_mr@IBVERBS_1.12 (rdma-core 34 and later). NULL
+  // on an older library; device memory is then refused, naming the symbol.
+  ibv_mr* (*reg_dmabuf_mr)(ibv_pd*, std::uint64_t offset, std::size_t length, std::uint64_t iova,
+                           int fd, int access) = nullptr;
 };
+inline constexpr const char* kDmabufSymbol = "ibv_reg_dmabuf_mr";
+inline constexpr const char* kDmabufVersion = "IBVERBS_1.12";
 
 // --- wire layout ---------------------------------------------------------------------
 // Connection handle (what listen() hands the core): the listener's TCP
@@ -172,6 +178,10 @@ struct Request {
   std::uint64_t tag = 0;
   std::uint64_t id = 0;   // rendezvous: sender id
   MrEntry* mr = nullptr;  // rendezvous registration held by this request
+  // A receive into device memory (the caller's dma-buf registration, held
+  // by the request): never touched by the CPU, so only a rendezvous write
+  // can fill it.
+  MrEntry* device_mr = nullptr;
   wia_status_t status = WIA_SUCCESS;
   std::string error;
 };
@@ -269,6 +279,15 @@ struct MrEntry {
   std::uintptr_t base = 0;
   std::uint64_t len = 0;
   std::uint32_t refs = 0;
+  // Device memory registered through its dma-buf (ibv_reg_dmabuf_mr, iova =
+  // the device pointer). Not in the cache: only the caller's reg_mr makes
+  // one, and the provider never reads or writes it with the CPU.
+  bool device = false;
+  // Does this region cover [p, p + n)?
+  bool covers(const void* p, std::uint64_t n) const {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    return base <= at && n <= len && at - base <= len - n;
+  }
 };
 
 struct MrHandle {
@@ -320,6 +339,8 @@ struct Ctx {
   wia_status_t open_device();
   void close_device();
   wia_status_t reg(void* ptr, std::uint64_t size, MrEntry** out);  // the registration cache
+  // Device memory through its dma-buf (reg_mr of WIA_MR_DEVICE).
+  wia_status_t reg_device(const wia_mr_desc_v1_t& desc, MrEntry** out);
   void unreg(MrEntry* e);
 
   // verbs_conn.cpp
@@ -335,7 +356,8 @@ struct Ctx {
   // verbs_data.cpp
   wia_status_t isend(Conn* c, const char* buf, std::uint64_t size, std::uint64_t tag, MrHandle* mr,
                      wia_request_t* out);
-  wia_status_t irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t tag, wia_request_t* out);
+  wia_status_t irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t tag, MrHandle* mr,
+                     wia_request_t* out);
   wia_status_t test(Request* r, int32_t* done, std::uint64_t* size);
   wia_status_t rma(Conn* c, bool put, char* local, std::uint64_t size, MrHandle* mr,
                    std::uint64_t remote_addr, const void* rkey, wia_request_t* out);

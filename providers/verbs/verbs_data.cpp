@@ -64,14 +64,38 @@ void Ctx::finish(Request* r, wia_status_t status, std::string error) {
   r->status = status;
   r->error = std::move(error);
   unreg(std::exchange(r->mr, nullptr));
+  unreg(std::exchange(r->device_mr, nullptr));
 }
 
 void Ctx::release(Request* r) {
   if (!r->user_gone || r->in_flight > 0) return;
   if (r->conn != nullptr) r->conn->requests.erase(r);
   unreg(std::exchange(r->mr, nullptr));
+  unreg(std::exchange(r->device_mr, nullptr));
   delete r;
 }
+
+namespace {
+
+// An eager message matched a receive into device memory: its payload sits
+// in a host slot and the provider never copies into device memory with the
+// CPU, so the receive fails (the message is consumed). Returns true then.
+bool refuse_eager_into_device(Ctx& ctx, Request* r, std::uint64_t size, std::uint64_t tag) {
+  if (r->device_mr == nullptr || size == 0) return false;
+  char what[64];
+  std::snprintf(what, sizeof what, " (tag 0x%" PRIx64 ")", tag);
+  ctx.finish(r, WIA_ERROR_NOT_SUPPORTED,
+             "verbs: an eager message of " + size_text(size) + what + " from peer " +
+                 r->conn->peer + " on " + ctx.dev_name +
+                 " cannot be received into device memory: the provider does not copy into "
+                 "device memory with the CPU, and only messages over " +
+                 size_text(kEagerMax) +
+                 " or sent from a device-memory registration arrive by RDMA write; stage this "
+                 "receive through host memory");
+  return true;
+}
+
+}  // namespace
 
 wia_status_t Ctx::post_recv_slot(std::uint32_t slot) {
   ibv_sge sge{};
@@ -190,6 +214,15 @@ wia_status_t Ctx::isend(Conn* c, const char* buf, std::uint64_t size, std::uint6
                 "verbs: isend of %s to peer %s: larger than %s, the largest message of %s",
                 size_text(size).c_str(), c->peer.c_str(), size_text(port_attr.max_msg_sz).c_str(),
                 dev_name.c_str());
+  // Device memory (a dma-buf registration) is never read by the CPU: every
+  // non-empty message from it goes by rendezvous, the NIC reading it.
+  const bool device = mr != nullptr && mr->entry->device && size > 0;
+  if (device && !mr->entry->covers(buf, size))
+    return fail(WIA_ERROR_INVALID_ARGUMENT,
+                "verbs: isend of %s at %p to peer %s: the device-memory region passed "
+                "(0x%" PRIxPTR " + %s) does not cover it",
+                size_text(size).c_str(), static_cast<const void*>(buf), c->peer.c_str(),
+                mr->entry->base, size_text(mr->entry->len).c_str());
   auto* r = new Request;
   r->is_send = true;
   r->conn = c;
@@ -202,7 +235,7 @@ wia_status_t Ctx::isend(Conn* c, const char* buf, std::uint64_t size, std::uint6
   it.hdr.magic = kMsgMagic;
   it.hdr.tag = tag;
   it.hdr.size = size;
-  if (size <= kEagerMax) {
+  if (size <= kEagerMax && !device) {
     it.hdr.kind = Kind::eager;
     it.payload = buf;
   } else {
@@ -212,8 +245,7 @@ wia_status_t Ctx::isend(Conn* c, const char* buf, std::uint64_t size, std::uint6
     c->rndv_sends[r->id] = r;
     // The source must be registered by the time the CTS comes back; a
     // region the core registered covers it when its range does.
-    if (mr != nullptr && mr->entry->base <= reinterpret_cast<std::uintptr_t>(buf) &&
-        reinterpret_cast<std::uintptr_t>(buf) + size <= mr->entry->base + mr->entry->len) {
+    if (mr != nullptr && mr->entry->covers(buf, size)) {
       ++mr->entry->refs;
       r->mr = mr->entry;
     }
@@ -288,6 +320,7 @@ wia_status_t Ctx::rma(Conn* c, bool put, char* local, std::uint64_t size, MrHand
 // receive is too small (then nothing is written and the receive fails).
 void Ctx::deliver(Request* r, Unexpected& u) {
   if (!u.rts) {
+    if (refuse_eager_into_device(*this, r, u.size, u.tag)) return;
     if (u.size > r->capacity) {
       finish(r, WIA_ERROR_REMOTE,
              "verbs: message of " + size_text(u.size) + " (tag 0x" + std::to_string(u.tag) +
@@ -311,8 +344,13 @@ void Ctx::deliver(Request* r, Unexpected& u) {
            "verbs: message of " + size_text(u.size) + " from peer " + c->peer +
                " does not fit the " + size_text(r->capacity) + " receive");
   } else {
-    MrEntry* e = nullptr;
-    const wia_status_t st = reg(r->buf, u.size, &e);
+    // Device memory: the caller's dma-buf registration; host: the cache.
+    MrEntry* e = r->device_mr;
+    wia_status_t st = WIA_SUCCESS;
+    if (e != nullptr)
+      ++e->refs;
+    else
+      st = reg(r->buf, u.size, &e);
     if (st != WIA_SUCCESS) {
       it.hdr.kind = Kind::cts_truncated;
       finish(r, st,
@@ -333,17 +371,32 @@ void Ctx::deliver(Request* r, Unexpected& u) {
   flush_out(c);
 }
 
-wia_status_t Ctx::irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t tag,
+wia_status_t Ctx::irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t tag, MrHandle* mr,
                         wia_request_t* out) {
+  MrEntry* device = mr != nullptr && mr->entry->device && size > 0 ? mr->entry : nullptr;
+  if (device != nullptr && !device->covers(buf, size))
+    return fail(WIA_ERROR_INVALID_ARGUMENT,
+                "verbs: irecv of %s at %p from peer %s: the device-memory region passed "
+                "(0x%" PRIxPTR " + %s) does not cover it",
+                size_text(size).c_str(), static_cast<void*>(buf), c->peer.c_str(), device->base,
+                size_text(device->len).c_str());
   progress();
-  for (auto it = c->unexpected.begin(); it != c->unexpected.end(); ++it) {
-    if (it->tag != tag) continue;
+  auto make = [&] {
     auto* r = new Request;
     r->conn = c;
     r->buf = buf;
     r->capacity = size;
     r->tag = tag;
+    if (device != nullptr) {
+      ++device->refs;
+      r->device_mr = device;
+    }
     c->requests.insert(r);
+    return r;
+  };
+  for (auto it = c->unexpected.begin(); it != c->unexpected.end(); ++it) {
+    if (it->tag != tag) continue;
+    Request* r = make();
     Unexpected u = std::move(*it);
     c->unexpected.erase(it);
     if (c->failed && u.rts)
@@ -354,12 +407,7 @@ wia_status_t Ctx::irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t ta
     return WIA_SUCCESS;
   }
   if (c->failed) return fail(WIA_ERROR_REMOTE, "%s", c->failure.c_str());
-  auto* r = new Request;
-  r->conn = c;
-  r->buf = buf;
-  r->capacity = size;
-  r->tag = tag;
-  c->requests.insert(r);
+  Request* r = make();
   c->posted.push_back(r);
   *out = reinterpret_cast<wia_request_t>(r);
   return WIA_SUCCESS;
@@ -378,6 +426,7 @@ void Ctx::on_message(Conn* c, const MsgHeader& h, const char* payload) {
         if ((*it)->tag != h.tag) continue;
         Request* r = *it;
         c->posted.erase(it);
+        if (!u.rts && refuse_eager_into_device(*this, r, h.size, h.tag)) return;
         if (!u.rts && h.size <= r->capacity) {  // straight from the slot
           if (h.size > 0) std::memcpy(r->buf, payload, h.size);
           r->size = h.size;

@@ -187,6 +187,13 @@ wia_status_t endpoint_props(void* ctx, int32_t endpoint, wia_transport_props_v1_
     p.numa_node = -1;
     p.tag_bits = 64;
     p.mem_ifaces = 1u << WIA_MEM_IFACE_HOST;
+    // A dma-buf is vendor-neutral: with ibv_reg_dmabuf_mr any accelerator
+    // that exports one can be registered (docs/transport-verbs.md).
+    if (c.lib.reg_dmabuf_mr != nullptr) {
+      p.flags |= WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF;
+      p.mem_ifaces |=
+          (1u << WIA_MEM_IFACE_CUDA) | (1u << WIA_MEM_IFACE_ROCM) | (1u << WIA_MEM_IFACE_ZE);
+    }
     std::memcpy(props, &p, std::min<std::size_t>(props->struct_size, sizeof p));
     props->struct_size = std::min<std::uint32_t>(props->struct_size, sizeof p);
     return WIA_SUCCESS;
@@ -250,11 +257,16 @@ wia_status_t reg_mr(void* ctx, int32_t endpoint, const wia_mr_desc_v1_t* desc, w
       return c.fail(WIA_ERROR_INVALID_ARGUMENT, "verbs: reg_mr: NULL descriptor or region");
     wia_status_t st = check_endpoint(c, endpoint, "reg_mr");
     if (st != WIA_SUCCESS) return st;
+    if (desc->kind == WIA_MR_DEVICE) {
+      MrEntry* e = nullptr;
+      st = c.reg_device(*desc, &e);
+      if (st != WIA_SUCCESS) return st;
+      *mr = reinterpret_cast<wia_mr_t>(new MrHandle{e});
+      return WIA_SUCCESS;
+    }
     if (desc->kind != WIA_MR_HOST)
-      return c.fail(WIA_ERROR_NOT_SUPPORTED,
-                    "verbs: cannot register device memory on %s: this provider registers host "
-                    "memory only (ibv_reg_dmabuf_mr is not used yet); stage through a host buffer",
-                    c.dev_name.c_str());
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT, "verbs: reg_mr: unknown memory kind %u",
+                    desc->kind);
     if (desc->ptr == nullptr && desc->size > 0)
       return c.fail(WIA_ERROR_INVALID_ARGUMENT, "verbs: reg_mr of %" PRIu64 " bytes at NULL",
                     desc->size);
@@ -287,12 +299,13 @@ wia_status_t isend(void* ctx, wia_conn_t conn, const void* buf, uint64_t size, u
   });
 }
 
-wia_status_t irecv(void* ctx, wia_conn_t conn, void* buf, uint64_t size, uint64_t tag, wia_mr_t,
+wia_status_t irecv(void* ctx, wia_conn_t conn, void* buf, uint64_t size, uint64_t tag, wia_mr_t mr,
                    wia_request_t* request) {
   return guarded(ctx, "irecv", [&](Ctx& c) -> wia_status_t {
     if (conn == nullptr || request == nullptr || (buf == nullptr && size > 0))
       return c.fail(WIA_ERROR_INVALID_ARGUMENT, "verbs: irecv: NULL connection, buffer or request");
-    return c.irecv(reinterpret_cast<Conn*>(conn), static_cast<char*>(buf), size, tag, request);
+    return c.irecv(reinterpret_cast<Conn*>(conn), static_cast<char*>(buf), size, tag,
+                   reinterpret_cast<MrHandle*>(mr), request);
   });
 }
 

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -47,6 +48,11 @@ wia_status_t Ctx::load_library() {
   }
   WIA_VERBS_SYMBOLS(WIA_VERBS_RESOLVE)
 #undef WIA_VERBS_RESOLVE
+  // Optional: without it (rdma-core < 34) device memory is refused by reg_mr.
+  lib.reg_dmabuf_mr = reinterpret_cast<decltype(lib.reg_dmabuf_mr)>(
+      ::dlvsym(lib.handle, kDmabufSymbol, kDmabufVersion));
+  log(WIA_LOG_DEBUG, "verbs: %s@%s %s in %s", kDmabufSymbol, kDmabufVersion,
+      lib.reg_dmabuf_mr != nullptr ? "found" : "absent (device memory refused)", lib.path.c_str());
   return WIA_SUCCESS;
 }
 
@@ -243,9 +249,54 @@ wia_status_t Ctx::reg(void* ptr, std::uint64_t size, MrEntry** out) {
   return WIA_SUCCESS;
 }
 
+// Device memory: the accelerator provider's dma-buf fd and the offset of the
+// pointer in it; the iova is the device pointer itself, so the addresses
+// the core passes (isend/irecv buffers, put/get remote addresses) need no
+// translation. The fd is only borrowed: the registration holds its own
+// reference to the dma-buf, and the caller may close the fd afterwards.
+wia_status_t Ctx::reg_device(const wia_mr_desc_v1_t& desc, MrEntry** out) {
+  if (lib.reg_dmabuf_mr == nullptr)
+    return fail(WIA_ERROR_NOT_SUPPORTED,
+                "verbs: cannot register device memory on %s: %s has no %s@%s (rdma-core 34 or "
+                "later has it); stage through a host buffer",
+                dev_name.c_str(), lib.path.c_str(), kDmabufSymbol, kDmabufVersion);
+  const bool has_fd =
+      desc.struct_size >= offsetof(wia_mr_desc_v1_t, dmabuf_offset) + sizeof desc.dmabuf_offset &&
+      desc.dmabuf_fd >= 0;
+  if (!has_fd)
+    return fail(
+        WIA_ERROR_NOT_SUPPORTED,
+        "verbs: cannot register device memory at %p on %s without its dma-buf: "
+        "wia_mr_desc_v1_t.dmabuf_fd is %d (the accelerator provider exports it); this "
+        "provider does not use nvidia-peermem",
+        desc.ptr, dev_name.c_str(),
+        desc.struct_size >= offsetof(wia_mr_desc_v1_t, dmabuf_fd) + 4 ? desc.dmabuf_fd : -1);
+  if (desc.ptr == nullptr || desc.size == 0)
+    return fail(WIA_ERROR_INVALID_ARGUMENT,
+                "verbs: reg_mr of device memory: %s at %p (a device region must be non-empty)",
+                size_text(desc.size).c_str(), desc.ptr);
+  ++reg_calls;
+  const auto iova = reinterpret_cast<std::uintptr_t>(desc.ptr);
+  ibv_mr* mr =
+      lib.reg_dmabuf_mr(pd, desc.dmabuf_offset, desc.size, iova, desc.dmabuf_fd,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (mr == nullptr) {
+    reg_error = "ibv_reg_dmabuf_mr(fd " + std::to_string(desc.dmabuf_fd) + ", offset " +
+                std::to_string(desc.dmabuf_offset) + ", " + size_text(desc.size) + ") on " +
+                dev_name + ": " + errno_text(errno);
+    return fail(WIA_ERROR_IO, "verbs: %s", reg_error.c_str());
+  }
+  log(WIA_LOG_DEBUG, "verbs: ibv_reg_dmabuf_mr(%p, fd %d + %" PRIu64 ", %s) = lkey 0x%x", desc.ptr,
+      desc.dmabuf_fd, desc.dmabuf_offset, size_text(desc.size).c_str(), mr->lkey);
+  auto* e = new MrEntry{mr, iova, desc.size, 1};
+  e->device = true;
+  *out = e;
+  return WIA_SUCCESS;
+}
+
 void Ctx::unreg(MrEntry* e) {
   if (e == nullptr || --e->refs > 0) return;
-  cache.erase(std::make_pair(e->base, e->len));
+  if (!e->device) cache.erase(std::make_pair(e->base, e->len));
   lib.dereg_mr(e->mr);
   delete e;
 }

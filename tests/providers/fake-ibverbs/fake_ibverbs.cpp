@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -110,7 +112,20 @@ struct Channel {
 struct Mr {
   ibv_mr mr{};
   int access = 0;
+  // ibv_reg_dmabuf_mr: the dma-buf mapped by the double (what a NIC's DMA
+  // reaches), at the registered offset; addresses in work requests are
+  // iovas (mr.addr = the iova) and land here. nullptr: host memory, where
+  // an address is a pointer.
+  char* host = nullptr;
+  char* map = nullptr;  // the mapping, page-aligned
+  std::size_t map_len = 0;
 };
+
+// Where the bytes of [addr, ...) of `m` are for the double.
+char* bytes_at(const Mr* m, std::uint64_t addr) {
+  if (m == nullptr || m->host == nullptr) return reinterpret_cast<char*>(addr);
+  return m->host + (addr - reinterpret_cast<std::uintptr_t>(m->mr.addr));
+}
 
 struct Faults {
   long qp_error_after = -1;    // FAKE_IBV_QP_ERROR_AFTER
@@ -137,6 +152,7 @@ struct Ctx {
 };
 
 std::atomic<std::uint64_t> g_reg_mr_calls{0};
+std::atomic<std::uint64_t> g_reg_dmabuf_mr_calls{0};
 std::atomic<std::uint32_t> g_context_seq{0};
 ibv_device g_device{};
 ibv_device* g_list[2] = {&g_device, nullptr};
@@ -279,14 +295,18 @@ bool start_request(Qp* q, Chan& ch) {
     ch.recv_wr_id = wr.wr_id;
     ch.consumed_recv = true;
     if (f.op == kSend) {
-      if (f.len > sge.length ||
-          (f.len > 0 && !find_mr(q->ctx, sge.lkey, sge.addr, f.len, IBV_ACCESS_LOCAL_WRITE)))
+      const Mr* m =
+          f.len > 0 ? find_mr(q->ctx, sge.lkey, sge.addr, f.len, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+      if (f.len > sge.length || (f.len > 0 && m == nullptr))
         ch.reply = IBV_WC_REM_INV_REQ_ERR;
       else
-        ch.dest = reinterpret_cast<char*>(sge.addr);
+        ch.dest = bytes_at(m, sge.addr);
     }
   }
-  if (f.op == kWrite) ch.dest = reinterpret_cast<char*>(f.raddr);
+  if (f.op == kWrite)
+    ch.dest = bytes_at(
+        f.len > 0 ? find_mr(q->ctx, f.rkey, f.raddr, f.len, IBV_ACCESS_REMOTE_WRITE) : nullptr,
+        f.raddr);
   return true;
 }
 
@@ -300,7 +320,8 @@ void finish_request(Qp* q, Chan& ch) {
   ack.status = ch.reply;
   if (f.op == kRead && ch.reply == IBV_WC_SUCCESS) {
     ack.len = f.read_len;
-    queue_frame(ch, ack, reinterpret_cast<const void*>(f.raddr), f.read_len);
+    const Mr* m = find_mr(q->ctx, f.rkey, f.raddr, f.read_len, IBV_ACCESS_REMOTE_READ);
+    queue_frame(ch, ack, bytes_at(m, f.raddr), f.read_len);
   } else {
     queue_frame(ch, ack, nullptr, 0);
   }
@@ -531,19 +552,24 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     bool local_ok = true;
     for (int i = 0; i < wr->num_sge && !read; ++i) {
       const ibv_sge& s = wr->sg_list[i];
-      if (!(wr->send_flags & IBV_SEND_INLINE) && s.length > 0 &&
-          !find_mr(c, s.lkey, s.addr, s.length, 0))
-        local_ok = false;
-      const char* p = reinterpret_cast<const char*>(s.addr);
+      const Mr* m = nullptr;
+      if (!(wr->send_flags & IBV_SEND_INLINE) && s.length > 0) {
+        m = find_mr(c, s.lkey, s.addr, s.length, 0);
+        if (m == nullptr) local_ok = false;
+      }
+      if (!local_ok) break;
+      const char* p = bytes_at(m, s.addr);
       payload.insert(payload.end(), p, p + s.length);
     }
     Unacked u{wr->wr_id, wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE,
               static_cast<std::uint32_t>(payload.size())};
     if (read) {
       const ibv_sge& s = wr->sg_list[0];
-      u = Unacked{wr->wr_id, IBV_WC_RDMA_READ, s.length, reinterpret_cast<char*>(s.addr)};
-      if (s.length > 0 && !find_mr(c, s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE))
-        local_ok = false;
+      const Mr* m =
+          s.length > 0 ? find_mr(c, s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+      if (s.length > 0 && m == nullptr) local_ok = false;
+      u = Unacked{wr->wr_id, IBV_WC_RDMA_READ, s.length,
+                  m != nullptr ? bytes_at(m, s.addr) : reinterpret_cast<char*>(s.addr)};
     }
     ++q->posted;
     const long n = static_cast<long>(q->posted);
@@ -706,11 +732,59 @@ FAKE_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, std::size_t length, int a
   return &m->mr;
 }
 
+#ifndef FAKE_IBV_NO_DMABUF
+// rdma-core 34's ibv_reg_dmabuf_mr: the double maps the dma-buf itself (a
+// memfd stands for one: tests/providers/fake-cuda exports its device memory
+// that way), so data moved through the region goes through the fd at
+// `offset`, never through the iova, which the caller's CPU may not be able
+// to touch. FAKE_IBV_REG_MR_LIMIT applies as to ibv_reg_mr.
+FAKE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, std::uint64_t offset, std::size_t length,
+                                      std::uint64_t iova, int fd, int access) {
+  Ctx* c = ctx_of(pd->context);
+  std::lock_guard<std::mutex> lk(c->mu);
+  g_reg_dmabuf_mr_calls.fetch_add(1);
+  if (c->faults.reg_limit >= 0 && length > static_cast<std::size_t>(c->faults.reg_limit)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  struct stat st {};
+  if (length == 0 || fstat(fd, &st) != 0) {
+    errno = length == 0 ? EINVAL : EBADF;
+    return nullptr;
+  }
+  if (offset > static_cast<std::uint64_t>(st.st_size) ||
+      length > static_cast<std::uint64_t>(st.st_size) - offset) {
+    errno = EINVAL;  // the kernel refuses a range past the dma-buf's size
+    return nullptr;
+  }
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t start = offset / page * page;
+  const std::size_t map_len = static_cast<std::size_t>(offset - start + length);
+  void* map =
+      mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (map == MAP_FAILED) return nullptr;  // errno from mmap
+  auto* m = new Mr;
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = reinterpret_cast<void*>(iova);
+  m->mr.length = length;
+  m->mr.lkey = m->mr.rkey = c->next_key++;
+  m->access = access;
+  m->map = static_cast<char*>(map);
+  m->map_len = map_len;
+  m->host = m->map + (offset - start);
+  c->mrs[m->mr.lkey] = m;
+  return &m->mr;
+}
+#endif
+
 FAKE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   Ctx* c = ctx_of(mr->context);
   std::lock_guard<std::mutex> lk(c->mu);
   c->mrs.erase(mr->lkey);
-  delete reinterpret_cast<Mr*>(mr);
+  auto* m = reinterpret_cast<Mr*>(mr);
+  if (m->map != nullptr) munmap(m->map, m->map_len);
+  delete m;
   return 0;
 }
 
@@ -883,3 +957,5 @@ FAKE_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
 
 // Test hooks (not part of libibverbs): how many ibv_reg_mr calls this process made.
 FAKE_EXPORT std::uint64_t fake_ibv_reg_mr_calls() { return g_reg_mr_calls.load(); }
+// And how many ibv_reg_dmabuf_mr calls (not counted above).
+FAKE_EXPORT std::uint64_t fake_ibv_reg_dmabuf_mr_calls() { return g_reg_dmabuf_mr_calls.load(); }

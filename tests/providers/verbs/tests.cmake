@@ -46,8 +46,10 @@ wia_add_unit_test(provider_verbs_fake SOURCES ${CMAKE_CURRENT_LIST_DIR}/verbs_te
   LIBS wia_test_provider_host ${CMAKE_DL_LIBS} TIMEOUT 300)
 target_compile_definitions(test_provider_verbs_fake PRIVATE
   WIA_VERBS_PROVIDER_FILE="$<TARGET_FILE:wia-provider-verbs>"
-  WIA_FAKE_IBVERBS_FILE="${WIA_FAKE_IBVERBS_FILE}")
-add_dependencies(test_provider_verbs_fake wia-provider-verbs wia_fake_ibverbs)
+  WIA_FAKE_IBVERBS_FILE="${WIA_FAKE_IBVERBS_FILE}"
+  WIA_FAKE_IBVERBS_NODMABUF_FILE="${WIA_FAKE_IBVERBS_NODMABUF_FILE}")
+add_dependencies(test_provider_verbs_fake wia-provider-verbs wia_fake_ibverbs
+  wia_fake_ibverbs_nodmabuf)
 
 # The built-in selector default for different_nodes is "verbs, ofi, tcp":
 # with verbs loaded (the double) inter-node links take verbs; without a

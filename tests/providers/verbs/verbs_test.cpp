@@ -6,10 +6,14 @@
 // outside: the registration cache (ibv_reg_mr calls counted by the double),
 // rendezvous data at the eager boundary and at 64 MiB, each injected fault
 // becoming WIA_ERROR_REMOTE naming the peer on both sides within a bounded
-// wait, and init's reasons when there is no device or no usable library.
+// wait, init's reasons when there is no device or no usable library, and
+// device memory registered through its dma-buf (ibv_reg_dmabuf_mr), with
+// the CPU kept off it, or refused where the library lacks the symbol.
 #include <dlfcn.h>
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <wia/provider.h>
@@ -518,4 +522,212 @@ TEST_CASE("verbs: init without a device, with an unknown device or a foreign lib
     CHECK(p.init_status == WIA_ERROR_CONFIG);
     CHECK_MESSAGE(h.error.find("port 'seven'") != std::string::npos, h.error);
   }
+}
+
+namespace {
+
+// Device memory as a transport sees it: a dma-buf fd (a memfd, which is how
+// tests/providers/fake-cuda exports its device memory) and a device pointer
+// the CPU cannot use: `dev` maps the memfd PROT_NONE, so a provider that
+// reads or writes device memory with the CPU crashes the test. The double
+// reaches the bytes through the fd, as a NIC does through the dma-buf; the
+// test fills and checks them through `view`.
+struct DeviceBuffer {
+  int fd = -1;
+  char* dev = nullptr;
+  char* view = nullptr;
+  std::size_t len = 0;
+  explicit DeviceBuffer(std::size_t n) : len(n) {
+    fd = memfd_create("wia-test-dmabuf", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, static_cast<off_t>(n)) == 0);
+    void* d = mmap(nullptr, n, PROT_NONE, MAP_SHARED, fd, 0);
+    void* v = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(d != MAP_FAILED);
+    REQUIRE(v != MAP_FAILED);
+    dev = static_cast<char*>(d);
+    view = static_cast<char*>(v);
+    std::memset(view, 0x5a, n);
+  }
+  ~DeviceBuffer() {
+    munmap(dev, len);
+    munmap(view, len);
+    close(fd);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // Registers [dev + offset, + size) as CUDA memory through a duplicate of
+  // the fd, closed right after: the fd is only borrowed by reg_mr.
+  wia_status_t reg(Provider& p, std::size_t offset, std::size_t size, wia_mr_t* mr) const {
+    const int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    REQUIRE(dup_fd >= 0);
+    wia_mr_desc_v1_t desc{
+        sizeof(desc), WIA_MR_DEVICE, dev + offset, size, WIA_MEM_IFACE_CUDA, dup_fd, 0, offset};
+    const wia_status_t st = p.t->reg_mr(p.ctx, 0, &desc, mr);
+    close(dup_fd);
+    return st;
+  }
+};
+
+// ibv_reg_dmabuf_mr calls of this process, counted by the double.
+std::uint64_t reg_dmabuf_mr_calls() {
+  void* lib = dlopen(WIA_FAKE_IBVERBS_FILE, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE_MESSAGE(lib != nullptr, "the double is not loaded");
+  void* sym = dlsym(lib, "fake_ibv_reg_dmabuf_mr_calls");
+  REQUIRE(sym != nullptr);
+  const std::uint64_t n = reinterpret_cast<std::uint64_t (*)()>(sym)();
+  dlclose(lib);
+  return n;
+}
+
+// One message a -> b; either side may be device memory (dev != nullptr:
+// its registration). Checks the bytes and that nothing around them moved.
+void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size, std::uint64_t tag,
+                    DeviceBuffer* sdev, wia_mr_t smr, DeviceBuffer* rdev, wia_mr_t rmr,
+                    std::size_t offset) {
+  INFO("message of " << size << " B, from " << (sdev ? "device" : "host") << " to "
+                     << (rdev ? "device" : "host") << " memory");
+  const std::vector<char> src = pattern(size, static_cast<unsigned>(size + tag));
+  std::vector<char> host_src = src, host_dst(size + 64, 0x5a);
+  const char* sbuf = host_src.data();
+  char* rbuf = host_dst.data();
+  if (sdev != nullptr) {
+    std::memcpy(sdev->view + offset, src.data(), size);
+    sbuf = sdev->dev + offset;
+  }
+  if (rdev != nullptr) {
+    std::memset(rdev->view, 0x5a, rdev->len);
+    rbuf = rdev->dev + offset;
+  }
+  wia_request_t rr = nullptr, sr = nullptr;
+  REQUIRE_MESSAGE(p.t->irecv(p.ctx, b, rbuf, size, tag, rmr, &rr) == WIA_SUCCESS, g_host->error);
+  REQUIRE_MESSAGE(p.t->isend(p.ctx, a, sbuf, size, tag, smr, &sr) == WIA_SUCCESS, g_host->error);
+  std::uint64_t got = 0;
+  REQUIRE_MESSAGE(wait(p, sr) == WIA_SUCCESS, "send: " << g_host->error);
+  REQUIRE_MESSAGE(wait(p, rr, &got) == WIA_SUCCESS, "receive: " << g_host->error);
+  CHECK(got == size);
+  const char* landed = rdev != nullptr ? rdev->view + offset : host_dst.data();
+  CHECK(std::memcmp(landed, src.data(), size) == 0);
+  if (rdev != nullptr) {  // the dma-buf offset was honoured: nothing before or after moved
+    for (std::size_t i = 0; i < rdev->len; ++i)
+      if ((i < offset || i >= offset + size) && rdev->view[i] != 0x5a)
+        FAIL("device byte " << i << " outside the " << size << " B message at offset " << offset
+                            << " was written");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU never touches it") {
+  Host h;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  wia_transport_props_v1_t props{};
+  props.struct_size = sizeof props;
+  REQUIRE(p.t->endpoint_props(p.ctx, 0, &props) == WIA_SUCCESS);
+  CHECK((props.flags & WIA_TRANSPORT_FLAG_DEVICE_MEMORY) != 0);
+  CHECK((props.flags & WIA_TRANSPORT_FLAG_DMABUF) != 0);
+  CHECK((props.mem_ifaces & (1u << WIA_MEM_IFACE_CUDA)) != 0);
+  auto [a, b] = self_pair(p);
+
+  // The regions start one page into their dma-bufs (dmabuf_offset 4096).
+  constexpr std::size_t kOffset = 4096, kLen = 64 << 10, kRegion = kLen - 2 * kOffset;
+  DeviceBuffer sdev(kLen), rdev(kLen);
+  wia_mr_t smr = nullptr, rmr = nullptr;
+  const std::uint64_t dmabuf_before = reg_dmabuf_mr_calls();
+  REQUIRE_MESSAGE(sdev.reg(p, kOffset, kRegion, &smr) == WIA_SUCCESS, h.error);
+  REQUIRE_MESSAGE(rdev.reg(p, kOffset, kRegion, &rmr) == WIA_SUCCESS, h.error);
+  CHECK(reg_dmabuf_mr_calls() - dmabuf_before == 2);
+
+  // Device to device, below and above the eager limit: every message goes
+  // by RDMA write, and nothing registers the device pointers as host memory.
+  const std::uint64_t host_regs = reg_mr_calls();
+  std::uint64_t tag = 1;
+  for (std::uint64_t size :
+       {std::uint64_t{1}, std::uint64_t{100}, kEagerMax, kEagerMax + 1, std::uint64_t{kRegion}})
+    device_message(p, a, b, size, tag++, &sdev, smr, &rdev, rmr, kOffset);
+  CHECK(reg_mr_calls() == host_regs);
+  // Zero bytes touch nothing: allowed either way.
+  device_message(p, a, b, 0, tag++, &sdev, smr, &rdev, rmr, kOffset);
+  // Device to host (small: rendezvous all the same) and host to device (large).
+  device_message(p, a, b, 100, tag++, &sdev, smr, nullptr, nullptr, kOffset);
+  device_message(p, a, b, kEagerMax + 1, tag++, nullptr, nullptr, &rdev, rmr, kOffset);
+
+  // A small host message into device memory would need a CPU copy: that
+  // receive fails, naming the peer and what to do; the connection stays up.
+  {
+    std::vector<char> small = pattern(100, 9);
+    wia_request_t rr = nullptr, sr = nullptr;
+    REQUIRE(p.t->irecv(p.ctx, b, rdev.dev + kOffset, 100, 77, rmr, &rr) == WIA_SUCCESS);
+    REQUIRE(p.t->isend(p.ctx, a, small.data(), 100, 77, nullptr, &sr) == WIA_SUCCESS);
+    CHECK(wait(p, sr) == WIA_SUCCESS);
+    CHECK(wait(p, rr) == WIA_ERROR_NOT_SUPPORTED);
+    CHECK_MESSAGE(h.error.find("cannot be received into device memory") != std::string::npos,
+                  h.error);
+    CHECK_MESSAGE(h.error.find("from peer host") != std::string::npos, h.error);
+    device_message(p, a, b, 64, tag++, &sdev, smr, &rdev, rmr, kOffset);
+  }
+
+  // put into the peer's device region and get back into local device memory.
+  {
+    std::uint8_t rkey[WIA_RKEY_SIZE];
+    REQUIRE(p.t->mr_rkey(p.ctx, rmr, rkey) == WIA_SUCCESS);
+    const std::vector<char> src = pattern(kRegion / 2, 5);
+    const auto remote = reinterpret_cast<std::uint64_t>(rdev.dev + kOffset);
+    wia_request_t r = nullptr;
+    REQUIRE(p.t->put(p.ctx, a, src.data(), src.size(), nullptr, remote + 8, rkey, &r) ==
+            WIA_SUCCESS);
+    REQUIRE_MESSAGE(wait(p, r) == WIA_SUCCESS, h.error);
+    CHECK(std::memcmp(rdev.view + kOffset + 8, src.data(), src.size()) == 0);
+    std::memset(sdev.view, 0, sdev.len);
+    REQUIRE(p.t->get(p.ctx, a, sdev.dev + kOffset, src.size(), smr, remote + 8, rkey, &r) ==
+            WIA_SUCCESS);
+    REQUIRE_MESSAGE(wait(p, r) == WIA_SUCCESS, h.error);
+    CHECK(std::memcmp(sdev.view + kOffset, src.data(), src.size()) == 0);
+  }
+
+  // Misuse, each refused with the reason: a region the buffer is not in;
+  // device memory without its dma-buf; a range past the dma-buf's end.
+  {
+    wia_request_t r = nullptr;
+    CHECK(p.t->isend(p.ctx, a, sdev.dev, 64, 1, smr, &r) == WIA_ERROR_INVALID_ARGUMENT);
+    CHECK_MESSAGE(h.error.find("does not cover it") != std::string::npos, h.error);
+    wia_mr_desc_v1_t desc{
+        sizeof(desc), WIA_MR_DEVICE, sdev.dev, 4096, WIA_MEM_IFACE_CUDA, -1, 0, 0};
+    wia_mr_t m = nullptr;
+    CHECK(p.t->reg_mr(p.ctx, 0, &desc, &m) == WIA_ERROR_NOT_SUPPORTED);
+    CHECK_MESSAGE(h.error.find("without its dma-buf") != std::string::npos, h.error);
+    CHECK(sdev.reg(p, kLen - 4096, 8192, &m) == WIA_ERROR_IO);
+    CHECK_MESSAGE(h.error.find("ibv_reg_dmabuf_mr(fd") != std::string::npos, h.error);
+    CHECK_MESSAGE(h.error.find("Invalid argument") != std::string::npos, h.error);
+  }
+  CHECK(p.t->dereg_mr(p.ctx, smr) == WIA_SUCCESS);
+  CHECK(p.t->dereg_mr(p.ctx, rmr) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
+TEST_CASE("verbs: a libibverbs without ibv_reg_dmabuf_mr refuses device memory, naming it") {
+  Host h;
+  h.params["library"] = WIA_FAKE_IBVERBS_NODMABUF_FILE;
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  wia_transport_props_v1_t props{};
+  props.struct_size = sizeof props;
+  REQUIRE(p.t->endpoint_props(p.ctx, 0, &props) == WIA_SUCCESS);
+  CHECK((props.flags & (WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF)) == 0);
+  CHECK(props.mem_ifaces == (1u << WIA_MEM_IFACE_HOST));
+  DeviceBuffer dev(8192);
+  wia_mr_t m = nullptr;
+  CHECK(dev.reg(p, 0, 4096, &m) == WIA_ERROR_NOT_SUPPORTED);
+  CHECK(m == nullptr);
+  CHECK_MESSAGE(h.error.find("has no ibv_reg_dmabuf_mr@IBVERBS_1.12") != std::string::npos,
+                h.error);
+  CHECK_MESSAGE(h.error.find(WIA_FAKE_IBVERBS_NODMABUF_FILE) != std::string::npos, h.error);
+  // Host memory is unaffected.
+  std::vector<char> host(4096);
+  wia_mr_desc_v1_t desc{sizeof(desc),       WIA_MR_HOST, host.data(), host.size(),
+                        WIA_MEM_IFACE_HOST, -1,          0,           0};
+  REQUIRE_MESSAGE(p.t->reg_mr(p.ctx, 0, &desc, &m) == WIA_SUCCESS, h.error);
+  CHECK(p.t->dereg_mr(p.ctx, m) == WIA_SUCCESS);
 }
