@@ -619,7 +619,18 @@ void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size,
 }  // namespace
 
 TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU never touches it") {
+  {  // By default device memory is not claimed (the core would pass it unregistered).
+    Host h0;
+    Provider p0(h0);
+    REQUIRE_MESSAGE(p0.init_status == WIA_SUCCESS, h0.error);
+    wia_transport_props_v1_t props{};
+    props.struct_size = sizeof props;
+    REQUIRE(p0.t->endpoint_props(p0.ctx, 0, &props) == WIA_SUCCESS);
+    CHECK((props.flags & (WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF)) == 0);
+    CHECK(props.mem_ifaces == (1u << WIA_MEM_IFACE_HOST));
+  }
   Host h;
+  h.params["dmabuf"] = "true";
   Provider p(h);
   REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
   wia_transport_props_v1_t props{};
@@ -710,6 +721,7 @@ TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU ne
 TEST_CASE("verbs: a libibverbs without ibv_reg_dmabuf_mr refuses device memory, naming it") {
   Host h;
   h.params["library"] = WIA_FAKE_IBVERBS_NODMABUF_FILE;
+  h.params["dmabuf"] = "true";
   Provider p(h);
   REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
   wia_transport_props_v1_t props{};
