@@ -10,6 +10,7 @@
 //             [-c 0|1] [--procs N | --procs-from-env] [--sizes 8,64K,1M]
 //             [--compress topk:0.01|randomk:0.1|int8|int4|onebit|lowrank:4|fp16|bf16]
 //             [--profile-overhead] [--trace FILE] [--plot FILE.png]
+//             [--predict [--rounds N]]
 //
 // Three ways to run:
 //  - in-process (default): --ranks N host devices in this process, one
@@ -35,6 +36,19 @@
 //
 // --op takes a comma-separated list (--op allreduce,allgather): one table
 // per collective, one after another on the same communicator.
+//
+// --predict (all-reduce) times, per size, AUTO and then every all-reduce
+// algorithm forced (one_shot up to 8 ranks, hierarchical across nodes),
+// out of place, and prints beside each measured time the cost model's
+// prediction for that call (wia_get_selected_algorithm's
+// estimated_time_ms: the tuner's model of this communicator, measured
+// links included when tuner.link_file / WIA_TUNER_LINK_FILE names a
+// wia-bw --output file) and predicted / measured; then which algorithm
+// AUTO ran and AUTO's measured time over the best forced algorithm's.
+// Every algorithm is timed once per round, in --rounds N (default 2)
+// alternating rounds, and keeps its fastest. A closing summary gives, from
+// 64 KiB up, the range of predicted / measured (AUTO, and every row) and
+// the worst AUTO / best.
 //
 // --plot FILE.png draws, after the sweep, busbw (out-of-place, GB/s)
 // against the size (log2 axis) per collective run, each with its bound as
@@ -96,6 +110,8 @@ struct Options {
   bool compressed = false;      // --compress
   bool compression_stream = false;  // --compression-stream
   bool profile_overhead = false;  // --profile-overhead
+  bool predict = false;           // --predict
+  int predict_rounds = 2;         // --rounds
   std::string trace;              // --trace FILE: WIA_TRACE for every rank
   std::string plot;               // --plot FILE.png
   std::string compress_name;
@@ -115,6 +131,7 @@ struct Options {
       "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16\n"
       "                 [--compression-stream]]\n"
       "                 [--profile-overhead] [--trace FILE] [--plot FILE.png]\n"
+      "                 [--predict [--rounds N]]\n"
       "--op also takes the spec's spellings: all_reduce, all_gather, reduce_scatter, all_to_all;\n"
       "several, comma-separated (--op allreduce,allgather), run one after another.\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
@@ -132,6 +149,10 @@ struct Options {
       "--trace FILE: each rank writes its timeline as Chrome/Perfetto JSON to\n"
       "FILE.rank<N> ('%%r' in FILE: replaced by the rank instead), with --procs N or\n"
       "--procs-from-env (docs/profiling.md).\n"
+      "--predict: all-reduce, each size AUTO and every algorithm forced, measured beside\n"
+      "the cost model's prediction (tuner.link_file / WIA_TUNER_LINK_FILE: measured links)\n"
+      "and predicted / measured; AUTO's time over the best forced algorithm's; --rounds N\n"
+      "(default 2): alternating rounds, each algorithm's fastest kept.\n"
       "--plot FILE.png: after the sweep, a chart of busbw vs size (log2) per op with its\n"
       "bound, drawn by wia_plot.py with /usr/bin/python3 and matplotlib (Debian package\n"
       "python3-matplotlib; docs/profiling.md).\n");
@@ -190,6 +211,8 @@ Options parse(int argc, char** argv) {
     }
     else if (a == "--procs-from-env") o.procs_from_env = true;
     else if (a == "--profile-overhead") o.profile_overhead = true;
+    else if (a == "--predict") o.predict = true;
+    else if (a == "--rounds") o.predict_rounds = std::max(1, std::atoi(next()));
     else if (a == "--trace") o.trace = next();
     else if (a == "--plot") o.plot = next();
     else if (a == "--compress") {
@@ -259,6 +282,10 @@ Options parse(int argc, char** argv) {
     usage(
         "--op lists several collectives only for the plain sweep (not with --compress or "
         "--profile-overhead)");
+  if (o.predict && (o.compressed || o.profile_overhead || !o.plot.empty() ||
+                    o.ops.size() > 1 || o.op != WIA_COLLECTIVE_ALLREDUCE))
+    usage("--predict runs the plain all-reduce sweep: --op allreduce, without --compress, "
+          "--profile-overhead or --plot");
   if (!o.plot.empty() && (o.compressed || o.profile_overhead))
     usage("--plot draws the plain sweep: not with --compress or --profile-overhead");
   if (o.compression_stream && !o.compressed) usage("--compression-stream needs --compress");
@@ -566,6 +593,7 @@ class Bench {
     }
     const wia_algorithm_t algo = wia_get_selected_algorithm(comm_);
     last_algorithm_ = algo.name ? algo.name : "?";
+    last_estimate_us_ = algo.estimated_time_ms * 1e3;
     max_over_ranks(samples);
     std::sort(samples.begin(), samples.end());
     return samples[1];
@@ -607,6 +635,10 @@ class Bench {
   }
 
   const std::string& last_algorithm() const { return last_algorithm_; }
+  // The cost model's estimate for the calls time_us() last timed.
+  double last_estimate_us() const { return last_estimate_us_; }
+  // --predict: the algorithm post() asks for from now on.
+  void set_algorithm(wia_algorithm_id_t a) { o_.algo = a; }
   wia_communicator_t comm() const { return comm_; }
   // --op A,B: the collective post() runs from now on.
   void set_op(wia_collective_op_t op) { o_.op = op; }
@@ -675,6 +707,7 @@ class Bench {
   bool last_in_place_ = false;
   bool compressing_ = false;
   std::string last_algorithm_ = "?";
+  double last_estimate_us_ = 0;
 };
 
 // The table of --compress: compressed against plain, per size.
@@ -1028,8 +1061,120 @@ int write_plot(const Options& o, const Bench& bench, const std::vector<PlotSerie
   return rc;
 }
 
+// --predict: per size, AUTO and every applicable all-reduce algorithm
+// forced, measured against the cost model's estimate for the same call.
+int run_predict_sweep(const Options& o, Bench& bench, const std::vector<std::uint64_t>& sizes,
+                      bool print) {
+  const std::size_t es = wia::kernels::dtype_size(o.dtype);
+  const int p = bench.nranks();
+  struct Forced {
+    wia_algorithm_id_t id;
+    const char* name;
+  };
+  std::vector<Forced> forced = {{WIA_ALGORITHM_RING, "ring"},
+                                {WIA_ALGORITHM_TREE, "tree"},
+                                {WIA_ALGORITHM_BINOMIAL, "binomial"},
+                                {WIA_ALGORITHM_RABENSEIFNER, "rabenseifner"},
+                                {WIA_ALGORITHM_RECURSIVE_DOUBLING, "recursive_doubling"},
+                                {WIA_ALGORITHM_DIRECT, "direct"}};
+  if (p <= 8) forced.push_back({WIA_ALGORITHM_ONE_SHOT, "one_shot"});
+  if (bench.distributed() && wia_comm_node_count(bench.comm()) > 1)
+    forced.push_back({WIA_ALGORITHM_HIERARCHICAL, "hierarchical"});
+  if (print) {
+    const char* link_file = std::getenv("WIA_TUNER_LINK_FILE");
+    const char* transport = std::getenv("WIA_TRANSPORT");
+    std::printf("# wia-bench --predict: allreduce  ranks %d (%s)  dtype %s  redop %s\n", p,
+                !bench.distributed() ? "in-process host devices"
+                : transport && *transport ? transport
+                                          : "processes, auto transport",
+                wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop));
+    std::printf("# links: %s\n", link_file && *link_file
+                                     ? link_file
+                                     : "the communicator's default figures (or tuner.link_file)");
+    std::printf("# measured = out-of-place time (median of 3 repetitions%s, fastest of %d "
+                "alternating rounds); predicted = the "
+                "cost model's estimate for that call (wia_get_selected_algorithm); ratio = "
+                "predicted / measured\n",
+                bench.distributed() ? ", slowest rank" : "", o.predict_rounds);
+    std::printf("# auto row: the algorithm AUTO ran; auto/best = its measured time / the "
+                "fastest forced algorithm's\n");
+    std::printf("#%11s %-24s %12s %12s %7s  %s\n", "size(B)", "algorithm", "measured(us)",
+                "predicted(us)", "ratio", "");
+    std::fflush(stdout);
+  }
+  std::uint64_t total_wrong = 0;
+  // From 64 KiB: ranges of predicted / measured and the worst AUTO / best.
+  double auto_lo = 1e30, auto_hi = 0, all_lo = 1e30, all_hi = 0, worst_auto = 0;
+  int rows = 0, rows_within = 0;
+  for (const std::uint64_t bytes : sizes) {
+    const std::uint64_t count = bytes / es;
+    if (count == 0) continue;
+    const int iters = o.iters > 0 ? o.iters
+                                  : static_cast<int>(std::clamp<std::uint64_t>(
+                                        (256ull << 20) / (count * es), 5, 1000));
+    bench.set_algorithm(WIA_ALGORITHM_AUTO);
+    if (o.check) total_wrong += bench.check(count, false);
+    struct Row {
+      std::string name;
+      double measured, predicted;
+    };
+    // Row 0 is AUTO. The machine's speed drifts between minutes: every
+    // algorithm is timed once per round, rounds alternate, and each keeps
+    // its fastest round, so AUTO and the forced ones see the same drift.
+    std::vector<Row> table(forced.size() + 1, Row{"", 1e30, 0});
+    std::string auto_algo;
+    for (int round = 0; round < o.predict_rounds; ++round)
+      for (std::size_t i = 0; i < table.size(); ++i) {
+        bench.set_algorithm(i == 0 ? WIA_ALGORITHM_AUTO : forced[i - 1].id);
+        const double t = bench.time_us(count, false, iters);
+        table[i].measured = std::min(table[i].measured, t);
+        table[i].predicted = bench.last_estimate_us();
+        if (i == 0) auto_algo = bench.last_algorithm();
+        else table[i].name = forced[i - 1].name;
+      }
+    bench.set_algorithm(WIA_ALGORITHM_AUTO);
+    const double t_auto = table[0].measured, e_auto = table[0].predicted;
+    table.erase(table.begin());
+    double best = 1e30;
+    std::string best_name;
+    for (const Row& r : table)
+      if (r.measured < best) best = r.measured, best_name = r.name;
+    const bool counted = count * es >= (64u << 10);
+    auto note = [&](double predicted, double measured, bool is_auto) {
+      const double r = predicted / measured;
+      if (!counted) return;
+      all_lo = std::min(all_lo, r), all_hi = std::max(all_hi, r);
+      ++rows;
+      rows_within += r >= 0.75 && r <= 1.25;
+      if (is_auto) auto_lo = std::min(auto_lo, r), auto_hi = std::max(auto_hi, r);
+    };
+    note(e_auto, t_auto, true);
+    for (const Row& r : table) note(r.predicted, r.measured, false);
+    worst_auto = std::max(worst_auto, t_auto / best);
+    if (print) {
+      std::printf("%12llu %-24s %12.2f %12.2f %7.2f  auto/best %.2f (best: %s)\n",
+                  static_cast<unsigned long long>(count * es), ("auto:" + auto_algo).c_str(),
+                  t_auto, e_auto, e_auto / t_auto, t_auto / best, best_name.c_str());
+      for (const Row& r : table)
+        std::printf("%12s %-24s %12.2f %12.2f %7.2f\n", "", r.name.c_str(), r.measured,
+                    r.predicted, r.predicted / r.measured);
+      std::fflush(stdout);
+    }
+  }
+  if (print) {
+    if (rows > 0)
+      std::printf("# from 64 KiB: predicted/measured auto %.2f - %.2f, all rows %.2f - %.2f "
+                  "(%d of %d within 25%%); auto/best at most %.2f\n",
+                  auto_lo, auto_hi, all_lo, all_hi, rows_within, rows, worst_auto);
+    std::printf("# %s: %llu wrong element(s) in AUTO's checks\n", total_wrong ? "FAILED" : "ok",
+                static_cast<unsigned long long>(total_wrong));
+  }
+  return total_wrong ? 1 : 0;
+}
+
 int run_sweep(const Options& o, Bench& bench, bool print) {
   const std::vector<std::uint64_t> sizes = sweep_sizes(o);
+  if (o.predict) return run_predict_sweep(o, bench, sizes, print);
   if (o.compressed) return run_compressed_sweep(o, bench, sizes, print);
   if (o.profile_overhead) return run_profile_overhead(o, bench, sizes, print);
   int rc = 0;
