@@ -288,14 +288,17 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
     }
   }
   // Once a header is out, its payload must follow: -FI_EAGAIN is then
-  // waited out (progress frees room) for up to a second.
-  const std::uint64_t until = ctx_->now_ns() + 1000000000ull;
+  // waited out (progress frees room) for up to a second. The clock is read
+  // only then: a post that goes through at once (every small receive)
+  // costs no clock_gettime.
+  std::uint64_t until = 0;
   for (int attempt = 0;; ++attempt) {
     const ssize_t rc =
         send ? fi_tsend(ep, buf, len, desc, c->addr,
                         announce ? data_tag(c->peer_id, tag) | kBulkBit : wire_tag, &r->fctx)
              : fi_trecv(ep, into, into_len, desc, FI_ADDR_UNSPEC, wire_tag, ignore, &r->fctx);
     if (rc == 0) break;
+    if (rc == -FI_EAGAIN && announce && until == 0) until = ctx_->now_ns() + 1000000000ull;
     if (rc == -FI_EAGAIN && (attempt == 0 || (announce && ctx_->now_ns() < until))) {
       progress();  // completions free send and receive slots
       continue;
