@@ -25,6 +25,7 @@
 
 #include "api/communicators.hpp"
 #include "api/guard.hpp"
+#include "api/profile_suggestions.hpp"
 #include "coll/registry.hpp"
 #include "coll/schedule.hpp"
 #include "comm/comm_profiler.hpp"
@@ -32,6 +33,7 @@
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
 #include "compress/codec.hpp"
+#include "runtime/runtime.hpp"
 #include "tuner/cost_model.hpp"
 
 namespace wia::api {
@@ -96,6 +98,12 @@ double percentile(std::vector<double> v, double q) {
 }
 
 }  // namespace
+
+// profiling.sample_every (docs/profiling.md, "Sampling").
+static std::uint32_t configured_sample_every() {
+  return static_cast<std::uint32_t>(
+      std::max<std::int64_t>(1, Runtime::get().config().get_int("profiling.sample_every")));
+}
 
 // Host functions are timed while at least one profiler wants them.
 void count_compute(CommProfiler& p, bool want) {
@@ -219,9 +227,9 @@ std::string trace_json(const CommProfiler::Trace& t, const Track& track) {
   out += fmt::format(
       "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{{}\"nranks\":{},"
       "\"communicator\":{},\"events\":{},\"dropped_events\":{},\"max_events\":{},"
-      "\"ts_origin_unix_us\":{}}}}}\n",
+      "\"sample_every\":{},\"ts_origin_unix_us\":{}}}}}\n",
       track.other, track.nranks, tid, t.events.size(), t.dropped, CommProfiler::kMaxTraceEvents,
-      origin_ns / 1000);
+      t.sample_every, origin_ns / 1000);
   return out;
 }
 
@@ -315,7 +323,7 @@ WIA_API wia_status_t wia_enable_comm_profiling(wia_communicator_t comm,
     api::require_non_null(profiling, "profiling");
     comm::CommProfiler& p = api::profiler_of(comm);
     api::count_compute(p, profiling->enable_overlap_analysis);
-    p.enable(*profiling);
+    p.enable(*profiling, api::configured_sample_every());
   });
 }
 
@@ -382,9 +390,14 @@ void overlap(const CommProfiler::Snapshot& s, const comm::CommunicatorBase& pc,
   for (const auto& iv : merged)
     r.total_compute_time +=
         std::chrono::duration<double>(iv.end - std::max(iv.start, s.window_start)).count();
-  double hidden = 0;
-  for (const auto& c : s.intervals) hidden += covered(merged, c.start, c.end);
-  r.overlap_efficiency = r.total_comm_time > 0 ? hidden / r.total_comm_time : 0.0;
+  // Over the timed operations (every one at sample_every 1): the share of
+  // their time under compute.
+  double hidden = 0, timed = 0;
+  for (const auto& c : s.intervals) {
+    hidden += covered(merged, c.start, c.end);
+    timed += std::chrono::duration<double>(c.end - c.start).count();
+  }
+  r.overlap_efficiency = timed > 0 ? hidden / timed : 0.0;
 }
 
 // Suggestions (docs/profiling.md): each costed by the communicator's own
@@ -395,7 +408,7 @@ void overlap(const CommProfiler::Snapshot& s, const comm::CommunicatorBase& pc,
 // when the model expects the fused run kMinSpeedup times faster or more.
 constexpr std::uint64_t kFusionCandidateBytes = 1u << 20;
 constexpr std::uint64_t kFusionBucketBytes = 25u << 20;
-constexpr double kMinSpeedup = 1.2;
+constexpr double kMinSpeedup = kMinSuggestedSpeedup;
 
 // The model's time for one all-reduce of `bytes` (float32 elements).
 double allreduce_us(tuner::Selector& model, std::uint64_t bytes) {
@@ -413,32 +426,33 @@ std::string fmt_bytes(double b) {
 // same bytes fused into buckets.
 void suggest_fusion(const CommProfiler::OpStats& o, tuner::Selector& model,
                     std::vector<std::string>& out) {
-  std::map<std::uint64_t, std::uint64_t> calls_of_size;
-  std::uint64_t calls = 0, total = 0;
+  std::map<std::uint64_t, double> calls_of_size;
+  double calls = 0, total = 0;
   double measured_s = 0;
   for (std::size_t i = 0; i < o.call_bytes.size(); ++i) {
     if (o.call_bytes[i] >= kFusionCandidateBytes) continue;
-    ++calls_of_size[o.call_bytes[i]];
-    ++calls;
-    total += o.call_bytes[i];
-    measured_s += o.seconds[i];
+    // Timed call i stands for weight_at(i) calls (sampling: docs/profiling.md).
+    const double w = o.weight_at(i);
+    calls_of_size[o.call_bytes[i]] += w;
+    calls += w;
+    total += w * static_cast<double>(o.call_bytes[i]);
+    measured_s += w * o.seconds[i];
   }
-  if (calls < 2) return;
+  if (calls < 1.5) return;
   double separate_us = 0;
-  for (const auto& [bytes, n] : calls_of_size)
-    separate_us += static_cast<double>(n) * allreduce_us(model, bytes);
-  const std::uint64_t buckets = (total + kFusionBucketBytes - 1) / kFusionBucketBytes;
+  for (const auto& [bytes, n] : calls_of_size) separate_us += n * allreduce_us(model, bytes);
+  const auto fused_bytes = static_cast<std::uint64_t>(std::llround(total));
+  const std::uint64_t buckets = (fused_bytes + kFusionBucketBytes - 1) / kFusionBucketBytes;
   const double fused_us =
       static_cast<double>(buckets - 1) * allreduce_us(model, kFusionBucketBytes) +
-      allreduce_us(model, total - (buckets - 1) * kFusionBucketBytes);
+      allreduce_us(model, fused_bytes - (buckets - 1) * kFusionBucketBytes);
   if (fused_us <= 0 || separate_us < kMinSpeedup * fused_us) return;
   out.push_back(fmt::format(
-      "{}: {} calls under {} (average {}, {:.3f} ms measured in all): fuse them into {} "
+      "{}: {:.0f} calls under {} (average {}, {:.3f} ms measured in all): fuse them into {} "
       "bucket{} of up to {}: estimated {:.1f}x faster (cost model: {:.3f} ms one by one, "
       "{:.3f} ms fused)",
-      o.name, calls, fmt_bytes(kFusionCandidateBytes),
-      fmt_bytes(static_cast<double>(total) / static_cast<double>(calls)), measured_s * 1e3, buckets,
-      buckets == 1 ? "" : "s", fmt_bytes(kFusionBucketBytes), separate_us / fused_us,
+      o.name, calls, fmt_bytes(kFusionCandidateBytes), fmt_bytes(total / calls), measured_s * 1e3,
+      buckets, buckets == 1 ? "" : "s", fmt_bytes(kFusionBucketBytes), separate_us / fused_us,
       separate_us / 1e3, fused_us / 1e3));
 }
 
@@ -451,12 +465,13 @@ void suggest_fusion(const CommProfiler::OpStats& o, tuner::Selector& model,
 void suggest_algorithm(const CommProfiler::OpStats& o, coll::Collective c,
                        const tuner::LinkModel& links, tuner::Selector& model,
                        std::vector<std::string>& out) {
-  std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> calls;  // (ran, bytes) -> n
+  // (ran, bytes) -> calls, each timed call standing for weight_at(i) calls
+  std::map<std::pair<std::string, std::uint64_t>, double> calls;
   for (std::size_t i = 0; i < o.call_bytes.size(); ++i)
     if (std::strcmp(o.call_transport[i], "windows") != 0)
-      ++calls[{o.call_algorithm[i], o.call_bytes[i]}];
+      calls[{o.call_algorithm[i], o.call_bytes[i]}] += o.weight_at(i);
   double ran_us = 0, best_us = 0;
-  std::uint64_t n_calls = 0;
+  double n_calls = 0;
   std::string ran_names, best_names;
   auto note = [](std::string& names, const char* name) {
     if (("," + names + ",").find("," + std::string(name) + ",") == std::string::npos)
@@ -470,16 +485,15 @@ void suggest_algorithm(const CommProfiler::OpStats& o, coll::Collective c,
     args.count = std::max<std::uint64_t>(1, key.second / 4);
     args.nranks = links.nranks;
     const tuner::Selection& best = model.select(c, args.count, WIA_FLOAT32);
-    ran_us += static_cast<double>(n) *
-              tuner::select_chunks(args, info->algorithm, links).estimated_ms * 1e3;
-    best_us += static_cast<double>(n) * best.estimated_ms * 1e3;
+    ran_us += n * tuner::select_chunks(args, info->algorithm, links).estimated_ms * 1e3;
+    best_us += n * best.estimated_ms * 1e3;
     n_calls += n;
     note(ran_names, info->name);
     note(best_names, best.name);
   }
   if (best_us <= 0 || ran_us < kMinSpeedup * best_us) return;
   out.push_back(fmt::format(
-      "{}: {} calls ran as {}; the cost model's choice for their sizes, {}, is estimated "
+      "{}: {:.0f} calls ran as {}; the cost model's choice for their sizes, {}, is estimated "
       "{:.1f}x faster (cost model: {:.3f} ms -> {:.3f} ms): let the tuner choose (remove the "
       "forced algorithm: configuration rule, WIA_ALGO or the call's config)",
       o.name, n_calls, ran_names, best_names, ran_us / best_us, ran_us / 1e3, best_us / 1e3));
@@ -583,7 +597,7 @@ void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel&
   none.method = WIA_COMPRESS_NONE;
   const CodecNs* ns = nullptr;
   double plain_us = 0, plain_wire = 0, measured_s = 0;
-  std::uint64_t calls = 0, bytes = 0;
+  double calls = 0, bytes = 0;
   bool all_fp32 = true;
   const char* via = "";
   wia_datatype_t dtype = WIA_FLOAT32;
@@ -595,16 +609,17 @@ void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel&
         memory_links(o.call_transport[i]))
       continue;
     if (ns == nullptr) ns = &codec_ns();
+    const double weight = o.weight_at(i);  // calls this timed call stands for
     const std::uint64_t n = o.call_bytes[i] / compress::float_type_size(t);
-    ++calls;
-    bytes += o.call_bytes[i];
-    measured_s += o.seconds[i];
+    calls += weight;
+    bytes += weight * static_cast<double>(o.call_bytes[i]);
+    measured_s += weight * o.seconds[i];
     via = o.call_transport[i];
     dtype = t;
     all_fp32 = all_fp32 && t == WIA_FLOAT32;
     const double w = static_cast<double>(wire_bytes(n, t, none, p));
-    plain_wire += w;
-    plain_us += rounds_us + w / (gbps * 1e3);
+    plain_wire += weight * w;
+    plain_us += weight * (rounds_us + w / (gbps * 1e3));
     // Quantized in shards (no error feedback): each rank encodes and
     // decodes about twice its vector (its input, then its reduced shard
     // gathered by all); charged as two encodes and two decodes of it.
@@ -614,12 +629,12 @@ void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel&
       const double mw = static_cast<double>(wire_bytes(n, t, m->cfg, p));
       const double codec = m == &int8 ? dn * 2 * (ns->int8_encode + ns->int8_decode) / 1e3
                                       : dn * (ns->bf16_narrow + ns->bf16_widen) / 1e3;
-      m->wire += mw;
-      m->codec_us += codec;
-      m->us += rounds_us + mw / (gbps * 1e3) + codec;
+      m->wire += weight * mw;
+      m->codec_us += weight * codec;
+      m->us += weight * (rounds_us + mw / (gbps * 1e3) + codec);
     }
   }
-  if (calls == 0) return;
+  if (calls <= 0) return;
   const Method* best = &int8;
   if (all_fp32 && bf16.us < int8.us) best = &bf16;  // the cast gains nothing on 16-bit data
   if (best->us <= 0 || plain_us < kMinSpeedup * best->us) return;
@@ -627,19 +642,23 @@ void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel&
                      : dtype == WIA_FLOAT16 ? "float16"
                                             : "bfloat16";
   out.push_back(fmt::format(
-      "{}: {} calls of {}{} data of {} or more (average {}, {:.3f} ms measured in all) over {}, "
-      "a slow link in the cost model ({:.3g} GB/s, {:.3g} us): compress them with "
+      "{}: {:.0f} calls of {}{} data of {} or more (average {}, {:.3f} ms measured in all) "
+      "over {}, a slow link in the cost model ({:.3g} GB/s, {:.3g} us): compress them with "
       "wia_all_reduce_compressed{}, {}: estimated {:.1f}x faster (cost model: {:.3f} ms plain "
       "-> {:.3f} ms, {:.1f}x fewer bytes on the wire, {:.3f} ms of it encoding and decoding as "
       "timed here)",
       o.name, calls, type, all_fp32 ? "" : " (or other float)", fmt_bytes(kCompressionMinBytes),
-      fmt_bytes(static_cast<double>(bytes) / static_cast<double>(calls)), measured_s * 1e3, via,
-      gbps, alpha_us, all_fp32 ? "" : "_ex", best->text, plain_us / best->us, plain_us / 1e3,
-      best->us / 1e3, best->wire > 0 ? plain_wire / best->wire : 0.0, best->codec_us / 1e3));
+      fmt_bytes(bytes / calls), measured_s * 1e3, via, gbps, alpha_us, all_fp32 ? "" : "_ex",
+      best->text, plain_us / best->us, plain_us / 1e3, best->us / 1e3,
+      best->wire > 0 ? plain_wire / best->wire : 0.0, best->codec_us / 1e3));
 }
 
-std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
-                                     std::optional<tuner::LinkModel> m, int nranks) {
+// `forced`: a process communicator's links whose transport the
+// configuration forced (nullptr for a device communicator).
+std::vector<std::string> suggestions(
+    const CommProfiler::Snapshot& s, std::optional<tuner::LinkModel> m, int nranks,
+    const MeasuredWindow& window,
+    const std::vector<comm::ProcessCommunicator::ForcedTransport>* forced) {
   std::vector<std::string> out;
   if (!m || nranks < 2) return out;
   const tuner::LinkModel links = *m;
@@ -662,6 +681,19 @@ std::vector<std::string> suggestions(const CommProfiler::Snapshot& s,
           log::debug("profile", "{}: no compression suggestion: {}", o.name, e.what());
         }
       }
+    }
+  }
+  // Over every collective and point to point of the window.
+  try {
+    suggest_chunking(s, window, model, out);
+  } catch (const Error& e) {
+    log::debug("profile", "no chunking suggestion: {}", e.what());
+  }
+  if (forced != nullptr) {
+    try {
+      suggest_transport(s, *forced, links, out);
+    } catch (const Error& e) {
+      log::debug("profile", "no transport suggestion: {}", e.what());
     }
   }
   return out;
@@ -688,16 +720,19 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
     c.name = block->strings.emplace_back(o.name).c_str();
     c.algorithm = block->strings.emplace_back(o.algorithm).c_str();
     c.transport = o.transport;  // interned for the life of the process
-    c.invocation_count = static_cast<int>(o.seconds.size());
-    c.total_time = sum(o.seconds);
+    // Counts and bytes are exact; times are the timed calls' (all of them
+    // at sample_every 1), the total extrapolated to every call.
+    const auto timed = static_cast<double>(o.seconds.size());
+    c.invocation_count = static_cast<int>(o.count);
+    c.total_time = o.total_seconds();
     c.avg_time = c.invocation_count > 0 ? c.total_time / c.invocation_count : 0.0;
     if (s.settings.enable_bandwidth_tracking && c.invocation_count > 0) {
       c.bytes = o.bytes;
-      c.avg_bandwidth = sum(o.algbw_gbps) / c.invocation_count;
+      c.avg_bandwidth = timed > 0 ? sum(o.algbw_gbps) / timed : 0.0;
       if (bound > 0)
         for (double b : o.busbw_gbps) util += b / bound, ++util_n;
     }
-    if (s.settings.enable_latency_tracking && c.invocation_count > 0) {
+    if (s.settings.enable_latency_tracking && timed > 0) {
       c.min_time = *std::min_element(o.seconds.begin(), o.seconds.end());
       c.max_time = *std::max_element(o.seconds.begin(), o.seconds.end());
       c.p50_time = percentile(o.seconds, 0.50);
@@ -713,7 +748,10 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
   std::optional<tuner::LinkModel> model;
   if (pc != nullptr) model = pc->cost_model();
   if (dc != nullptr) model = dc->cost_model();
-  for (const std::string& text : suggestions(s, std::move(model), base.size()))
+  const MeasuredWindow window{s.settings.enable_overlap_analysis != 0, r.total_compute_time,
+                              r.overlap_efficiency};
+  for (const std::string& text : suggestions(s, std::move(model), base.size(), window,
+                                             pc != nullptr ? &pc->forced_transports() : nullptr))
     block->suggestions.push_back(block->strings.emplace_back(text).c_str());
   r.num_suggestions = static_cast<int>(block->suggestions.size());
   r.suggestions = block->suggestions.empty() ? nullptr : block->suggestions.data();

@@ -8,63 +8,180 @@
 namespace wia::comm {
 
 namespace {
-// Intervals kept for the overlap analysis; the statistics keep every call.
+// Intervals kept for the overlap analysis; the statistics keep every
+// timed call.
 constexpr std::size_t kMaxIntervals = 1u << 20;
-thread_local bool t_unrecorded = false;
+
+std::int64_t ns_of(CommProfiler::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+std::uint64_t next_profiler_id() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 }  // namespace
 
-CommProfiler::UnrecordedOnThisThread::UnrecordedOnThisThread() : was_(t_unrecorded) {
-  t_unrecorded = true;
+CommProfiler::ThisThread& CommProfiler::this_thread() {
+  thread_local ThisThread state;
+  return state;
 }
-CommProfiler::UnrecordedOnThisThread::~UnrecordedOnThisThread() { t_unrecorded = was_; }
 
-CommProfiler::CommProfiler() {
+CommProfiler::UnrecordedOnThisThread::UnrecordedOnThisThread()
+    : was_(CommProfiler::this_thread().unrecorded) {
+  CommProfiler::this_thread().unrecorded = true;
+}
+CommProfiler::UnrecordedOnThisThread::~UnrecordedOnThisThread() {
+  CommProfiler::this_thread().unrecorded = was_;
+}
+
+CommProfiler::CommProfiler() : id_(next_profiler_id()) {
   if (const char* path = std::getenv("WIA_TRACE"); path != nullptr && *path != '\0') {
     trace_at_destroy_ = path;
     traced_always_ = true;
   }
 }
 
-void CommProfiler::enable(const wia_comm_profiling_t& settings) {
+void CommProfiler::enable(const wia_comm_profiling_t& settings, std::uint32_t sample_every) {
   std::lock_guard lock(mu_);
   settings_ = settings;
+  sample_every_.store(std::max<std::uint32_t>(1, sample_every), std::memory_order_relaxed);
   on_.store(true);
 }
 
 void CommProfiler::reset() {
   std::lock_guard lock(mu_);
+  // Operations posted before now are not counted when they end.
+  epoch_.fetch_add(1, std::memory_order_relaxed);
   for (Slot& slot : ring_) slot.seq_plus_one.store(0);
+  const std::uint32_t used = kinds_used_.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < used; ++i) {
+    Kind& k = kinds_[i];
+    k.count_at_reset = k.count.load(std::memory_order_relaxed);
+    k.bytes_at_reset = k.bytes.load(std::memory_order_relaxed);
+    k.posted.store(0, std::memory_order_relaxed);  // the first ones are timed again
+    k.next_timed.store(0, std::memory_order_relaxed);
+  }
   ops_.clear();
   intervals_.clear();
   trace_.clear();
   trace_dropped_ = 0;
   window_start_ = Clock::now();
-  last_end_ = {};
+  last_end_ns_.store(0, std::memory_order_relaxed);
+}
+
+std::uint32_t CommProfiler::kind_of(const char* op) {
+  std::uint32_t used = kinds_used_.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < used; ++i)
+    if (kinds_[i].name.load(std::memory_order_relaxed) == op) return i;
+  std::lock_guard lock(mu_);  // a new kind: a handful per communicator
+  used = kinds_used_.load(std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < used; ++i)
+    if (kinds_[i].name.load(std::memory_order_relaxed) == op) return i;
+  if (used == kMaxKinds) return kMaxKinds;
+  kinds_[used].name.store(op, std::memory_order_relaxed);
+  kinds_used_.store(used + 1, std::memory_order_release);
+  return used;
+}
+
+CommProfiler::Timing CommProfiler::decide_timing(Kind& k) {
+  const std::uint64_t every = sample_every_.load(std::memory_order_relaxed);
+  if (every <= 1 || traced_always_) return Timing::kPrefix;
+  const std::uint64_t n = k.posted.load(std::memory_order_relaxed);
+  k.posted.store(n + 1, std::memory_order_relaxed);
+  if (n < kTimedFirst) return Timing::kPrefix;  // short windows stay whole
+  if (n < k.next_timed.load(std::memory_order_relaxed)) return Timing::kCounted;
+  // The next one after a random gap of 1 .. 2 every - 1 (mean `every`):
+  // a fixed stride would see only one size of a workload that repeats
+  // every `every` calls.
+  std::uint64_t x = k.rng.load(std::memory_order_relaxed);
+  if (x == 0) x = 0x9e3779b97f4a7c15ull ^ reinterpret_cast<std::uintptr_t>(&k);
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  k.rng.store(x, std::memory_order_relaxed);
+  k.next_timed.store(n + 1 + x % (2 * every - 1), std::memory_order_relaxed);
+  return Timing::kSampled;
 }
 
 void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
                           double busbw_factor, const char* algorithm, const char* transport,
                           std::int32_t peer, wia_datatype_t dtype) {
-  if (!on() || t_unrecorded) return;  // finished() then finds no slot of this seq
+  if (!on()) return;
+  ThisThread& here = this_thread();
+  if (here.unrecorded) return;  // finished() then finds no entry of this seq
+  const std::uint32_t kind = kind_of(op);
+  if (kind == kMaxKinds) return;
+  const Timing timing = decide_timing(kinds_[kind]);
+  const bool timed = timing != Timing::kCounted;
+  const Pending p{op,           bytes,
+                  busbw_factor, timed ? Clock::now() : Clock::time_point{},
+                  algorithm,    transport,
+                  peer,         dtype,
+                  kind,         epoch_.load(std::memory_order_relaxed),
+                  timed,        timing == Timing::kPrefix};
   // The posting thread owns this slot until finished() takes it: no lock.
   Slot& slot = ring_[seq % kRing];
-  slot.p = Pending{op, bytes, busbw_factor, Clock::now(), algorithm, transport, peer, dtype};
+  slot.p = p;
   slot.seq_plus_one.store(seq + 1, std::memory_order_release);
+  here.owner = id_;
+  here.seq = seq;
+  here.p = p;
+}
+
+bool CommProfiler::timed(std::uint64_t seq) const {
+  const ThisThread& here = this_thread();
+  if (here.owner == id_ && here.seq == seq) return here.p.timed;
+  const Slot& slot = ring_[seq % kRing];
+  return slot.seq_plus_one.load(std::memory_order_acquire) == seq + 1 && slot.p.timed;
+}
+
+void CommProfiler::count(const Pending& p) {
+  // finished() is the only writer and its calls never overlap: plain
+  // stores, no read-modify-write.
+  Kind& k = kinds_[p.kind];
+  k.count.store(k.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  k.bytes.store(k.bytes.load(std::memory_order_relaxed) + p.bytes, std::memory_order_relaxed);
+}
+
+void CommProfiler::note_end_if_next_timed(std::uint64_t seq) {
+  const Slot& next = ring_[(seq + 1) % kRing];
+  if (next.seq_plus_one.load(std::memory_order_acquire) == seq + 2 && next.p.timed)
+    last_end_ns_.store(ns_of(Clock::now()), std::memory_order_relaxed);
 }
 
 void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char* transport) {
   if (!on()) return;
-  const auto now = Clock::now();
-  Slot& slot = ring_[seq % kRing];
-  if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return;  // posted before
-  const Pending p = slot.p;
-  // Overwritten meanwhile by an operation 4096 later: drop this one.
-  if (slot.seq_plus_one.exchange(0, std::memory_order_acq_rel) != seq + 1) return;
+  ThisThread& here = this_thread();
+  Pending from_ring;
+  const Pending* p = &here.p;  // this thread posts nothing until we return
+  if (here.owner == id_ && here.seq == seq) {
+    here.owner = 0;  // its ring slot is never looked at again
+  } else {
+    Slot& slot = ring_[seq % kRing];
+    if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return;  // posted before
+    from_ring = slot.p;
+    // Overwritten meanwhile by an operation 4096 later: drop this one.
+    if (slot.seq_plus_one.exchange(0, std::memory_order_acq_rel) != seq + 1) return;
+    p = &from_ring;
+  }
+  if (p->epoch != epoch_.load(std::memory_order_relaxed)) return;  // posted before a reset
+  if (p->timed) {
+    record_timed(*p, Clock::now(), algorithm, transport);
+    return;
+  }
+  if (on_.load(std::memory_order_relaxed)) count(*p);
+  note_end_if_next_timed(seq);
+}
+
+void CommProfiler::record_timed(const Pending& p, Clock::time_point now, const char* algorithm,
+                                const char* transport) {
   std::lock_guard lock(mu_);
   // Operations run one after another: one queued behind another starts
   // when that one ends, not when it was posted.
-  const auto start = std::max(p.posted, last_end_);
-  last_end_ = now;
+  const Clock::time_point last_end{std::chrono::nanoseconds(last_end_ns_.load())};
+  const auto start = std::max(p.posted, last_end);
+  last_end_ns_.store(ns_of(now), std::memory_order_relaxed);
   const char* const algo = p.algorithm != nullptr ? p.algorithm : algorithm;
   const char* const via = p.transport != nullptr ? p.transport : transport;
   if (trace_.size() < kMaxTraceEvents) {
@@ -85,6 +202,10 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
     found = &ops_.back();
   }
   OpStats& o = *found;
+  // Prefix calls come first (the first of their kind in the window); one
+  // that ends after a sampled one, from racing posting threads, counts as
+  // sampled.
+  if (p.prefix && o.prefix == o.seconds.size()) ++o.prefix;
   o.seconds.push_back(s);
   const double algbw = s > 0 ? static_cast<double>(p.bytes) / s / 1e9 : 0.0;
   o.algbw_gbps.push_back(algbw);
@@ -93,20 +214,41 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
   o.call_algorithm.push_back(algo != nullptr ? algo : "");
   o.call_transport.push_back(via != nullptr ? via : "");
   o.call_dtype.push_back(p.dtype);
-  o.bytes += p.bytes;
   if (algo != nullptr) o.algorithm = algo;
   if (via != nullptr) o.transport = via;
   if (intervals_.size() < kMaxIntervals) intervals_.push_back({start, now});
+  count(p);  // under the lock: a snapshot sees the call with its time
 }
 
 CommProfiler::Snapshot CommProfiler::snapshot() const {
   std::lock_guard lock(mu_);
-  return Snapshot{ops_, intervals_, window_start_, settings_};
+  Snapshot s{ops_, intervals_, window_start_, settings_,
+             sample_every_.load(std::memory_order_relaxed)};
+  // The exact counts; a kind counted and never timed (a window that began
+  // with disable and enable) reports its count with no times.
+  const std::uint32_t used = kinds_used_.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < used; ++i) {
+    const Kind& k = kinds_[i];
+    const std::uint64_t calls = k.count.load(std::memory_order_relaxed) - k.count_at_reset;
+    if (calls == 0) continue;
+    const char* name = k.name.load(std::memory_order_relaxed);
+    auto it =
+        std::find_if(s.ops.begin(), s.ops.end(), [&](const OpStats& o) { return o.name == name; });
+    if (it == s.ops.end()) {
+      s.ops.emplace_back();
+      s.ops.back().name = name;
+      it = s.ops.end() - 1;
+    }
+    it->count = calls;
+    it->bytes = k.bytes.load(std::memory_order_relaxed) - k.bytes_at_reset;
+  }
+  return s;
 }
 
 CommProfiler::Trace CommProfiler::trace() const {
   std::lock_guard lock(mu_);
-  return Trace{trace_, trace_dropped_};
+  return Trace{trace_, trace_dropped_,
+               traced_always_ ? 1u : sample_every_.load(std::memory_order_relaxed)};
 }
 
 const char* CommProfiler::intern_transport(const std::string& name) {

@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// What wia_enable_comm_profiling records for a process communicator: each
-// operation's start (its turn, or its posting when later) and end, its
-// collective, bytes, chosen algorithm and transport, as statistics and as
-// a bounded timeline (wia_profile_write_trace; WIA_TRACE records the
+// What wia_enable_comm_profiling records for a communicator: each
+// operation's collective and bytes, counted exactly, and for a sample of
+// them (every one of the first kTimedFirst of each kind, then one in
+// `sample_every` on average, at random gaps so that a periodic workload is
+// not aliased) the start (its turn, or its posting when later), the end,
+// the chosen algorithm and transport, as statistics and as a bounded
+// timeline (wia_profile_write_trace; WIA_TRACE records every operation's
 // timeline alone). Off, it costs one relaxed load and one flag read per
-// operation; on, two clock reads and a lock at completion (a ring of
-// pending operations; statistics keyed by the static name of the
-// collective; per-call vectors and the timeline grow by appending).
+// operation. On, an operation that is not timed costs no lock, no clock
+// read and no read-modify-write when it ends on the thread that posted it
+// (the inline path of small collectives): a few plain stores; a timed one
+// costs two clock reads and a lock.
 #pragma once
 
 #include <wia/wia.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -29,17 +34,41 @@ class CommProfiler {
     Clock::time_point start, end;
   };
   struct OpStats {
-    const char* name = "";           // static storage (coll::collective_name, "send", "recv")
-    std::vector<double> seconds;     // one per call
-    std::vector<double> algbw_gbps;  // bytes / time, per call
-    std::vector<double> busbw_gbps;  // algbw * the bus factor, per call
-    std::vector<std::uint64_t> call_bytes;  // per call (the suggestions cost them)
-    std::vector<const char*> call_algorithm;  // per call, static storage ("" unknown)
-    std::vector<const char*> call_transport;  // per call, as `transport`
-    std::vector<wia_datatype_t> call_dtype;   // per call (the compression suggestion)
-    std::uint64_t bytes = 0;
-    const char* algorithm = "";  // static storage (coll::algorithm_name)
-    const char* transport = "";  // static storage (intern_transport): the last call's
+    const char* name = "";    // static storage (coll::collective_name, "send", "recv")
+    std::uint64_t count = 0;  // every call ended in the window: exact
+    std::uint64_t bytes = 0;  // every call's, summed: exact
+    // Per timed call (all of them at sample_every 1):
+    std::vector<double> seconds;              // one per timed call
+    std::vector<double> algbw_gbps;           // bytes / time, per timed call
+    std::vector<double> busbw_gbps;           // algbw * the bus factor, per timed call
+    std::vector<std::uint64_t> call_bytes;    // per timed call (the suggestions cost them)
+    std::vector<const char*> call_algorithm;  // per timed call, static storage ("" unknown)
+    std::vector<const char*> call_transport;  // per timed call, as `transport`
+    std::vector<wia_datatype_t> call_dtype;   // per timed call (the compression suggestion)
+    const char* algorithm = "";  // static storage (coll::algorithm_name): the last timed call's
+    const char* transport = "";  // static storage (intern_transport): the last timed call's
+    // Timed calls that were timed because they were among the first
+    // kTimedFirst of their kind (or every call is timed): the first
+    // `prefix` entries of the vectors above; the others are a random
+    // sample of the later calls.
+    std::uint64_t prefix = 0;
+    // How many calls timed call i stands for: 1 in the prefix, the later
+    // calls over the later timed calls after it, so that a slow start
+    // (the first calls set up connections) is not extrapolated. Times the
+    // calls' times, it sums to the window's total; over i, to count.
+    double weight_at(std::size_t i) const {
+      const auto timed = static_cast<double>(seconds.size());
+      if (timed == 0) return 0.0;
+      const auto p = static_cast<double>(prefix), n = static_cast<double>(count);
+      if (p >= timed) return n / timed;  // no later call timed yet: all alike
+      return static_cast<double>(i) < p ? 1.0 : (n - p) / (timed - p);
+    }
+    // The window's time in these calls: exact at sample_every 1.
+    double total_seconds() const {
+      double t = 0;
+      for (std::size_t i = 0; i < seconds.size(); ++i) t += weight_at(i) * seconds[i];
+      return t;
+    }
   };
   // One operation on the timeline (wia_profile_write_trace, WIA_TRACE).
   struct TraceEvent {
@@ -53,20 +82,29 @@ class CommProfiler {
   struct Trace {
     std::vector<TraceEvent> events;  // in end order (and start order: operations run in turn)
     std::uint64_t dropped = 0;       // operations that ended with the buffer full
+    std::uint32_t sample_every = 1;  // events are the timed operations only when > 1
   };
   // Events kept: 65536 (about 3.5 MiB). Later operations are counted as
   // dropped, not recorded: the start of a run is kept whole.
   static constexpr std::size_t kMaxTraceEvents = 1u << 16;
+  // Kinds of operation one profiler tells apart (collectives and the
+  // point-to-point names: about 15 in use); more are not recorded.
+  static constexpr std::size_t kMaxKinds = 32;
+  // Operations of each kind timed first in a window, whatever
+  // sample_every says: a short window is timed whole.
+  static constexpr std::uint64_t kTimedFirst = 16;
 
   struct Snapshot {
     std::vector<OpStats> ops;
-    std::vector<Interval> intervals;  // every operation's, in end order
+    std::vector<Interval> intervals;  // every timed operation's, in end order
     Clock::time_point window_start;
     wia_comm_profiling_t settings{};
+    std::uint32_t sample_every = 1;
   };
 
   // WIA_TRACE (read once per communicator, here): when set, the timeline
-  // is recorded from creation on, whatever enable/disable say.
+  // is recorded from creation on, whatever enable/disable say, and every
+  // operation is timed.
   CommProfiler();
   // Whether operations are to be reported to posted()/finished(): profiling
   // enabled, or the timeline always on.
@@ -76,7 +114,10 @@ class CommProfiler {
   // Whether this profiler counts in the API's "time host functions" switch
   // (overlap analysis on); set by the API only.
   std::atomic<bool> counts_compute{false};
-  void enable(const wia_comm_profiling_t& settings);
+  // sample_every (config profiling.sample_every, >= 1): time every one of
+  // the first kTimedFirst operations of each kind in the window, then
+  // about one in sample_every; 1 = time every operation.
+  void enable(const wia_comm_profiling_t& settings, std::uint32_t sample_every = 1);
   void disable() { on_.store(false); }
   void reset();
   // While one lives, operations the constructing thread posts are not
@@ -99,11 +140,17 @@ class CommProfiler {
   // `transport` likewise (point to point: its link's, known when posted);
   // `peer`: point to point's other rank, for the timeline; `dtype`: the
   // elements' type (the compression suggestion looks for float data).
+  // May be called by several threads at once (each its own seq).
   void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
               const char* algorithm = nullptr, const char* transport = nullptr,
               std::int32_t peer = -1, wia_datatype_t dtype = WIA_UINT8);
+  // Whether operation `seq` is timed: its caller need only work out
+  // finished()'s algorithm and transport then (nullptr otherwise).
+  bool timed(std::uint64_t seq) const;
   // `transport`: the links the operation used ("shm", "shm+tcp",
   // "windows", "host"; static storage), unless posted() named them.
+  // Calls never overlap: operations of a communicator end one after
+  // another, each before the next can end (the fast path relies on it).
   void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr);
   Snapshot snapshot() const;
   Trace trace() const;
@@ -118,19 +165,62 @@ class CommProfiler {
     const char* op;
     std::uint64_t bytes;
     double busbw_factor;
-    Clock::time_point posted;
+    Clock::time_point posted;  // timed operations only
     const char* algorithm;
     const char* transport;
     std::int32_t peer;
     wia_datatype_t dtype;
+    std::uint32_t kind;
+    std::uint32_t epoch;  // reset()s before it was posted
+    bool timed;
+    bool prefix;  // timed as one of the first of its kind (OpStats::prefix)
   };
+  // One kind of operation's exact counters. finished() is their only
+  // writer (its calls never overlap), with plain stores; reset() does not
+  // write them but moves the baselines, so an operation ending during a
+  // reset is counted in one window or the other, never lost.
+  struct Kind {
+    std::atomic<const char*> name{nullptr};
+    std::atomic<std::uint64_t> count{0}, bytes{0};
+    std::uint64_t count_at_reset = 0, bytes_at_reset = 0;  // under mu_
+    // The sampling decision, at posting (racy between posting threads on
+    // purpose: a lost update only moves the next sample).
+    std::atomic<std::uint64_t> posted{0}, next_timed{0}, rng{0};
+  };
+  // What this thread last posted, to any profiler: an operation that ends
+  // on the thread that posted it (the inline path) is found here without
+  // a read-modify-write of the ring. One thread-local object, so that the
+  // posting path reads thread-local storage once.
+  struct ThisThread {
+    std::uint64_t owner = 0;  // the profiler's id_, 0 = none
+    std::uint64_t seq = 0;
+    Pending p{};
+    bool unrecorded = false;  // UnrecordedOnThisThread
+  };
+  static ThisThread& this_thread();
+  std::uint32_t kind_of(const char* op);  // kMaxKinds when full
+  enum class Timing : std::uint8_t { kCounted, kSampled, kPrefix };
+  Timing decide_timing(Kind& k);
+  void count(const Pending& p);
+  void record_timed(const Pending& p, Clock::time_point end, const char* algorithm,
+                    const char* transport);
+  // Reads the clock at the end of `seq` when the next operation is timed
+  // and already waits: it starts when this one ends.
+  void note_end_if_next_timed(std::uint64_t seq);
+
   std::atomic<bool> on_{false};
   std::string trace_at_destroy_;
   bool traced_always_ = false;  // set once, in the constructor
+  const std::uint64_t id_;      // tells this profiler's entries in a thread's cache apart
+  std::atomic<std::uint32_t> sample_every_{1};
+  std::atomic<std::uint32_t> epoch_{0};  // reset()s so far
   mutable std::mutex mu_;
   wia_comm_profiling_t settings_{};
   Clock::time_point window_start_ = Clock::now();
-  Clock::time_point last_end_{};
+  // The end of the last operation whose end was timed (steady clock, ns).
+  std::atomic<std::int64_t> last_end_ns_{0};
+  std::array<Kind, kMaxKinds> kinds_{};
+  std::atomic<std::uint32_t> kinds_used_{0};
   // Operations posted and not finished, by sequence number modulo the
   // ring's size: one still pending when 4096 later ones have been posted
   // is not counted (docs/profiling.md).
@@ -140,7 +230,7 @@ class CommProfiler {
     Pending p{};
   };
   std::vector<Slot> ring_ = std::vector<Slot>(kRing);
-  std::vector<OpStats> ops_;
+  std::vector<OpStats> ops_;  // the timed calls' statistics (counts: kinds_)
   std::vector<Interval> intervals_;
   std::vector<TraceEvent> trace_;  // reserved lazily, up to kMaxTraceEvents
   std::uint64_t trace_dropped_ = 0;

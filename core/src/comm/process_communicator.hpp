@@ -101,6 +101,17 @@ class Exchange {
 
 class ProcessCommunicator final : public CommunicatorBase {
  public:
+  // A link whose transport the configuration (WIA_TRANSPORT,
+  // selector.transport or .rules, a network backend) set to another than
+  // the built-in rules would choose with what both ends have, e.g. tcp
+  // forced between two ranks of one node that both have shm.
+  struct ForcedTransport {
+    int a = 0, b = 0;        // ranks, a -> b
+    std::string chosen;      // what the link uses
+    std::string by_default;  // what the built-in rules would use
+    std::string rule;        // the deciding rule ("forced inter_process=tcp (env WIA_TRANSPORT)")
+    bool same_node = false;
+  };
   // Collective over every rank of `layout`: connects the mesh. `device`
   // is the calling process's device (its memory must be host-addressable
   // in this release). `preferred` optionally names the transport for links
@@ -413,6 +424,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   void* device_ctx_ = nullptr;
   std::vector<Peer> peers_;
   std::vector<std::string> link_transport_;  // [a * size + b]: every link's transport
+  std::vector<ForcedTransport> forced_transports_;
   bool oversubscribed_ = false;
   // Measure the link between nodes at setup (WIA_PROBE_LINKS=0 skips it).
   bool probe_inter_node_ = true;
@@ -531,6 +543,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   // A copy of the cost model the tuner selects with (profiling's
   // suggestions); none before the links are set up.
   std::optional<tuner::LinkModel> cost_model();
+  // Every such link, set when the links are set up (empty when none):
+  // profiling's transport suggestion costs both.
+  const std::vector<ForcedTransport>& forced_transports() const { return forced_transports_; }
   // The compress key of the selector rule that decides this communicator's
   // links between nodes (none when that rule has none, or on one node).
   const std::optional<selector::LinkCompress>& link_compress() const { return link_compress_; }

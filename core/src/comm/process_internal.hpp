@@ -110,6 +110,9 @@ struct ProcessCommunicator::MeshSetup {
   // The transport of link a -> b: every rank computes the same for every
   // link, from what both ends published.
   selector::Choice choose(const ProcessLayout& layout, int a, int b) const;
+  // What the built-in rules alone would choose for that link (no forced
+  // transport, no user rule): profiling's transport suggestion.
+  selector::Choice choose_by_default(const ProcessLayout& layout, int a, int b) const;
   // Idempotent: set-up closes them once connected, or on failure.
   void close_listeners() noexcept;
 };

@@ -160,12 +160,22 @@ tuner::LinkModel ProcessCommunicator::model_from_transports(const MeshSetup& s,
   model.alpha_matrix_us.assign(static_cast<std::size_t>(p) * p, 1.0);
   model.gbps_matrix.assign(static_cast<std::size_t>(p) * p, 10.0);
   link_transport_.assign(static_cast<std::size_t>(p) * p, std::string());
+  forced_transports_.clear();
+  // Only a forced transport or a user's rule can differ from the defaults.
+  const bool configured = s.rules.user_rules() > 0;
   for (int a = 0; a < p; ++a)
     for (int b = 0; b < p; ++b) {
       if (a == b) continue;
       const bool same_node = layout_.node_of_rank[a] == layout_.node_of_rank[b];
-      const std::string transport = s.choose(layout_, a, b).transport;
+      const selector::Choice choice = s.choose(layout_, a, b);
+      const std::string& transport = choice.transport;
       link_transport_[static_cast<std::size_t>(a) * p + b] = transport;
+      if (configured) {
+        const selector::Choice by_default = s.choose_by_default(layout_, a, b);
+        if (by_default.ok() && by_default.transport != transport)
+          forced_transports_.push_back(
+              {a, b, transport, by_default.transport, choice.rule, same_node});
+      }
       const TransportFigures f = transport_figures(transport, same_node);
       model.alpha_matrix_us[static_cast<std::size_t>(a) * p + b] = f.alpha_us;
       model.gbps_matrix[static_cast<std::size_t>(a) * p + b] = f.gbps;

@@ -91,6 +91,14 @@ selector::Choice ProcessCommunicator::MeshSetup::choose(const ProcessLayout& lay
                           selector::TransportAvailability::intersect(avail[a], avail[b]));
 }
 
+selector::Choice ProcessCommunicator::MeshSetup::choose_by_default(const ProcessLayout& layout,
+                                                                   int a, int b) const {
+  static const selector::RuleSet defaults = selector::default_rules();
+  const bool same_node = layout.node_of_rank[a] == layout.node_of_rank[b];
+  return selector::choose(defaults, link_info(records[a], a, records[b], b, same_node),
+                          selector::TransportAvailability::intersect(avail[a], avail[b]));
+}
+
 void ProcessCommunicator::MeshSetup::close_listeners() noexcept {
   for (auto& l : listening) l.provider->transport()->close_listener(l.provider->ctx(), l.listener);
   listening.clear();

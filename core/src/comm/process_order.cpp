@@ -279,7 +279,9 @@ const char* ProcessCommunicator::transport_to_peer(int peer) noexcept {
 
 void ProcessCommunicator::release_turn(std::uint64_t seq) {
   flight_.finished(seq);
-  if (profiler_.on()) profiler_.finished(seq, last_selected().name, op_transport_);
+  // The algorithm's name takes a lock: asked for the timed operations only.
+  if (profiler_.on())
+    profiler_.finished(seq, profiler_.timed(seq) ? last_selected().name : nullptr, op_transport_);
   executed_.store(std::max(executed_.load(), seq + 1), std::memory_order_release);
   order_signal_.notify();
 }

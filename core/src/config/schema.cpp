@@ -186,6 +186,14 @@ constexpr KeySpec kCoreSchema[] = {
      .description = "Where each rank writes its flight recorder when a communicator fails "
                     "(wia-flight-comm<k>-rank<r>.yaml; wia-info --analyse reads them); "
                     "empty = no dump"},
+    {.key = "profiling.sample_every",
+     .type = ValueType::kInt,
+     .default_value = "64",
+     .description = "Communication profiling counts every operation but times the first 16 "
+                    "of each kind in a window, then about one in this many (1 = every one; "
+                    "docs/profiling.md, \"Sampling\")",
+     .min_value = 1,
+     .max_value = 1048576},
 };
 
 }  // namespace

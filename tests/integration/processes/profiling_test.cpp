@@ -36,6 +36,28 @@ void sleep_400ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(
     }                                                                                \
   } while (0)
 
+// How many suggestions contain `needle`.
+int suggestions_with(const wia_comm_profile_report_t* r, const char* needle) {
+  int n = 0;
+  for (int i = 0; i < r->num_suggestions; ++i)
+    if (std::strstr(r->suggestions[i], needle) != nullptr) ++n;
+  return n;
+}
+
+// The speedup a suggestion states ("estimated 2.3x faster"); 0 when it
+// states none.
+double stated_speedup(const std::string& text) {
+  const std::size_t at = text.find("estimated ");
+  if (at == std::string::npos) return 0;
+  char* end = nullptr;
+  const double x = std::strtod(text.c_str() + at + 10, &end);
+  return end != nullptr && std::strncmp(end, "x faster", 8) == 0 && std::isfinite(x) ? x : 0;
+}
+
+// The suggestions' phrases that tell them apart.
+constexpr const char* kChunking = "chunks posted as the compute produces their data";
+constexpr const char* kTransport = "which the configuration forced";
+
 int profile(int rank, int nranks) {
   wia_communicator_t comm = join(rank, nranks);
   if (!comm) return kApiError;
@@ -113,6 +135,7 @@ int profile(int rank, int nranks) {
                r->total_comm_time, r->total_compute_time, r->overlap_efficiency);
   EXPECT_R(r->overlap_efficiency > 0.8 && r->overlap_efficiency <= 1.0 + 1e-9);
   EXPECT_R(r->total_compute_time >= 0.35);
+  EXPECT_R(suggestions_with(r, kChunking) == 0);  // already overlapped
   wia_free_comm_profile(r);
   wia_destroy_stream(compute);
 
@@ -233,8 +256,13 @@ int fusion_suggested(int rank, int nranks) {
   for (int i = 0; i < 200; ++i)
     EXPECT_R(wia_all_reduce(comm, small.data(), small.data(), 2, &cfg, nullptr) == WIA_SUCCESS);
   EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  // WIA_TRANSPORT=tcp between two processes of one node that have shm:
+  // the transport suggestion too, after the collectives' own.
+  const char* forced_env = std::getenv("WIA_TRANSPORT");
+  const int forced = forced_env != nullptr && *forced_env != '\0' ? 1 : 0;
   wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
-  EXPECT_R(r != nullptr && r->num_suggestions == 1 && r->suggestions != nullptr);
+  EXPECT_R(r != nullptr && r->num_suggestions == 1 + forced && r->suggestions != nullptr);
+  EXPECT_R(suggestions_with(r, kTransport) == forced && suggestions_with(r, kChunking) == 0);
   const std::string text = r->suggestions[0];
   std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
   EXPECT_R(text.find("allreduce: 200 calls") == 0 && text.find("fuse") != std::string::npos);
@@ -254,12 +282,13 @@ int fusion_suggested(int rank, int nranks) {
     EXPECT_R(wia_all_reduce(comm, small.data(), small.data(), 2, &ring, nullptr) == WIA_SUCCESS);
   EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
   r = wia_get_comm_profile(comm);
-  EXPECT_R(r != nullptr && r->num_suggestions == 2);
-  const std::string forced = r->suggestions[1];
-  std::fprintf(stderr, "rank %d: %s\n", rank, forced.c_str());
-  EXPECT_R(forced.find("allreduce: 50 calls ran as ring;") == 0);
-  const std::size_t est = forced.find("is estimated ");
-  EXPECT_R(est != std::string::npos && std::strtod(forced.c_str() + est + 13, nullptr) > 1.2);
+  EXPECT_R(r != nullptr && r->num_suggestions == 2 + forced);
+  EXPECT_R(suggestions_with(r, kTransport) == forced);
+  const std::string ring_text = r->suggestions[1];
+  std::fprintf(stderr, "rank %d: %s\n", rank, ring_text.c_str());
+  EXPECT_R(ring_text.find("allreduce: 50 calls ran as ring;") == 0);
+  const std::size_t est = ring_text.find("is estimated ");
+  EXPECT_R(est != std::string::npos && std::strtod(ring_text.c_str() + est + 13, nullptr) > 1.2);
   wia_free_comm_profile(r);
 
   EXPECT_R(wia_reset_comm_profile(comm) == WIA_SUCCESS);
@@ -270,11 +299,14 @@ int fusion_suggested(int rank, int nranks) {
   EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
   r = wia_get_comm_profile(comm);
   EXPECT_R(r != nullptr && r->num_collectives == 1 && r->collectives[0].invocation_count == 3);
-  // Neither fusion nor another algorithm. Over tcp (2.5 GB/s in the
-  // model) compression may be proposed where the codecs are fast enough:
-  // that one is the model's call, tested on its own.
+  // Neither fusion nor another algorithm, nor chunking (no compute). Over
+  // tcp (2.5 GB/s in the model) compression may be proposed where the
+  // codecs are fast enough: that one is the model's call, tested on its
+  // own; and the transport suggestion, since tcp was forced.
+  EXPECT_R(suggestions_with(r, kTransport) == forced);
   for (int i = 0; i < r->num_suggestions; ++i)
-    EXPECT_R(std::string(r->suggestions[i]).find("wia_all_reduce_compressed") != std::string::npos);
+    EXPECT_R(std::strstr(r->suggestions[i], "wia_all_reduce_compressed") != nullptr ||
+             std::strstr(r->suggestions[i], kTransport) != nullptr);
   wia_free_comm_profile(r);
   wia_destroy_communicator(comm);
   return kOk;
@@ -472,6 +504,194 @@ int compression_suggested(int rank, int nranks) {
     EXPECT_R(std::string(r->suggestions[i]).find("compressed") == std::string::npos);
   wia_free_comm_profile(r);
   wia_destroy_communicator(comm);
+  return kOk;
+}
+
+// Sleeps *(int*)ms milliseconds: compute of a chosen length.
+void sleep_for_ms(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(ms)));
+}
+
+// The chunking suggestion: 6 all-reduces of 32 MiB each after a host
+// function as long as one all-reduce, on one stream (nothing overlaps),
+// get it with a speedup > 1.2; the same under one long host function on
+// another stream (overlapped) and 64 KiB all-reduces after the same
+// compute (not large) do not.
+int chunking_suggested(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  std::vector<float> big(std::size_t{8} << 20, 1.0f);  // 32 MiB
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  auto all_reduce = [&](std::size_t count, wia_stream_t stream) {
+    return wia_all_reduce(comm, big.data(), big.data(), count, &cfg, stream) == WIA_SUCCESS;
+  };
+  // The compute is as long as this machine's all-reduce: the case where
+  // overlapping them gains most, whatever the load.
+  EXPECT_R(all_reduce(big.size(), nullptr) && wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 2; ++i) EXPECT_R(all_reduce(big.size(), nullptr));
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  int ms = std::max(
+      2,
+      static_cast<int>(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / 2));
+
+  auto serialized = [&](std::size_t count) {
+    EXPECT_R(wia_reset_comm_profile(comm) == WIA_SUCCESS);
+    // Each all-reduce is posted once its compute is done: posted behind
+    // the host function, its time would run from its posting.
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_R(wia_launch_host_func(nullptr, sleep_for_ms, &ms) == WIA_SUCCESS);
+      EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+      EXPECT_R(all_reduce(count, nullptr));
+      EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+    }
+    return kOk;
+  };
+  EXPECT_R(serialized(big.size()) == kOk);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->overlap_efficiency < 0.2);
+  std::fprintf(stderr, "rank %d: serialized, %d ms of compute per call: %d suggestion(s)\n", rank,
+               ms, r->num_suggestions);
+  for (int i = 0; i < r->num_suggestions; ++i)
+    std::fprintf(stderr, "rank %d: %s\n", rank, r->suggestions[i]);
+  EXPECT_R(r->num_suggestions == 1 && suggestions_with(r, kChunking) == 1);
+  const std::string text = r->suggestions[0];
+  EXPECT_R(text.find("allreduce: 6 calls of 4.0 MiB or more (average 32.0 MiB") == 0);
+  EXPECT_R(stated_speedup(text) > 1.2);
+  wia_free_comm_profile(r);
+
+  // Overlapped: the same all-reduces under one host function on another
+  // stream that outlasts them.
+  EXPECT_R(wia_reset_comm_profile(comm) == WIA_SUCCESS);
+  wia_stream_t compute = nullptr;
+  EXPECT_R(wia_create_stream(&compute) == WIA_SUCCESS);
+  int long_ms = 8 * ms + 300;
+  EXPECT_R(wia_launch_host_func(compute, sleep_for_ms, &long_ms) == WIA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // it has started
+  for (int i = 0; i < 6; ++i) EXPECT_R(all_reduce(big.size(), nullptr));
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(compute) == WIA_SUCCESS);
+  r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr);
+  std::fprintf(stderr, "rank %d: overlapped: overlap %.3f, %d suggestion(s)\n", rank,
+               r->overlap_efficiency, r->num_suggestions);
+  EXPECT_R(r->overlap_efficiency > 0.8 && suggestions_with(r, kChunking) == 0);
+  wia_free_comm_profile(r);
+  wia_destroy_stream(compute);
+
+  // Small all-reduces after the same compute: nothing worth chunking.
+  EXPECT_R(serialized(std::size_t{16} << 10) == kOk);
+  r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->collectives[0].invocation_count == 6);
+  EXPECT_R(suggestions_with(r, kChunking) == 0);
+  wia_free_comm_profile(r);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
+// The transport suggestion: 100 all-reduces of 16 KiB and 20 sends of
+// 16 KiB from rank 0 to rank 1 get it (with a speedup > 1.2, naming tcp
+// and shm) when TEST_EXPECT_TRANSPORT is 1 (WIA_TRANSPORT=tcp on this
+// node), none when 0.
+int transport_suggested(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const bool expect = std::getenv("TEST_EXPECT_TRANSPORT")[0] == '1';
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  std::vector<float> buf(std::size_t{4} << 10, 1.0f);  // 16 KiB
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int i = 0; i < 100; ++i)
+    EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, nullptr) ==
+             WIA_SUCCESS);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_R((rank == 0 ? wia_comm_send(comm, buf.data(), buf.size(), WIA_FLOAT32, 1, nullptr)
+                        : wia_comm_recv(comm, buf.data(), buf.size(), WIA_FLOAT32, 0, nullptr)) ==
+             WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr);
+  for (int i = 0; i < r->num_suggestions; ++i)
+    std::fprintf(stderr, "rank %d: %s\n", rank, r->suggestions[i]);
+  EXPECT_R(suggestions_with(r, kTransport) == (expect ? 1 : 0));
+  EXPECT_R(suggestions_with(r, kChunking) == 0);
+  for (int i = 0; i < r->num_suggestions; ++i) {
+    const std::string text = r->suggestions[i];
+    if (text.find(kTransport) == std::string::npos) continue;
+    EXPECT_R(text.find("transport: 120 calls (allreduce 100, ") == 0);
+    EXPECT_R(text.find("used tcp") != std::string::npos);
+    EXPECT_R(text.find("would choose shm") != std::string::npos);
+    EXPECT_R(stated_speedup(text) > 1.2);
+  }
+  wia_free_comm_profile(r);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
+// Sampling: 300 all-reduces of 8 B and 3 broadcasts are counted exactly
+// (count, bytes, avg = total / count) whatever profiling.sample_every says;
+// the timeline holds the timed ones only: all 303 at TEST_SAMPLE_EVERY 1,
+// at the default 64 the first 16 all-reduces, a few more, and every
+// broadcast.
+int sampled(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const int every = std::atoi(std::getenv("TEST_SAMPLE_EVERY"));
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  float x[2] = {1.0f, 2.0f};
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 300; ++i)
+    EXPECT_R(wia_all_reduce(comm, x, x, 2, &cfg, nullptr) == WIA_SUCCESS);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_R(wia_broadcast(comm, x, 2, 0, WIA_FLOAT32, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->num_collectives == 2);
+  for (int i = 0; i < r->num_collectives; ++i) {
+    const wia_collective_profile_t& c = r->collectives[i];
+    const bool ar = std::string(c.name) == "allreduce";
+    EXPECT_R(c.invocation_count == (ar ? 300 : 3));
+    EXPECT_R(c.bytes == std::uint64_t(c.invocation_count) * sizeof x);
+    EXPECT_R(std::fabs(c.avg_time * c.invocation_count - c.total_time) < 1e-9);
+    // Exact times stay within the caller's; an extrapolated total may not
+    // (one sampled call preempted stands for 60).
+    EXPECT_R(c.total_time > 0 && (every != 1 || c.total_time < wall));
+    EXPECT_R(c.min_time > 0 && c.min_time <= c.p50_time && c.p99_time <= c.max_time);
+  }
+  wia_free_comm_profile(r);
+  const std::string path =
+      std::string(std::getenv("TEST_TRACE_DIR")) + "/sampled." + std::to_string(rank) + ".json";
+  EXPECT_R(wia_profile_write_trace(comm, path.c_str()) == WIA_SUCCESS);
+  wia_destroy_communicator(comm);
+  std::string json;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char chunk[4096];
+    for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) json.append(chunk, n);
+    std::fclose(f);
+  }
+  auto occurrences = [&](const std::string& what) {
+    int n = 0;
+    for (std::size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  const int ar_events = occurrences("\"name\":\"allreduce\"");
+  std::fprintf(stderr, "rank %d: sample_every %d: %d all-reduce events on the timeline\n", rank,
+               every, ar_events);
+  EXPECT_R(occurrences("\"name\":\"broadcast\"") == 3);
+  EXPECT_R(json.find("\"sample_every\":" + std::to_string(every) + ",") != std::string::npos);
+  if (every == 1)
+    EXPECT_R(ar_events == 300);
+  else  // the first 16, then one in 64 on average (gaps of 1 - 127) of the other 284
+    EXPECT_R(ar_events >= 16 + 2 && ar_events < 50);
   return kOk;
 }
 
@@ -820,7 +1040,9 @@ TEST_CASE("profiling: each entry names the transport its last call used") {
 }
 
 TEST_CASE("profiling: counts, times, compute, overlap near 0 and near 1, disable") {
-  const auto st = run_ranks(2, base_yaml(), profile, {{"TEST_WIA_ID", unique_id_env()}});
+  // Every call timed: the times are checked against the caller's clock.
+  const auto st = run_ranks(2, base_yaml(), profile,
+                            {{"TEST_WIA_ID", unique_id_env()}, {"WIA_PROFILING_SAMPLE_EVERY", "1"}});
   check_all(st);
 }
 
@@ -894,4 +1116,34 @@ TEST_CASE("profiling: WIA_TRACE writes a device communicator's timeline at destr
   REQUIRE(pids.size() == 1);
   CHECK(check_device_trace(dir, "env.json.devices", pids[0], "allreduce=5") == "OK\n");
   run_command("rm -rf " + dir);
+}
+
+TEST_CASE("profiling: chunking is suggested for large collectives not under compute, only there") {
+  check_all(run_ranks(2, base_yaml(), chunking_suggested, {{"TEST_WIA_ID", unique_id_env()}}));
+}
+
+TEST_CASE("profiling: another transport is suggested where the configuration forced one") {
+  SUBCASE("WIA_TRANSPORT=tcp on one node, where shm is there: suggested") {
+    check_all(run_ranks(2, base_yaml(), transport_suggested,
+                        {{"TEST_WIA_ID", unique_id_env()},
+                         {"WIA_TRANSPORT", "tcp"},
+                         {"TEST_EXPECT_TRANSPORT", "1"}}));
+  }
+  SUBCASE("the built-in rules' choice: not suggested") {
+    check_all(run_ranks(2, base_yaml(), transport_suggested,
+                        {{"TEST_WIA_ID", unique_id_env()}, {"TEST_EXPECT_TRANSPORT", "0"}}));
+  }
+}
+
+TEST_CASE("profiling: sampled timing keeps counts and bytes exact; the timeline has the timed") {
+  char tmpl[] = "/tmp/wia-sampled-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  for (const char* every : {"64", "1"}) {
+    INFO("profiling.sample_every " << every);
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", tmpl}, {"TEST_SAMPLE_EVERY", every}};
+    if (std::string(every) != "64") env.emplace_back("WIA_PROFILING_SAMPLE_EVERY", every);
+    check_all(run_ranks(2, base_yaml(), sampled, env));
+  }
+  run_command("rm -rf " + std::string(tmpl));
 }
