@@ -592,7 +592,7 @@ void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size,
   const char* sbuf = host_src.data();
   char* rbuf = host_dst.data();
   if (sdev != nullptr) {
-    std::memcpy(sdev->view + offset, src.data(), size);
+    if (size > 0) std::memcpy(sdev->view + offset, src.data(), size);
     sbuf = sdev->dev + offset;
   }
   if (rdev != nullptr) {
@@ -607,7 +607,7 @@ void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size,
   REQUIRE_MESSAGE(wait(p, rr, &got) == WIA_SUCCESS, "receive: " << g_host->error);
   CHECK(got == size);
   const char* landed = rdev != nullptr ? rdev->view + offset : host_dst.data();
-  CHECK(std::memcmp(landed, src.data(), size) == 0);
+  CHECK((size == 0 || std::memcmp(landed, src.data(), size) == 0));
   if (rdev != nullptr) {  // the dma-buf offset was honoured: nothing before or after moved
     for (std::size_t i = 0; i < rdev->len; ++i)
       if ((i < offset || i >= offset + size) && rdev->view[i] != 0x5a)
