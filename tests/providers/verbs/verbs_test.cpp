@@ -584,9 +584,10 @@ std::uint64_t reg_dmabuf_mr_calls() {
 // its registration). Checks the bytes and that nothing around them moved.
 void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size, std::uint64_t tag,
                     DeviceBuffer* sdev, wia_mr_t smr, DeviceBuffer* rdev, wia_mr_t rmr,
-                    std::size_t offset) {
+                    std::size_t offset, bool send_first = false) {
   INFO("message of " << size << " B, from " << (sdev ? "device" : "host") << " to "
-                     << (rdev ? "device" : "host") << " memory");
+                     << (rdev ? "device" : "host") << " memory"
+                     << (send_first ? ", sent before the receive was posted" : ""));
   const std::vector<char> src = pattern(size, static_cast<unsigned>(size + tag));
   std::vector<char> host_src = src, host_dst(size + 64, 0x5a);
   const char* sbuf = host_src.data();
@@ -600,8 +601,15 @@ void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size,
     rbuf = rdev->dev + offset;
   }
   wia_request_t rr = nullptr, sr = nullptr;
+  if (send_first) {  // the RTS waits as an unexpected message
+    REQUIRE_MESSAGE(p.t->isend(p.ctx, a, sbuf, size, tag, smr, &sr) == WIA_SUCCESS, g_host->error);
+    int32_t done = 0;
+    for (int i = 0; i < 100; ++i) REQUIRE(p.t->test(p.ctx, sr, &done, nullptr) == WIA_SUCCESS);
+    REQUIRE(done == 0);  // a rendezvous send cannot end before its receive
+  }
   REQUIRE_MESSAGE(p.t->irecv(p.ctx, b, rbuf, size, tag, rmr, &rr) == WIA_SUCCESS, g_host->error);
-  REQUIRE_MESSAGE(p.t->isend(p.ctx, a, sbuf, size, tag, smr, &sr) == WIA_SUCCESS, g_host->error);
+  if (!send_first)
+    REQUIRE_MESSAGE(p.t->isend(p.ctx, a, sbuf, size, tag, smr, &sr) == WIA_SUCCESS, g_host->error);
   std::uint64_t got = 0;
   REQUIRE_MESSAGE(wait(p, sr) == WIA_SUCCESS, "send: " << g_host->error);
   REQUIRE_MESSAGE(wait(p, rr, &got) == WIA_SUCCESS, "receive: " << g_host->error);
@@ -663,6 +671,9 @@ TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU ne
   // Device to host (small: rendezvous all the same) and host to device (large).
   device_message(p, a, b, 100, tag++, &sdev, smr, nullptr, nullptr, kOffset);
   device_message(p, a, b, kEagerMax + 1, tag++, nullptr, nullptr, &rdev, rmr, kOffset);
+  // The same with the message waiting as unexpected when the receive comes.
+  device_message(p, a, b, 100, tag++, &sdev, smr, &rdev, rmr, kOffset, true);
+  device_message(p, a, b, kEagerMax + 1, tag++, nullptr, nullptr, &rdev, rmr, kOffset, true);
 
   // A small host message into device memory would need a CPU copy: that
   // receive fails, naming the peer and what to do; the connection stays up.
@@ -677,6 +688,13 @@ TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU ne
                   h.error);
     CHECK_MESSAGE(h.error.find("from peer host") != std::string::npos, h.error);
     device_message(p, a, b, 64, tag++, &sdev, smr, &rdev, rmr, kOffset);
+    // Also when the eager message came first and waited as unexpected.
+    REQUIRE(p.t->isend(p.ctx, a, small.data(), 100, 78, nullptr, &sr) == WIA_SUCCESS);
+    CHECK(wait(p, sr) == WIA_SUCCESS);
+    REQUIRE(p.t->irecv(p.ctx, b, rdev.dev + kOffset, 100, 78, rmr, &rr) == WIA_SUCCESS);
+    CHECK(wait(p, rr) == WIA_ERROR_NOT_SUPPORTED);
+    CHECK_MESSAGE(h.error.find("cannot be received into device memory") != std::string::npos,
+                  h.error);
   }
 
   // put into the peer's device region and get back into local device memory.
