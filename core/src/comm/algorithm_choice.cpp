@@ -142,17 +142,7 @@ AlgorithmRule parse_algorithm_rule(const std::string& text) {
 }
 
 tuner::LinkModel in_process_link_model(std::int32_t nranks) {
-  tuner::LinkModel m = tuner::LinkModel::uniform(nranks, /*alpha_us=*/1.0, /*gbps=*/10.0);
-  m.port_gbps = 0;  // every pair copies independently
-  m.copy_gbps = 10.0;
-  m.reduce_gbps = 8.0;
-  // Every message is a cross-thread hand-off (publish, notice, consume):
-  // a few microseconds with a core per rank, tens when ranks share cores
-  // (a yield or a wake-up per hand-off; docs/performance.md). Charging it
-  // keeps the tuner from splitting vectors into more chunks than pay off.
-  const int cores = usable_cpu_count();
-  m.message_overhead_us = nranks > cores ? 20.0 : 2.0;
-  return m;
+  return tuner::LinkModel::host_threads(nranks, usable_cpu_count());
 }
 
 AlgorithmChoice choose_algorithm(const coll::CollArgs& args, coll::Algorithm requested,

@@ -59,12 +59,8 @@ DeviceCommunicator::DeviceCommunicator(std::vector<wia_device_t> devices)
   const std::string link_file = rt.config().get_string("tuner.link_file");
   if (!link_file.empty()) {
     const std::vector<int> device_of_rank(devices_.begin(), devices_.end());
-    tuner::LinkModel measured = tuner::link_model_from_file(link_file, device_of_rank);
-    const tuner::LinkModel& base = selector_.model();
-    measured.message_overhead_us = base.message_overhead_us;
-    measured.reduce_gbps = base.reduce_gbps;
-    measured.copy_gbps = base.copy_gbps;
-    selector_ = tuner::Selector(std::move(measured));
+    selector_ = tuner::Selector(tuner::with_measured_links(
+        selector_.model(), tuner::link_model_from_file(link_file, device_of_rank)));
     log::info("coll", "communicator over {} devices: link figures from {}", devices_.size(),
               link_file);
   }

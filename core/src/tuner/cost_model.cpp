@@ -29,6 +29,22 @@ LinkModel LinkModel::uniform(std::int32_t nranks, double alpha_us, double gbps) 
   return m;
 }
 
+LinkModel LinkModel::host_threads(std::int32_t nranks, int cores) {
+  LinkModel m = uniform(nranks, /*alpha_us=*/1.0, /*gbps=*/kHostCopyGbps);
+  m.port_gbps = 0;  // every pair copies independently
+  m.copies = Copier::kReceiver;
+  m.copy_gbps = kHostCopyGbps;
+  m.reduce_gbps = kHostReduceGbps;
+  // Every message is a cross-thread hand-off (publish, notice, consume):
+  // a few microseconds with a core per rank, tens when ranks share cores
+  // (a yield or a wake-up per hand-off; docs/performance.md). Charging it
+  // keeps the tuner from splitting vectors into more chunks than pay off.
+  cores = std::max(cores, 1);
+  m.message_overhead_us = nranks > cores ? 6.0 : 2.0;
+  m.cpu_share = nranks > cores ? static_cast<double>(cores) / nranks : 1.0;
+  return m;
+}
+
 LinkModel LinkModel::two_level(std::int32_t nranks, std::span<const std::int32_t> group_of_rank,
                                double intra_alpha_us, double intra_gbps, double inter_alpha_us,
                                double inter_gbps, double nic_gbps, NicSharing sharing) {
@@ -116,6 +132,8 @@ void LinkModel::validate() const {
   };
   check_labels(node_of_rank, "node_of_rank");
   check_labels(nic_of_rank, "nic_of_rank");
+  if (!(cpu_share > 0 && cpu_share <= 1))
+    bad("link model: cpu_share " + std::to_string(cpu_share) + " must be in (0, 1]");
   if (port_gbps < 0 || reduce_gbps < 0 || copy_gbps < 0)
     bad("link model: port/reduce/copy bandwidths must be >= 0 (0 = unlimited)");
   if (!(message_overhead_us >= 0))
@@ -151,6 +169,9 @@ struct Sim {
   std::vector<std::uint32_t> match;  // send -> recv and recv -> send
   std::vector<double> arrival;       // recv: arrival time, < 0 while unknown
   std::vector<std::uint8_t> deps_ok;
+  // Receive-reduces that extend a chain the engines fuse into one n-ary
+  // pass (chain_extends): they only add their operand's read to it.
+  std::vector<std::uint8_t> chained;
   // Per send.
   std::vector<std::uint32_t> link;
   std::vector<std::uint32_t> inject;  // sending rank's port, kNoPort for none
@@ -161,6 +182,8 @@ struct Sim {
   std::vector<double> overhead_free;  // per rank: its per-message overhead is serial
   double port_us_per_byte = 0, reduce_us_per_byte = 0, copy_us_per_byte = 0;
   double overhead_us = 0;
+  Copier copies = Copier::kLink;
+  double cpu_factor = 1;  // 1 / cpu_share
   std::size_t elem_size = 1;
 
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
@@ -175,6 +198,7 @@ struct Sim {
   // as soon as it is released, without a heap round trip.
   bool contends(const Step& st) const {
     if (st.is_send()) return true;
+    if (st.is_recv() && copies != Copier::kLink) return true;  // the receiver copies
     if (st.kind == StepKind::kRecvReduce || st.kind == StepKind::kReduce)
       return reduce_us_per_byte > 0;
     if (st.kind == StepKind::kCopy) return copy_us_per_byte > 0;
@@ -211,7 +235,10 @@ struct Sim {
   // first-come-first-served stage of its own (coupling it to the send side
   // would leave both idle in turns). Then the receive can complete.
   void deliver(std::uint32_t id, double tx) {
-    const double bytes = static_cast<double>(steps[id]->count * elem_size);
+    // With CPU copies the receive step itself occupies the receiver's CPU
+    // (run()): the message is there to be copied once it is published.
+    const double bytes =
+        copies == Copier::kLink ? static_cast<double>(steps[id]->count * elem_size) : 0.0;
     const double port_rate = inject[id] != kNoPort ? port_us_per_byte : 0.0;
     double received = tx + bytes * std::max(link_us_per_byte[id], port_rate);
     const std::uint32_t e = eject[id];
@@ -261,9 +288,18 @@ struct Sim {
         const double port_rate = port != kNoPort ? port_us_per_byte : 0.0;
         const double start = std::max(
             {it.time, link_free[l], port != kNoPort ? port_free[port] : 0.0, overhead_free[r]});
-        const double tx = start + overhead_us;
+        double tx = start + overhead_us;
         overhead_free[r] = tx;
-        const double occupy = bytes * std::max(link_us_per_byte[it.id], port_rate);
+        if (copies == Copier::kBothEnds) {
+          // The sender's CPU copies into the channel, in turn with its
+          // receives and reductions.
+          tx = std::max(tx, compute_free[r]);
+          compute_free[r] = tx + bytes * link_us_per_byte[it.id] * cpu_factor;
+          overhead_free[r] = std::max(overhead_free[r], compute_free[r]);
+        }
+        const double occupy = copies == Copier::kReceiver
+                                  ? 0.0
+                                  : bytes * std::max(link_us_per_byte[it.id], port_rate);
         link_free[l] = tx + occupy;
         if (port != kNoPort) port_free[port] = tx + (port_rate > 0 ? occupy : 0.0);
         // The receive side is claimed when the bytes start to flow, so that
@@ -271,7 +307,23 @@ struct Sim {
         heap.push({tx, it.id | kEjectEvent});
         finish(it.id, tx + occupy);
       } else {
-        const double rate = st.kind == StepKind::kCopy ? copy_us_per_byte : reduce_us_per_byte;
+        double rate = st.kind == StepKind::kCopy ? copy_us_per_byte : reduce_us_per_byte;
+        if (st.is_recv() && copies != Copier::kLink) {
+          // The receiver copies the message out of the sender's memory or
+          // the channel: at the link's rate, fused with the reduction in
+          // one pass (kReceiver) or followed by it (kBothEnds).
+          const double copy = link_us_per_byte[match[it.id]];
+          // A fused chain's later inputs cost only their read, about half
+          // a copy (which reads and writes).
+          const double reduce = chained[it.id] ? 0.5 * copy_us_per_byte : rate;
+          if (st.kind == StepKind::kRecv)
+            rate = copy;
+          else if (copies == Copier::kReceiver)
+            rate = chained[it.id] ? reduce : (rate > 0 ? rate : copy);
+          else
+            rate = copy + reduce;
+        }
+        rate *= cpu_factor;
         const double start = std::max(it.time, compute_free[r]);
         compute_free[r] = start + bytes * rate;
         finish(it.id, compute_free[r]);
@@ -300,6 +352,8 @@ void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_
   sim.overhead_us = m.message_overhead_us;
   sim.reduce_us_per_byte = us_per_byte(m.reduce_gbps);
   sim.copy_us_per_byte = us_per_byte(m.copy_gbps);
+  sim.copies = m.copies;
+  sim.cpu_factor = 1.0 / m.cpu_share;
   sim.elem_size = elem_size;
   sim.port_free.assign(nports, 0.0);
   sim.eject_free.assign(nports, 0.0);
@@ -307,11 +361,30 @@ void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_
   sim.overhead_free.assign(nresources, 0.0);
 }
 
+// Whether `next` extends a chain of receive-reduces that began at `first`
+// and ends at `last` (the step before `next` in program order), which the
+// engines fuse into one n-ary reduction: the rule of
+// engine::extends_chain (engine/exec_plan.hpp), restated here so the
+// tuner does not depend on the engine; keep the two alike.
+bool chain_extends(const Step& first, const Step& last, const Step& next) {
+  auto same = [](const coll::Region& a, const coll::Region& b) {
+    return a.kind == b.kind && a.shard == b.shard && a.offset == b.offset;
+  };
+  return first.kind == StepKind::kRecvReduce && last.kind == StepKind::kRecvReduce &&
+         next.kind == StepKind::kRecvReduce && next.count == first.count &&
+         same(next.dst, first.dst) && same(next.src, next.dst) && last.divisor <= 1;
+}
+
 // Adds program `prog` as simulation rank `r` (dependency CSR built later).
 void add_program(Sim& sim, const coll::RankProgram& prog, std::uint32_t r,
                  std::vector<std::pair<std::uint32_t, std::uint32_t>>& edges) {
   const auto base = static_cast<std::uint32_t>(sim.steps.size());
-  for (const Step& st : prog.steps) {
+  std::size_t chain_first = 0;
+  for (std::size_t i = 0; i < prog.steps.size(); ++i) {
+    const Step& st = prog.steps[i];
+    const bool chained = i > 0 && chain_extends(prog.steps[chain_first], prog.steps[i - 1], st);
+    if (!chained) chain_first = i;
+    sim.chained.push_back(chained ? 1 : 0);
     const auto id = static_cast<std::uint32_t>(sim.steps.size());
     sim.steps.push_back(&st);
     sim.rank.push_back(r);

@@ -62,6 +62,32 @@ namespace wia::tuner {
 
 inline constexpr std::int32_t kFullSimulationMaxRanks = 256;
 
+// One core's rates over host memory (GB/s of output), for the models of
+// ranks whose CPUs move the data (LinkModel::host_threads, processes on
+// one node): a memcpy, and a fused two-input reduction pass.
+inline constexpr double kHostCopyGbps = 8.0;
+inline constexpr double kHostReduceGbps = 6.0;
+
+// Who moves a message's bytes, when CPUs do (LinkModel::copies).
+enum class Copier : std::uint8_t {
+  // Links move them (a NIC, a DMA engine, NVLink): a message occupies its
+  // link (and ports) for bytes / bandwidth, the ranks' CPUs stay free. The
+  // textbook model, and the default.
+  kLink,
+  // The receiving rank's thread copies straight from the sender's memory
+  // (the inline engine in one process; node-shared windows): a receive
+  // occupies the receiver's CPU for bytes / link bandwidth, one local
+  // operation at a time with its copies and reductions, and a
+  // receive-reduce is one fused pass at the reduce rate. Senders only
+  // publish.
+  kReceiver,
+  // Both ends' CPUs copy (shm rings, loopback TCP: into the channel and out
+  // of it): a message occupies the sender's CPU and then the receiver's
+  // for bytes / link bandwidth each, so a rank that sends and receives at
+  // once gets half its link each way; a receive-reduce adds the reduction.
+  kBothEnds,
+};
+
 // Who owns a NIC in LinkModel::two_level.
 enum class NicSharing : std::uint8_t {
   kPerNode,  // one NIC per node: every rank of the node shares it (typical CPU cluster)
@@ -99,9 +125,22 @@ struct LinkModel {
   // Local data movement: bytes of output per second. 0 = free.
   double reduce_gbps = 0.0;
   double copy_gbps = 0.0;
+  // Who moves message bytes (Copier): links by default.
+  Copier copies = Copier::kLink;
+  // The share of a core each rank's CPU work gets, (0, 1]: cores / ranks
+  // when more ranks than cores run (every CPU-side cost, copies with
+  // Copier::kReceiver / kBothEnds and local reductions, is divided by it).
+  double cpu_share = 1.0;
 
   // Every link alpha_us / gbps, and one injection port of gbps per rank.
   static LinkModel uniform(std::int32_t nranks, double alpha_us, double gbps);
+  // Ranks that are threads of one process over host memory (the inline
+  // engine, docs/collectives.md): the receiver copies (Copier::kReceiver)
+  // at a memcpy's rate, receive-reduces are fused passes, and `cores`
+  // cores run all ranks' work (cpu_share = cores / nranks when fewer).
+  // Calibrated with wia-bench --predict (docs/collectives.md, "How the
+  // model is calibrated").
+  static LinkModel host_threads(std::int32_t nranks, int cores);
   // Two-level cluster: ranks with the same group_of_rank label are on one
   // node, linked by intra_alpha_us / intra_gbps; ranks of different nodes
   // by inter_alpha_us / inter_gbps, through NICs of nic_gbps each (0 = no
@@ -121,6 +160,8 @@ struct LinkModel {
   // Uniform links and no NIC sharing or node locality (node_of_rank /
   // nic_of_rank empty): every rank sees the same network.
   bool is_uniform() const;
+  // Copies made by CPUs (Copier::kReceiver or kBothEnds).
+  bool cpu_copies() const { return copies != Copier::kLink; }
   // The lowest bandwidth of any link between two ranks (gbps when the
   // matrices are empty); what bandwidth utilization is measured against.
   double slowest_gbps() const;

@@ -65,6 +65,18 @@ LinkModel link_model_from_topology(const topo::Topology& t, std::span<const int>
   return m;
 }
 
+LinkModel with_measured_links(LinkModel base, const LinkModel& measured) {
+  if (measured.nranks != base.nranks)
+    throw Error(WIA_ERROR_INVALID_ARGUMENT, fmt::format("measured links for {} ranks, model of {}",
+                                                        measured.nranks, base.nranks));
+  base.alpha_us = measured.alpha_us;
+  base.gbps = measured.gbps;
+  base.alpha_matrix_us = measured.alpha_matrix_us;
+  base.gbps_matrix = measured.gbps_matrix;
+  base.validate();
+  return base;
+}
+
 LinkModel link_model_from_file(const std::string& path, std::int32_t nranks) {
   std::vector<int> device_of_rank(static_cast<std::size_t>(std::max(nranks, 0)));
   std::iota(device_of_rank.begin(), device_of_rank.end(), 0);

@@ -27,6 +27,11 @@ LinkModel link_model_from_file(const std::string& path, std::span<const int> dev
 // The same from a topology already loaded from `path` (named in errors).
 LinkModel link_model_from_topology(const topo::Topology& t, std::span<const int> device_of_rank,
                                    const std::string& path);
+// `base` with the links of `measured` (a model of the same ranks, as the
+// functions above return): its alpha and bandwidth matrices and scalars;
+// base's ports, per-message overhead, local rates, copier and CPU share
+// stay (what the file cannot know: how the ranks run).
+LinkModel with_measured_links(LinkModel base, const LinkModel& measured);
 // Rank r on device r (nranks <= devices in the file).
 LinkModel link_model_from_file(const std::string& path, std::int32_t nranks);
 // The model from config key tuner.link_file, nullopt when the key is empty
