@@ -12,30 +12,26 @@ namespace {
 // timed call.
 constexpr std::size_t kMaxIntervals = 1u << 20;
 
+// UnrecordedOnThisThread: this thread's flag, and how many threads have it
+// set, so that posting reads thread-local storage only while one does.
+thread_local bool t_unrecorded = false;
+std::atomic<int> g_unrecorded_threads{0};
+
 std::int64_t ns_of(CommProfiler::Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
-
-std::uint64_t next_profiler_id() {
-  static std::atomic<std::uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
 }  // namespace
 
-CommProfiler::ThisThread& CommProfiler::this_thread() {
-  thread_local ThisThread state;
-  return state;
-}
-
-CommProfiler::UnrecordedOnThisThread::UnrecordedOnThisThread()
-    : was_(CommProfiler::this_thread().unrecorded) {
-  CommProfiler::this_thread().unrecorded = true;
+CommProfiler::UnrecordedOnThisThread::UnrecordedOnThisThread() : was_(t_unrecorded) {
+  t_unrecorded = true;
+  g_unrecorded_threads.fetch_add(1);
 }
 CommProfiler::UnrecordedOnThisThread::~UnrecordedOnThisThread() {
-  CommProfiler::this_thread().unrecorded = was_;
+  t_unrecorded = was_;
+  g_unrecorded_threads.fetch_sub(1);
 }
 
-CommProfiler::CommProfiler() : id_(next_profiler_id()) {
+CommProfiler::CommProfiler() {
   if (const char* path = std::getenv("WIA_TRACE"); path != nullptr && *path != '\0') {
     trace_at_destroy_ = path;
     traced_always_ = true;
@@ -108,30 +104,27 @@ void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes
                           double busbw_factor, const char* algorithm, const char* transport,
                           std::int32_t peer, wia_datatype_t dtype) {
   if (!on()) return;
-  ThisThread& here = this_thread();
-  if (here.unrecorded) return;  // finished() then finds no entry of this seq
+  if (g_unrecorded_threads.load(std::memory_order_relaxed) != 0 && t_unrecorded)
+    return;  // finished() then finds no slot of this seq
   const std::uint32_t kind = kind_of(op);
   if (kind == kMaxKinds) return;
   const Timing timing = decide_timing(kinds_[kind]);
   const bool timed = timing != Timing::kCounted;
-  const Pending p{op,           bytes,
-                  busbw_factor, timed ? Clock::now() : Clock::time_point{},
-                  algorithm,    transport,
-                  peer,         dtype,
-                  kind,         epoch_.load(std::memory_order_relaxed),
-                  timed,        timing == Timing::kPrefix};
-  // The posting thread owns this slot until finished() takes it: no lock.
+  // The posting thread owns this slot until finished() reads it: no lock.
+  // Marked as being written first, so that a reader that raced with an
+  // operation 4096 later sees the change (seqlock).
   Slot& slot = ring_[seq % kRing];
-  slot.p = p;
+  slot.seq_plus_one.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.p = Pending{bytes, epoch_.load(std::memory_order_relaxed), static_cast<std::uint8_t>(kind),
+                   timed, timing == Timing::kPrefix};
+  if (timed)
+    details_[seq % kRing] =
+        Details{op, busbw_factor, Clock::now(), algorithm, transport, peer, dtype};
   slot.seq_plus_one.store(seq + 1, std::memory_order_release);
-  here.owner = id_;
-  here.seq = seq;
-  here.p = p;
 }
 
 bool CommProfiler::timed(std::uint64_t seq) const {
-  const ThisThread& here = this_thread();
-  if (here.owner == id_ && here.seq == seq) return here.p.timed;
   const Slot& slot = ring_[seq % kRing];
   return slot.seq_plus_one.load(std::memory_order_acquire) == seq + 1 && slot.p.timed;
 }
@@ -152,42 +145,41 @@ void CommProfiler::note_end_if_next_timed(std::uint64_t seq) {
 
 void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char* transport) {
   if (!on()) return;
-  ThisThread& here = this_thread();
-  Pending from_ring;
-  const Pending* p = &here.p;  // this thread posts nothing until we return
-  if (here.owner == id_ && here.seq == seq) {
-    here.owner = 0;  // its ring slot is never looked at again
-  } else {
-    Slot& slot = ring_[seq % kRing];
-    if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return;  // posted before
-    from_ring = slot.p;
-    // Overwritten meanwhile by an operation 4096 later: drop this one.
-    if (slot.seq_plus_one.exchange(0, std::memory_order_acq_rel) != seq + 1) return;
-    p = &from_ring;
-  }
-  if (p->epoch != epoch_.load(std::memory_order_relaxed)) return;  // posted before a reset
-  if (p->timed) {
-    record_timed(*p, Clock::now(), algorithm, transport);
+  const Slot& slot = ring_[seq % kRing];
+  if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return;  // posted before
+  const Pending p = slot.p;
+  if (p.timed) {
+    const Details d = details_[seq % kRing];
+    if (still_posted(slot, seq, p)) record_timed(p, d, Clock::now(), algorithm, transport);
     return;
   }
-  if (on_.load(std::memory_order_relaxed)) count(*p);
+  if (!still_posted(slot, seq, p)) return;
+  if (on_.load(std::memory_order_relaxed)) count(p);
   note_end_if_next_timed(seq);
 }
 
-void CommProfiler::record_timed(const Pending& p, Clock::time_point now, const char* algorithm,
-                                const char* transport) {
+bool CommProfiler::still_posted(const Slot& slot, std::uint64_t seq, const Pending& p) const {
+  // Overwritten while read by an operation 4096 later: drop this one. The
+  // slot is not cleared: finished() is called once per operation.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (slot.seq_plus_one.load(std::memory_order_relaxed) != seq + 1) return false;
+  return p.epoch == epoch_.load(std::memory_order_relaxed);  // else posted before a reset
+}
+
+void CommProfiler::record_timed(const Pending& p, const Details& d, Clock::time_point now,
+                                const char* algorithm, const char* transport) {
   std::lock_guard lock(mu_);
   // Operations run one after another: one queued behind another starts
   // when that one ends, not when it was posted.
   const Clock::time_point last_end{std::chrono::nanoseconds(last_end_ns_.load())};
-  const auto start = std::max(p.posted, last_end);
+  const auto start = std::max(d.posted, last_end);
   last_end_ns_.store(ns_of(now), std::memory_order_relaxed);
-  const char* const algo = p.algorithm != nullptr ? p.algorithm : algorithm;
-  const char* const via = p.transport != nullptr ? p.transport : transport;
+  const char* const algo = d.algorithm != nullptr ? d.algorithm : algorithm;
+  const char* const via = d.transport != nullptr ? d.transport : transport;
   if (trace_.size() < kMaxTraceEvents) {
     if (trace_.capacity() == 0) trace_.reserve(1024);
-    trace_.push_back({start, now, p.op, algo != nullptr ? algo : "", via != nullptr ? via : "",
-                      p.bytes, p.peer});
+    trace_.push_back({start, now, d.op, algo != nullptr ? algo : "", via != nullptr ? via : "",
+                      p.bytes, d.peer});
   } else {
     ++trace_dropped_;
   }
@@ -195,10 +187,10 @@ void CommProfiler::record_timed(const Pending& p, Clock::time_point now, const c
   const double s = std::chrono::duration<double>(now - start).count();
   OpStats* found = nullptr;
   for (OpStats& o : ops_)  // a handful of kinds: a scan beats a map
-    if (o.name == p.op) found = &o;
+    if (o.name == d.op) found = &o;
   if (found == nullptr) {
     ops_.emplace_back();
-    ops_.back().name = p.op;
+    ops_.back().name = d.op;
     found = &ops_.back();
   }
   OpStats& o = *found;
@@ -209,11 +201,11 @@ void CommProfiler::record_timed(const Pending& p, Clock::time_point now, const c
   o.seconds.push_back(s);
   const double algbw = s > 0 ? static_cast<double>(p.bytes) / s / 1e9 : 0.0;
   o.algbw_gbps.push_back(algbw);
-  o.busbw_gbps.push_back(algbw * p.busbw_factor);
+  o.busbw_gbps.push_back(algbw * d.busbw_factor);
   o.call_bytes.push_back(p.bytes);
   o.call_algorithm.push_back(algo != nullptr ? algo : "");
   o.call_transport.push_back(via != nullptr ? via : "");
-  o.call_dtype.push_back(p.dtype);
+  o.call_dtype.push_back(d.dtype);
   if (algo != nullptr) o.algorithm = algo;
   if (via != nullptr) o.transport = via;
   if (intervals_.size() < kMaxIntervals) intervals_.push_back({start, now});

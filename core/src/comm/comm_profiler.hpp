@@ -8,9 +8,9 @@
 // timeline (wia_profile_write_trace; WIA_TRACE records every operation's
 // timeline alone). Off, it costs one relaxed load and one flag read per
 // operation. On, an operation that is not timed costs no lock, no clock
-// read and no read-modify-write when it ends on the thread that posted it
-// (the inline path of small collectives): a few plain stores; a timed one
-// costs two clock reads and a lock.
+// read, no thread-local lookup and no read-modify-write: a few plain
+// stores when posted and a few loads when it ends; a timed one costs two
+// clock reads and a lock.
 #pragma once
 
 #include <wia/wia.h>
@@ -89,7 +89,7 @@ class CommProfiler {
   static constexpr std::size_t kMaxTraceEvents = 1u << 16;
   // Kinds of operation one profiler tells apart (collectives and the
   // point-to-point names: about 15 in use); more are not recorded.
-  static constexpr std::size_t kMaxKinds = 32;
+  static constexpr std::size_t kMaxKinds = 32;  // < 256: Pending::kind
   // Operations of each kind timed first in a window, whatever
   // sample_every says: a short window is timed whole.
   static constexpr std::uint64_t kTimedFirst = 16;
@@ -161,19 +161,24 @@ class CommProfiler {
   static const char* intern_transport(const std::string& name);
 
  private:
+  // What counting an operation needs: written at every posting, read at
+  // every end.
   struct Pending {
-    const char* op;
     std::uint64_t bytes;
+    std::uint32_t epoch;  // reset()s before it was posted
+    std::uint8_t kind;    // index into kinds_
+    bool timed;
+    bool prefix;  // timed as one of the first of its kind (OpStats::prefix)
+  };
+  // What a timed operation adds: written and read for those only.
+  struct Details {
+    const char* op;
     double busbw_factor;
-    Clock::time_point posted;  // timed operations only
+    Clock::time_point posted;
     const char* algorithm;
     const char* transport;
     std::int32_t peer;
     wia_datatype_t dtype;
-    std::uint32_t kind;
-    std::uint32_t epoch;  // reset()s before it was posted
-    bool timed;
-    bool prefix;  // timed as one of the first of its kind (OpStats::prefix)
   };
   // One kind of operation's exact counters. finished() is their only
   // writer (its calls never overlap), with plain stores; reset() does not
@@ -187,23 +192,12 @@ class CommProfiler {
     // purpose: a lost update only moves the next sample).
     std::atomic<std::uint64_t> posted{0}, next_timed{0}, rng{0};
   };
-  // What this thread last posted, to any profiler: an operation that ends
-  // on the thread that posted it (the inline path) is found here without
-  // a read-modify-write of the ring. One thread-local object, so that the
-  // posting path reads thread-local storage once.
-  struct ThisThread {
-    std::uint64_t owner = 0;  // the profiler's id_, 0 = none
-    std::uint64_t seq = 0;
-    Pending p{};
-    bool unrecorded = false;  // UnrecordedOnThisThread
-  };
-  static ThisThread& this_thread();
-  std::uint32_t kind_of(const char* op);  // kMaxKinds when full
   enum class Timing : std::uint8_t { kCounted, kSampled, kPrefix };
   Timing decide_timing(Kind& k);
+  std::uint32_t kind_of(const char* op);  // kMaxKinds when full
   void count(const Pending& p);
-  void record_timed(const Pending& p, Clock::time_point end, const char* algorithm,
-                    const char* transport);
+  void record_timed(const Pending& p, const Details& d, Clock::time_point end,
+                    const char* algorithm, const char* transport);
   // Reads the clock at the end of `seq` when the next operation is timed
   // and already waits: it starts when this one ends.
   void note_end_if_next_timed(std::uint64_t seq);
@@ -211,7 +205,6 @@ class CommProfiler {
   std::atomic<bool> on_{false};
   std::string trace_at_destroy_;
   bool traced_always_ = false;  // set once, in the constructor
-  const std::uint64_t id_;      // tells this profiler's entries in a thread's cache apart
   std::atomic<std::uint32_t> sample_every_{1};
   std::atomic<std::uint32_t> epoch_{0};  // reset()s so far
   mutable std::mutex mu_;
@@ -223,13 +216,22 @@ class CommProfiler {
   std::atomic<std::uint32_t> kinds_used_{0};
   // Operations posted and not finished, by sequence number modulo the
   // ring's size: one still pending when 4096 later ones have been posted
-  // is not counted (docs/profiling.md).
+  // is not counted (docs/profiling.md). A slot is written by its posting
+  // thread alone and read, seqlock-style, at the end: no lock and no
+  // read-modify-write on either side.
   static constexpr std::size_t kRing = 4096;
+  // 24 bytes a slot: the ring's lines an 8-byte all-reduce loop cycles
+  // through stay in the first-level cache; the timed operations' details
+  // live apart, at the same index.
   struct Slot {
-    std::atomic<std::uint64_t> seq_plus_one{0};
+    std::atomic<std::uint64_t> seq_plus_one{0};  // 0 while being written
     Pending p{};
   };
   std::vector<Slot> ring_ = std::vector<Slot>(kRing);
+  // Whether `p`, read from `slot`, is still operation seq's and of this
+  // window (the seqlock's second look).
+  bool still_posted(const Slot& slot, std::uint64_t seq, const Pending& p) const;
+  std::vector<Details> details_ = std::vector<Details>(kRing);
   std::vector<OpStats> ops_;  // the timed calls' statistics (counts: kinds_)
   std::vector<Interval> intervals_;
   std::vector<TraceEvent> trace_;  // reserved lazily, up to kMaxTraceEvents
