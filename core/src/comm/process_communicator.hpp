@@ -477,6 +477,9 @@ class ProcessCommunicator final : public CommunicatorBase {
   SameMessagesMemo same_messages_memo_;
   std::size_t plan_memo_next_ = 0;
   std::unique_ptr<tuner::Selector> selector_;
+  // All-reduces through node-shared windows are costed with this model of
+  // threads copying (build_link_model); none without windows.
+  std::optional<tuner::LinkModel> window_model_;
   std::optional<selector::LinkCompress> link_compress_;  // choose_link_transports
   std::string compression_keys_differ_;                  // check_compression_keys
   // The node grouping when the communicator spans nodes (hierarchical

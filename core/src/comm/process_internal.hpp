@@ -90,6 +90,11 @@ struct MeasuredLinks {
 };
 MeasuredLinks read_measured_links(const Config& config, int nranks);  // process_links.cpp
 
+// This rank's node: how many ranks it has, and how many CPUs they may run
+// on together (0: unknown). process_mesh.cpp.
+std::pair<int, int> node_ranks_and_cpus(const std::vector<RankRecord>& records,
+                                        const ProcessLayout& layout);
+
 // What connect_mesh's steps gather and hand on (process_mesh.cpp); lives
 // for the set-up only.
 struct ProcessCommunicator::MeshSetup {

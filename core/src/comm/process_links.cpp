@@ -11,6 +11,7 @@
 
 #include "comm/process_internal.hpp"
 #include "comm/transport_choice.hpp"
+#include "common/cpus.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "provider/registry.hpp"
@@ -149,6 +150,16 @@ void ProcessCommunicator::build_link_model(const MeshSetup& s, std::chrono::mill
   model.message_overhead_us = overhead;
   model.reduce_gbps = 8.0;
   model.copy_gbps = 10.0;
+  window_model_.reset();
+  if (layout_.nnodes == 1) {
+    // On one node the ranks' CPUs move every byte (shm rings, loopback
+    // tcp), and all-reduces through node-shared windows are loads and
+    // stores like threads' (tuner::on_one_node, LinkModel::host_threads).
+    const auto [local, cpus] = node_ranks_and_cpus(s.records, layout_);
+    const int cores = cpus > 0 ? cpus : usable_cpu_count();
+    tuner::on_one_node(model, cores);
+    if (windows_) window_model_ = tuner::LinkModel::host_threads(layout_.size, cores);
+  }
   selector_ = std::make_unique<tuner::Selector>(std::move(model), groups_);
 }
 

@@ -24,10 +24,6 @@
 
 namespace wia::comm {
 
-namespace {
-
-// This rank's node: how many ranks it has, and how many CPUs they may run
-// on together (0: unknown).
 std::pair<int, int> node_ranks_and_cpus(const std::vector<RankRecord>& records,
                                         const ProcessLayout& layout) {
   std::uint64_t cpus[kCpuWords] = {};
@@ -41,6 +37,8 @@ std::pair<int, int> node_ranks_and_cpus(const std::vector<RankRecord>& records,
   for (const std::uint64_t w : cpus) count += std::popcount(w);
   return {local, count};
 }
+
+namespace {
 
 // What a rank can use, from its record (every rank derives the same).
 selector::TransportAvailability availability_of(const RankRecord& r) {

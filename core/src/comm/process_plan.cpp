@@ -93,6 +93,12 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
                  "all ranks on one node (node-shared windows, collectives.node_window_max_bytes)");
   args.algorithm = choice.algorithm;
   if (args.options.num_chunks == 0) args.options.num_chunks = choice.num_chunks;
+  // Through the windows (through_windows) the data moves by loads and
+  // stores, not messages: costed as threads copying.
+  if (window_model_ && call.collective == coll::Collective::kAllReduce &&
+      (choice.algorithm == coll::Algorithm::kDirect ||
+       choice.algorithm == coll::Algorithm::kOneShot))
+    choice.estimated_ms = tuner::estimate(args, *window_model_).time_us / 1000.0;
   std::shared_ptr<const engine::ExecPlan> plan = plans_.find(args, choice.algorithm);
   if (!plan) {
     plan = engine::make_plan(coll::build_schedule(args), choice.estimated_ms);

@@ -748,6 +748,14 @@ const Selection& Selector::lookup(const coll::CollArgs& args, coll::Algorithm al
                            : tuner::select_chunks(args, algorithm, model_);
 }
 
+void on_one_node(LinkModel& m, int cores) {
+  cores = std::max(cores, 1);
+  m.copies = Copier::kBothEnds;
+  m.cpu_share = m.nranks > cores ? static_cast<double>(cores) / m.nranks : 1.0;
+  m.reduce_gbps = kHostReduceGbps;
+  m.copy_gbps = kHostCopyGbps;
+}
+
 double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps) {
   const double beta = us_per_byte(gbps);
   return 2.0 * (p - 1) * alpha_us + 2.0 * (p - 1) / p * bytes * beta;

@@ -273,6 +273,12 @@ class Selector {
   std::unordered_map<Key, Selection, KeyHash> cache_;
 };
 
+// Ranks that are processes of one node over CPU-driven transports (shm
+// rings, loopback tcp): both ends copy (Copier::kBothEnds), at the links'
+// figures (measured ones from tuner.link_file), the node's `cores` cores
+// shared by model.nranks ranks, local work at a core's rates.
+void on_one_node(LinkModel& model, int cores);
+
 // The spec's closed forms (6.5.1-6.5.3), beta = 1 / bandwidth, n in bytes.
 double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps);
 double tree_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps);
