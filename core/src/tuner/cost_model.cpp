@@ -150,6 +150,12 @@ constexpr std::uint32_t kNoPort = 0xffffffffu;
 // Heap items with this bit set are "bytes start flowing" events of a send.
 constexpr std::uint32_t kEjectEvent = 0x80000000u;
 
+// Receive-reduces the receiver runs as one pass (Copier::kReceiver), in
+// copies of the same bytes: two streams read and one written against a
+// copy's one and one; a fused chain's later inputs add one read.
+constexpr double kFusedPass = 1.5;
+constexpr double kChainedInput = 0.5;
+
 // The discrete-event simulation over a flattened set of steps, shared by
 // the full and the symmetric modes; they differ only in how the arrays
 // below are filled.
@@ -310,18 +316,20 @@ struct Sim {
         double rate = st.kind == StepKind::kCopy ? copy_us_per_byte : reduce_us_per_byte;
         if (st.is_recv() && copies != Copier::kLink) {
           // The receiver copies the message out of the sender's memory or
-          // the channel: at the link's rate, fused with the reduction in
-          // one pass (kReceiver) or followed by it (kBothEnds).
+          // the channel at the link's rate (a copy: one stream read, one
+          // written). kReceiver fuses the reduction into that pass: a
+          // chain's first receive-reduce reads two streams and writes one
+          // (kFusedPass copies' worth), each later input of the chain adds
+          // one read (kChainedInput). kBothEnds copies the message out of
+          // the channel, then reduces it in cache at the reduce rate (a
+          // chained input: its read, at the copy rate).
           const double copy = link_us_per_byte[match[it.id]];
-          // A fused chain's later inputs cost only their read, about half
-          // a copy (which reads and writes).
-          const double reduce = chained[it.id] ? 0.5 * copy_us_per_byte : rate;
           if (st.kind == StepKind::kRecv)
             rate = copy;
           else if (copies == Copier::kReceiver)
-            rate = chained[it.id] ? reduce : (rate > 0 ? rate : copy);
+            rate = copy * (chained[it.id] ? kChainedInput : kFusedPass);
           else
-            rate = copy + reduce;
+            rate = copy + (chained[it.id] ? kChainedInput * copy_us_per_byte : rate);
         }
         rate *= cpu_factor;
         const double start = std::max(it.time, compute_free[r]);
