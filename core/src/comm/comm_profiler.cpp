@@ -147,7 +147,10 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
   if (!on()) return;
   const Slot& slot = ring_[seq % kRing];
   if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return;  // posted before
-  const Pending p = slot.p;
+  // Field by field, as posted() stored them: one 16-byte load of fields
+  // stored apart cannot be forwarded from the store buffer and stalls
+  // when the operation ends right after its posting.
+  const Pending p{slot.p.bytes, slot.p.epoch, slot.p.kind, slot.p.timed, slot.p.prefix};
   if (p.timed) {
     const Details d = details_[seq % kRing];
     if (still_posted(slot, seq, p)) record_timed(p, d, Clock::now(), algorithm, transport);
