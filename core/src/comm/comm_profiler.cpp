@@ -124,11 +124,6 @@ void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes
   slot.seq_plus_one.store(seq + 1, std::memory_order_release);
 }
 
-bool CommProfiler::timed(std::uint64_t seq) const {
-  const Slot& slot = ring_[seq % kRing];
-  return slot.seq_plus_one.load(std::memory_order_acquire) == seq + 1 && slot.p.timed;
-}
-
 void CommProfiler::count(const Pending& p) {
   // finished() is the only writer and its calls never overlap: plain
   // stores, no read-modify-write.

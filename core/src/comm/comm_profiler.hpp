@@ -146,7 +146,11 @@ class CommProfiler {
               std::int32_t peer = -1, wia_datatype_t dtype = WIA_UINT8);
   // Whether operation `seq` is timed: its caller need only work out
   // finished()'s algorithm and transport then (nullptr otherwise).
-  bool timed(std::uint64_t seq) const;
+  // Inline: it is on every operation's path.
+  bool timed(std::uint64_t seq) const {
+    const Slot& slot = ring_[seq % kRing];
+    return slot.seq_plus_one.load(std::memory_order_acquire) == seq + 1 && slot.p.timed;
+  }
   // `transport`: the links the operation used ("shm", "shm+tcp",
   // "windows", "host"; static storage), unless posted() named them.
   // Calls never overlap: operations of a communicator end one after
