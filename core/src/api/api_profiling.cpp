@@ -154,7 +154,12 @@ struct Track {
   int nranks = 0;
   std::string process_name, thread_name;
   std::string other;  // otherData members naming it, each followed by ','
+  std::vector<int> device_of_rank;  // a device communicator's: its ranks' own tracks
 };
+
+// The tid of rank r's own track (a device communicator's sends and
+// receives, CommProfiler::record_beside), beside the communicator's.
+int rank_track_tid(const Track& t, int r) { return t.tid * 1000 + r + 1; }
 
 Track track_of(const comm::CommunicatorBase& c) {
   Track t;
@@ -169,8 +174,10 @@ Track track_of(const comm::CommunicatorBase& c) {
   }
   const auto& dc = dynamic_cast<const comm::DeviceCommunicator&>(c);
   std::string devices;
-  for (int r = 0; r < dc.size(); ++r)
+  for (int r = 0; r < dc.size(); ++r) {
     devices += fmt::format("{}{}", r == 0 ? "" : ",", dc.device_of_rank(r));
+    t.device_of_rank.push_back(dc.device_of_rank(r));
+  }
   t.pid = static_cast<int>(::getpid());
   t.tid = dc.index_in_process();
   t.process_name = fmt::format("process {}", t.pid);
@@ -213,6 +220,18 @@ std::string trace_json(const CommProfiler::Trace& t, const Track& track) {
       "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":{1},"
       "\"args\":{{\"name\":\"{3}\"}}}}",
       rank, tid, json_escape(track.process_name.c_str()), json_escape(track.thread_name.c_str()));
+  std::vector<bool> rank_track_named(static_cast<std::size_t>(std::max(track.nranks, 0)));
+  for (const CommProfiler::TraceEvent& e : t.events) {
+    const auto r = static_cast<std::size_t>(e.track);
+    if (e.track < 0 || r >= rank_track_named.size() || rank_track_named[r]) continue;
+    rank_track_named[r] = true;
+    const int device = r < track.device_of_rank.size() ? track.device_of_rank[r] : -1;
+    out += fmt::format(
+        ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},"
+        "\"args\":{{\"name\":\"device {}: rank {}'s sends and receives (device communicator "
+        "{})\"}}}}",
+        rank, rank_track_tid(track, e.track), device, e.track, tid);
+  }
   for (const CommProfiler::TraceEvent& e : t.events) {
     const bool p2p = e.peer >= 0;
     out += fmt::format(
@@ -220,9 +239,9 @@ std::string trace_json(const CommProfiler::Trace& t, const Track& track) {
         "\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"algorithm\":\"{}\","
         "\"transport\":\"{}\",\"{}\":{}}}}}",
         json_escape(e.name), p2p ? "p2p" : "collective", ts_us(e.start),
-        std::chrono::duration<double, std::micro>(e.end - e.start).count(), rank, tid, e.bytes,
-        json_escape(e.algorithm), json_escape(e.transport), p2p ? "peer" : "nranks",
-        p2p ? e.peer : track.nranks);
+        std::chrono::duration<double, std::micro>(e.end - e.start).count(), rank,
+        e.track >= 0 ? rank_track_tid(track, e.track) : tid, e.bytes, json_escape(e.algorithm),
+        json_escape(e.transport), p2p ? "peer" : "nranks", p2p ? e.peer : track.nranks);
   }
   out += fmt::format(
       "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{{}\"nranks\":{},"

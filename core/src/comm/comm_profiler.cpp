@@ -177,7 +177,7 @@ void CommProfiler::record_timed(const Pending& p, const Details& d, Clock::time_
   if (trace_.size() < kMaxTraceEvents) {
     if (trace_.capacity() == 0) trace_.reserve(1024);
     trace_.push_back({start, now, d.op, algo != nullptr ? algo : "", via != nullptr ? via : "",
-                      p.bytes, d.peer});
+                      p.bytes, d.peer, -1});
   } else {
     ++trace_dropped_;
   }
@@ -208,6 +208,47 @@ void CommProfiler::record_timed(const Pending& p, const Details& d, Clock::time_
   if (via != nullptr) o.transport = via;
   if (intervals_.size() < kMaxIntervals) intervals_.push_back({start, now});
   count(p);  // under the lock: a snapshot sees the call with its time
+}
+
+void CommProfiler::record_beside(const char* op, std::uint64_t bytes, Clock::time_point start,
+                                 Clock::time_point end, const char* algorithm,
+                                 const char* transport, std::int32_t peer, std::int32_t rank,
+                                 wia_datatype_t dtype) {
+  if (!on()) return;
+  const std::uint32_t kind = kind_of(op);  // before the lock: it may take it
+  if (kind == kMaxKinds) return;
+  const char* const algo = algorithm != nullptr ? algorithm : "";
+  const char* const via = transport != nullptr ? transport : "";
+  std::lock_guard lock(mu_);
+  if (trace_.size() < kMaxTraceEvents) {
+    if (trace_.capacity() == 0) trace_.reserve(1024);
+    trace_.push_back({start, end, op, algo, via, bytes, peer, rank});
+  } else {
+    ++trace_dropped_;
+  }
+  if (!on_.load(std::memory_order_relaxed)) return;  // the timeline only (WIA_TRACE)
+  OpStats* found = nullptr;
+  for (OpStats& o : ops_)
+    if (o.name == op) found = &o;
+  if (found == nullptr) {
+    ops_.emplace_back();
+    ops_.back().name = op;
+    found = &ops_.back();
+  }
+  OpStats& o = *found;
+  const double s = std::chrono::duration<double>(end - start).count();
+  const double algbw = s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0;
+  if (o.prefix == o.seconds.size()) ++o.prefix;  // every one timed
+  o.seconds.push_back(s);
+  o.algbw_gbps.push_back(algbw);
+  o.busbw_gbps.push_back(algbw);  // point to point: factor 1
+  o.call_bytes.push_back(bytes);
+  o.call_algorithm.push_back(algo);
+  o.call_transport.push_back(via);
+  o.call_dtype.push_back(dtype);
+  o.algorithm = algo;
+  o.transport = via;
+  count(Pending{bytes, 0, static_cast<std::uint8_t>(kind), true, true});  // under the lock
 }
 
 CommProfiler::Snapshot CommProfiler::snapshot() const {

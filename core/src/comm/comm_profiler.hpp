@@ -77,7 +77,8 @@ class CommProfiler {
     const char* algorithm;  // static storage
     const char* transport;  // static storage
     std::uint64_t bytes;
-    std::int32_t peer;  // point to point: the other rank; collectives: -1
+    std::int32_t peer;        // point to point: the other rank; collectives: -1
+    std::int32_t track = -1;  // -1: the communicator's; r: rank r's device (record_beside)
   };
   struct Trace {
     std::vector<TraceEvent> events;  // in end order (and start order: operations run in turn)
@@ -156,6 +157,17 @@ class CommProfiler {
   // Calls never overlap: operations of a communicator end one after
   // another, each before the next can end (the fast path relies on it).
   void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr);
+  // An operation that runs beside the communicator's sequence, not in
+  // it: a device communicator's send or receive, which the ranks' streams
+  // run while collectives and other sends run. Timed by the caller
+  // (`start`, `end`) and always (not sampled), counted and put on the
+  // timeline on rank `rank`'s own track; not in the overlap analysis.
+  // Takes the lock; any thread. `op` must not be a kind that posted()
+  // and finished() record on this profiler (their counters are written
+  // without a lock).
+  void record_beside(const char* op, std::uint64_t bytes, Clock::time_point start,
+                     Clock::time_point end, const char* algorithm, const char* transport,
+                     std::int32_t peer, std::int32_t rank, wia_datatype_t dtype);
   Snapshot snapshot() const;
   Trace trace() const;
 

@@ -171,6 +171,9 @@ class DeviceCommunicator final : public CommunicatorBase {
   struct P2pStreamTask;
   static void p2p_stream_task(void* arg);
   void run_p2p_stream_task(P2pStreamTask& g);
+  // A delivered send or receive, for profiling (CommProfiler::record_beside).
+  void record_p2p(const P2pStreamTask& g, const Message& m,
+                  std::chrono::steady_clock::time_point started);
   void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                 wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream);
   std::uint32_t timeout_or_default(std::uint32_t ms) const { return ms ? ms : default_timeout_ms_; }

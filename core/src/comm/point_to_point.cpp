@@ -120,6 +120,18 @@ void DeviceCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, s
   }
 }
 
+void DeviceCommunicator::record_p2p(const P2pStreamTask& g, const Message& m,
+                                    std::chrono::steady_clock::time_point started) {
+  if (!profiler_.on()) return;
+  // From this rank's stream reaching it to the message being delivered
+  // (the receiver's copy done), on this rank's device's track.
+  const std::uint64_t count = g.is_send ? m.send_count : m.recv_count;
+  const wia_datatype_t dtype = g.is_send ? m.send_dtype : m.recv_dtype;
+  profiler_.record_beside(g.is_send ? "send" : "recv", count * kernels::dtype_size(dtype), started,
+                          std::chrono::steady_clock::now(), "host", transport_,
+                          g.is_send ? m.dst : m.src, g.is_send ? m.src : m.dst, dtype);
+}
+
 void DeviceCommunicator::p2p_stream_task(void* arg) {
   std::unique_ptr<P2pStreamTask> g(static_cast<P2pStreamTask*>(arg));
   g->comm->run_p2p_stream_task(*g);
@@ -127,7 +139,8 @@ void DeviceCommunicator::p2p_stream_task(void* arg) {
 
 void DeviceCommunicator::run_p2p_stream_task(P2pStreamTask& g) {
   Message& m = *g.msg;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(g.timeout_ms);
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + std::chrono::milliseconds(g.timeout_ms);
   if (g.is_send) {
     m.sender_arrived.store(true, std::memory_order_release);
     p2p_signal_.notify();
@@ -179,6 +192,7 @@ void DeviceCommunicator::run_p2p_stream_task(P2pStreamTask& g) {
     record_async_error(st, why);
     p2p_signal_.notify();
   }
+  if (!m.failed.load(std::memory_order_acquire)) record_p2p(g, m, started);
   if (m.finished.fetch_add(1) + 1 == 2) {
     std::lock_guard<std::mutex> lock(mu_);
     messages_.erase({m.src, m.dst, m.n});

@@ -965,6 +965,73 @@ int device_profile(int, int) {
   return kOk;
 }
 
+// Sends and receives on a device communicator of 4 host devices: rank 0
+// sends 3 messages of 1 KiB to rank 1 beside one all-reduce of every
+// rank; the report counts 3 sends and 3 receives with their bytes, and
+// the timeline has them on the two devices' own tracks (named), the
+// all-reduce on the communicator's.
+int device_p2p_profiled(int, int) {
+  const std::string dir = std::getenv("TEST_TRACE_DIR");
+  DeviceRanks D;
+  EXPECT_D(D.open());
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_D(wia_enable_comm_profiling(D.comm, &all) == WIA_SUCCESS);
+  constexpr std::size_t kCount = 256;  // 1 KiB of float32
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_D(wia_comm_send(D.comm, D.buf[0], kCount, WIA_FLOAT32, 1, D.streams[0]) == WIA_SUCCESS);
+    EXPECT_D(wia_comm_recv(D.comm, D.buf[1], kCount, WIA_FLOAT32, 0, D.streams[1]) == WIA_SUCCESS);
+  }
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  bool ok = true;
+  D.timed([&](int r) { return wia_all_reduce(D.comm, D.buf[r], D.buf[r], 64, &cfg, D.streams[r]); },
+          &ok);
+  EXPECT_D(ok);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(D.comm);
+  EXPECT_D(r != nullptr);
+  int sends = 0, recvs = 0, allreduces = 0;
+  for (int i = 0; i < r->num_collectives; ++i) {
+    const wia_collective_profile_t& c = r->collectives[i];
+    std::fprintf(stderr, "device: %s x %d, %llu B, %.6f s, %s over %s\n", c.name,
+                 c.invocation_count, static_cast<unsigned long long>(c.bytes), c.total_time,
+                 c.algorithm, c.transport);
+    const std::string name = c.name;
+    if (name == "send" || name == "recv") {
+      EXPECT_D(c.invocation_count == 3 && c.bytes == 3 * kCount * 4);
+      EXPECT_D(c.total_time > 0 && std::fabs(c.avg_time * 3 - c.total_time) < 1e-12);
+      EXPECT_D(std::string(c.algorithm) == "host" && std::string(c.transport) == "host");
+    }
+    (name == "send" ? sends : name == "recv" ? recvs : allreduces) += c.invocation_count;
+  }
+  EXPECT_D(sends == 3 && recvs == 3 && allreduces == 1);
+  wia_free_comm_profile(r);
+  const std::string path = dir + "/device-p2p.json";
+  EXPECT_D(wia_profile_write_trace(D.comm, path.c_str()) == WIA_SUCCESS);
+  D.close();
+  std::string json;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char chunk[4096];
+    for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) json.append(chunk, n);
+    std::fclose(f);
+  }
+  auto occurrences = [&](const std::string& what) {
+    int n = 0;
+    for (std::size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  // Device communicator 1 of this process: tracks 1 (the communicator's),
+  // 1001 (rank 0's device) and 1002 (rank 1's).
+  EXPECT_D(occurrences("\"name\":\"send\",\"cat\":\"p2p\"") == 3);
+  EXPECT_D(occurrences("\"name\":\"recv\",\"cat\":\"p2p\"") == 3);
+  EXPECT_D(occurrences("\"tid\":1001,\"args\":{\"bytes\":1024") == 3);
+  EXPECT_D(occurrences("\"tid\":1002,\"args\":{\"bytes\":1024") == 3);
+  EXPECT_D(occurrences("\"name\":\"allreduce\",\"cat\":\"collective\"") == 1);
+  EXPECT_D(occurrences("device 0: rank 0's sends and receives") == 1);
+  EXPECT_D(occurrences("device 1: rank 1's sends and receives") == 1);
+  return kOk;
+}
+
 // WIA_TRACE and no profiling: a device communicator's timeline is written
 // at destroy to <pattern>.devices.
 int device_trace_from_env(int, int) {
@@ -1145,5 +1212,12 @@ TEST_CASE("profiling: sampled timing keeps counts and bytes exact; the timeline 
     if (std::string(every) != "64") env.emplace_back("WIA_PROFILING_SAMPLE_EVERY", every);
     check_all(run_ranks(2, base_yaml(), sampled, env));
   }
+  run_command("rm -rf " + std::string(tmpl));
+}
+
+TEST_CASE("profiling: a device communicator's sends and receives, on their devices' tracks") {
+  char tmpl[] = "/tmp/wia-devp2p-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  check_all(run_ranks(1, device_yaml("inline"), device_p2p_profiled, {{"TEST_TRACE_DIR", tmpl}}));
   run_command("rm -rf " + std::string(tmpl));
 }
