@@ -322,10 +322,11 @@ void Ctx::deliver(Request* r, Unexpected& u) {
   if (!u.rts) {
     if (refuse_eager_into_device(*this, r, u.size, u.tag)) return;
     if (u.size > r->capacity) {
+      char tag_text[40];  // the tag in hex, as "0x" promises (it was printed in decimal)
+      std::snprintf(tag_text, sizeof tag_text, " (tag 0x%" PRIx64 ")", u.tag);
       finish(r, WIA_ERROR_REMOTE,
-             "verbs: message of " + size_text(u.size) + " (tag 0x" + std::to_string(u.tag) +
-                 ") from peer " + r->conn->peer + " does not fit the " + size_text(r->capacity) +
-                 " receive");
+             "verbs: message of " + size_text(u.size) + tag_text + " from peer " + r->conn->peer +
+                 " does not fit the " + size_text(r->capacity) + " receive");
       return;
     }
     if (u.size > 0) std::memcpy(r->buf, u.data.data(), u.size);
