@@ -327,7 +327,9 @@ struct Ctx {
   std::vector<std::uint32_t> free_ops_;
   std::map<std::pair<std::uintptr_t, std::uint64_t>, MrEntry*> cache;
   std::uint64_t reg_calls = 0;
-  std::string reg_error;  // why the last failed registration failed
+  std::string reg_error;             // why the last failed registration failed
+  std::vector<pollfd> liveness_fds;  // check_liveness's, kept to reuse their memory
+  std::vector<Conn*> liveness_who;
   std::uint64_t next_psn = 0;
 
   std::uint64_t now_ns() const { return host->clock_ns(host->host_ctx); }

@@ -367,8 +367,12 @@ void Ctx::close(Conn* c) {
 // A peer whose process ended (exit, kill) or that closed its end: EOF on
 // the handshake socket. Completions that arrived before are delivered first.
 void Ctx::check_liveness() {
-  std::vector<pollfd> fds;
-  std::vector<Conn*> who;
+  // Reused between calls: test() comes here on every call, and two fresh
+  // vectors cost two heap allocations per test of a pending request.
+  std::vector<pollfd>& fds = liveness_fds;
+  std::vector<Conn*>& who = liveness_who;
+  fds.clear();
+  who.clear();
   for (Conn* c : conns) {
     if (!c->established || c->failed || c->fd < 0) continue;
     fds.push_back({c->fd, POLLIN, 0});
