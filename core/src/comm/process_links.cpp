@@ -158,10 +158,10 @@ void ProcessCommunicator::build_link_model(const MeshSetup& s, std::chrono::mill
     const auto [local, cpus] = node_ranks_and_cpus(s.records, layout_);
     const int cores = cpus > 0 ? cpus : usable_cpu_count();
     tuner::on_one_node(model, cores);
-    // A window read is one copy, like a measured shm message's (whose
-    // two copies run in parallel), so measured figures scale it too.
-    if (windows_) window_model_ = tuner::LinkModel::host_threads(layout_.size, cores);
-    if (windows_ && use_measured) window_model_ = tuner::with_measured_links(*window_model_, model);
+    // A window read is a memcpy's, not a shm message's (wia-bw measures
+    // those: a ring's two copies and protocol), so the link file does not
+    // scale it.
+    if (windows_) window_model_ = tuner::LinkModel::node_windows(layout_.size, cores);
   }
   selector_ = std::make_unique<tuner::Selector>(std::move(model), groups_);
 }

@@ -50,6 +50,13 @@ LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_byt
   return m;
 }
 
+LinkModel LinkModel::node_windows(std::int32_t nranks, int cores) {
+  LinkModel m = host_threads(nranks, cores);
+  m.alpha_us = 0.25;
+  m.message_overhead_us = nranks > std::max(cores, 1) ? 5.0 : 0.25;
+  return m;
+}
+
 LinkModel LinkModel::two_level(std::int32_t nranks, std::span<const std::int32_t> group_of_rank,
                                double intra_alpha_us, double intra_gbps, double inter_alpha_us,
                                double inter_gbps, double nic_gbps, NicSharing sharing) {

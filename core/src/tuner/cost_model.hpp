@@ -152,6 +152,12 @@ struct LinkModel {
   // model is calibrated").
   // llc_bytes: the last-level cache (0: this machine's, from sysconf).
   static LinkModel host_threads(std::int32_t nranks, int cores, double llc_bytes = 0);
+  // Processes of one node reading each other's node-shared windows
+  // (engine/window_allreduce.hpp): host_threads' copies, and a step's
+  // hand-off of a few cache-line transfers (docs/performance.md, "The VM's
+  // two modes") instead of a thread wake-up: 0.25 us alpha and overhead,
+  // 5 us when ranks outnumber cores (waiters yield, then sleep).
+  static LinkModel node_windows(std::int32_t nranks, int cores);
   // Two-level cluster: ranks with the same group_of_rank label are on one
   // node, linked by intra_alpha_us / intra_gbps; ranks of different nodes
   // by inter_alpha_us / inter_gbps, through NICs of nic_gbps each (0 = no
