@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/exec_plan.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -156,8 +157,47 @@ std::uint32_t fusable_chain_end(const ExecPlan& plan, int rank, std::uint32_t i,
   return last;
 }
 
-void reduce_chain(const ExecPlan& plan, int rank, std::uint32_t i, std::uint32_t last,
-                  const std::vector<RankBuffers>& all, OpSync& sync) {
+// Whether the plain receive `j` of `peer` may be written now by the rank
+// reducing steps [first, last]: its dependencies ran and every send among
+// them was consumed, except sends of `peer` that this very reduction reads
+// (an in-place receive overwrites the very input it sent for the
+// reduction; the fused kernel reads each element before writing it).
+bool receive_ready(const ExecPlan& plan, int rank, std::uint32_t first, std::uint32_t last,
+                   int peer, std::uint32_t j, const OpSync& sync) {
+  const coll::RankProgram& their = plan.schedule.programs[peer];
+  const coll::Step& recv = their.steps[j];
+  if (recv.kind != coll::StepKind::kRecv) return false;
+  const std::uint32_t done = sync.progress[peer].load(std::memory_order_acquire);
+  const std::uint32_t* deps = their.deps_of(recv);
+  for (std::uint32_t d = 0; d < recv.dep_count; ++d) {
+    if (deps[d] >= done) return false;
+    const coll::Step& dep = their.steps[deps[d]];
+    if (!dep.is_send() || sync.consumed[peer][deps[d]].load(std::memory_order_acquire)) continue;
+    // Read by this reduction, and exactly the region the receive writes:
+    // element k is then read before it is overwritten, slice by slice.
+    const std::uint32_t reader = plan.match[peer][deps[d]];
+    if (dep.peer != rank || reader < first || reader > last || dep.count != recv.count ||
+        dep.src.kind != recv.dst.kind || dep.src.shard != recv.dst.shard ||
+        dep.src.offset != recv.dst.offset)
+      return false;
+  }
+  return true;
+}
+
+// Elements reduced per slice of a fused reduce-and-push: small enough that
+// the slice is still in L1 when it is copied to the peers' receives.
+constexpr std::size_t kFusedSliceBytes = 16 << 10;
+
+// Runs the receive-reduces i..last of `rank` (a fused chain, or one step)
+// as one n-ary reduction, and writes its result straight into the peers'
+// receives of the sends that follow it and re-send the reduced region,
+// where those receives may be written now. Each slice of the result is
+// reduced and then copied while in L1, instead of being written, evicted
+// and read again by every push (an all-reduce's all-gather half then costs
+// no second read of the reduced data). Sends whose receives are not ready
+// are left to try_push or to the receiver, as before.
+void reduce_and_push(const ExecPlan& plan, int rank, std::uint32_t i, std::uint32_t last,
+                     const std::vector<RankBuffers>& all, OpSync& sync) {
   const coll::Schedule& s = plan.schedule;
   const coll::RankProgram& prog = s.programs[rank];
   const std::size_t es = s.elem_size();
@@ -170,12 +210,55 @@ void reduce_chain(const ExecPlan& plan, int rank, std::uint32_t i, std::uint32_t
     const coll::Step& send = s.programs[st.peer].steps[plan.match[rank][k]];
     srcs.push_back(region_ptr(all[st.peer], send.src, es));
   }
-  check_reduce(kernels::reduce(chain_reduce_args(s, prog.steps[last],
-                                                 region_ptr(all[rank], first.dst, es), srcs)),
-               s, first.count);
+  // The sends right after the reduction that carry its result.
+  struct Push {
+    std::uint32_t send;  // step of `rank`
+    char* dst;
+  };
+  std::vector<Push> pushes;
+  for (std::uint32_t k = last + 1; k < prog.steps.size(); ++k) {
+    const coll::Step& st = prog.steps[k];
+    if (st.kind != coll::StepKind::kSend || st.count != first.count ||
+        st.src.kind != first.dst.kind || st.src.shard != first.dst.shard ||
+        st.src.offset != first.dst.offset)
+      break;
+    const std::uint32_t j = plan.match[rank][k];
+    if (!receive_ready(plan, rank, i, last, st.peer, j, sync)) continue;
+    std::uint8_t expected = kFree;
+    if (!sync.claim[st.peer][j].compare_exchange_strong(expected, kPushing,
+                                                        std::memory_order_acq_rel))
+      continue;
+    pushes.push_back({k, region_ptr(all[st.peer], s.programs[st.peer].steps[j].dst, es)});
+  }
+  char* dst = region_ptr(all[rank], first.dst, es);
+  const wia_reduce_args_v1_t whole = chain_reduce_args(s, prog.steps[last], dst, srcs);
+  if (pushes.empty()) {
+    check_reduce(kernels::reduce(whole), s, first.count);
+  } else {
+    const std::uint64_t slice = std::max<std::uint64_t>(1, kFusedSliceBytes / es);
+    std::vector<const void*> at(srcs.size());
+    for (std::uint64_t off = 0; off < first.count; off += slice) {
+      const std::uint64_t n = std::min(slice, first.count - off);
+      for (std::size_t k = 0; k < srcs.size(); ++k)
+        at[k] = static_cast<const char*>(srcs[k]) + off * es;
+      wia_reduce_args_v1_t part = whole;
+      part.count = n;
+      part.dst = dst + off * es;
+      part.srcs = at.data();
+      check_reduce(kernels::reduce(part), s, n);
+      for (const Push& push : pushes) std::memcpy(push.dst + off * es, dst + off * es, n * es);
+    }
+  }
   for (std::uint32_t k = i; k <= last; ++k) {
     const coll::Step& st = prog.steps[k];
     sync.consumed[st.peer][plan.match[rank][k]].store(1, std::memory_order_release);
+  }
+  // The sends themselves are published when this rank's program reaches
+  // them; their receivers then find the data pushed.
+  for (const Push& push : pushes) {
+    const coll::Step& st = prog.steps[push.send];
+    sync.claim[st.peer][plan.match[rank][push.send]].store(kPushed, std::memory_order_release);
+    sync.consumed[rank][push.send].store(1, std::memory_order_release);
   }
   sync.signal.notify();
 }
@@ -284,14 +367,12 @@ Progress advance(const ExecPlan& plan, Cursor& c, const std::vector<RankBuffers>
           // A chain of recv-reduces into one region whose messages have all
           // arrived becomes one n-ary reduction: each source is read once and
           // the destination written once, instead of once per message.
+          // Its result goes straight to the receives of the sends after it.
           const std::uint32_t last = fusable_chain_end(plan, c.rank, i, sync);
-          if (last > i) {
-            reduce_chain(plan, c.rank, i, last, all, sync);
-            c.next = last;  // the loop's ++c.next moves past the chain
-            moved = true;
-            break;
-          }
-          reduce_into(s, step, dst, region_ptr(mine, step.src, es), remote);
+          reduce_and_push(plan, c.rank, i, last, all, sync);
+          c.next = last;  // the loop's ++c.next moves past the chain
+          moved = true;
+          break;
         }
         sync.consumed[peer][j].store(1, std::memory_order_release);
         sync.signal.notify();
