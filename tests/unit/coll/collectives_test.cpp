@@ -352,6 +352,27 @@ TEST_CASE("every reduce op and dtype through all-reduce, reduce-scatter and redu
   CHECK(wrong == 0);
 }
 
+// The in-process engine writes a reduction's result straight into the
+// peers' receives, 16 KiB slice by slice (exec_plan.cpp, reduce_and_push);
+// in place, a peer's receive is the very input the reduction reads. Blocks
+// of many slices, every all-reduce algorithm, both layouts, a dividing op.
+TEST_CASE("all-reduce blocks of many slices: fused reduce-and-push in and out of place") {
+  Library lib;
+  std::uint64_t wrong = 0;
+  for (int p : {2, 3, 4}) {
+    Ranks R(p);
+    for (auto algo : all_algorithms()[0].algos)
+      for (auto op : {WIA_REDUCE_SUM, WIA_REDUCE_AVG})
+        for (bool in_place : {false, true}) {
+          // 4 chunks per block of ~25 slices each at 4 ranks, plus a ragged tail.
+          Case c{WIA_COLLECTIVE_ALLREDUCE, algo, p, (1u << 18) + 4093, WIA_FLOAT32, op,
+                 in_place, 0};
+          wrong += run_case(R, c);
+        }
+  }
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("AUTO picks an algorithm and reports it with an estimate") {
   Library lib;
   Ranks R(4);
