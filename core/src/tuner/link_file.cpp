@@ -83,8 +83,10 @@ LinkModel with_measured_links(LinkModel base, const LinkModel& measured) {
       std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
       return v[v.size() / 2];
     };
-    base.alpha_us =
-        measured.alpha_matrix_us.empty() ? measured.alpha_us : median(measured.alpha_matrix_us);
+    // Only the bandwidth: the file's in-process latency is a peer copy's
+    // stream round trip (10 us unloaded, milliseconds when a sample meets
+    // a busy core), not the engine's hand-off, which base's alpha and
+    // per-message overhead price.
     base.gbps = measured.gbps_matrix.empty() ? measured.gbps : median(measured.gbps_matrix);
     base.alpha_matrix_us.clear();
     base.gbps_matrix.clear();

@@ -30,7 +30,7 @@ LinkModel link_model_from_topology(const topo::Topology& t, std::span<const int>
 // `base` with the links of `measured` (a model of the same ranks, as the
 // functions above return): its alpha and bandwidth matrices and scalars,
 // or for threads copying through one memory (Copier::kReceiver) the
-// medians of its links as uniform figures;
+// median of its links' bandwidths as a uniform figure (base's alpha);
 // base's ports, per-message overhead, local rates, copier and CPU share
 // stay (what the file cannot know: how the ranks run).
 LinkModel with_measured_links(LinkModel base, const LinkModel& measured);

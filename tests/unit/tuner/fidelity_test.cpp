@@ -141,7 +141,7 @@ TEST_CASE("fidelity: the tuner's choices on the recorded links") {
   // one_shot and recursive_doubling tie, so that is not pinned). A
   // change here is a change of the model: re-measure with --predict first.
   check_choices({
-      {"threads", 4, 8, "one_shot"},
+      {"threads", 4, 8, "recursive_doubling"},
       {"threads", 4, 64 << 10, "direct"},
       {"threads", 4, 1u << 20, "direct"},
       {"threads", 4, 16u << 20, "direct"},
