@@ -140,6 +140,25 @@ set_tests_properties(tool_wia_info_explain tool_wia_info_explain_1024 tool_wia_i
                      PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
 
 # wia-bench across processes: it spawns 2 ranks itself; every rank checks its data.
+# --predict (cost model fidelity, docs/collectives.md): AUTO and every
+# all-reduce algorithm forced, each with the model's estimate, on a
+# recorded link file, in one process and across 2 processes; no timing is
+# judged, only that every row and the summary are there and the data is
+# right. --predict with another collective is a usage error.
+add_test(NAME tool_wia_bench_predict COMMAND sh -c "\
+  out=\$(WIA_TUNER_LINK_FILE=${PROJECT_SOURCE_DIR}/tests/data/links-host4.yaml \
+        ${_wia_bench} --predict --ranks 3 --sizes 8,64K -n 2 -w 1 --rounds 1) || exit 1; \
+  echo \"\$out\"; \
+  for want in 'links-host4.yaml' ' auto:' ' ring ' ' tree ' ' binomial ' ' rabenseifner ' \
+              ' recursive_doubling ' ' direct ' ' one_shot ' 'auto/best' \
+              '# from 64 KiB: predicted/measured' '# ok: 0 wrong'; do \
+    echo \"\$out\" | grep -q -- \"\$want\" || { echo \"missing: \$want\"; exit 1; }; done; \
+  out=\$(WIA_TUNER_LINK_FILE=${PROJECT_SOURCE_DIR}/tests/data/links-shm2.yaml \
+        ${_wia_bench} --predict --procs 2 --sizes 64K -n 2 -w 1 --rounds 1) || exit 1; \
+  echo \"\$out\" | grep -q '# ok: 0 wrong' || exit 1; \
+  ${_wia_bench} --predict --op allgather 2>/dev/null; test \$? -eq 2")
+set_tests_properties(tool_wia_bench_predict PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
 add_test(NAME tool_wia_bench_procs COMMAND sh -c "\
   ${_wia_bench} --procs 2 -b 8 -e 64K -f 8 -n 2 -w 1 | tee /dev/stderr | grep -q '# ok: 0 wrong'")
 set_tests_properties(tool_wia_bench_procs PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
