@@ -2,11 +2,13 @@
 #include "engine/exec_plan.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "common/error.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -188,6 +190,24 @@ bool receive_ready(const ExecPlan& plan, int rank, std::uint32_t first, std::uin
 // the slice is still in L1 when it is copied to the peers' receives.
 constexpr std::size_t kFusedSliceBytes = 16 << 10;
 
+// Results up to half this core's L2 are pushed after the reduction
+// (try_push), still in L2: interleaving the reduction's input streams with
+// the pushes' output streams slice by slice measured 10 - 45 % slower there
+// (4 ranks, 1 - 32 MiB, chunks of 64 KiB - 2 MiB). Larger results would be
+// read back from L3 or memory by every push, so they are fused (64 and
+// 256 MiB: 0.89 - 0.92 of the time).
+// WIA_TEST_FUSE_MIN_BYTES (tests only) moves the threshold so small
+// vectors take the fused path.
+std::uint64_t fuse_min_bytes() {
+  static const std::uint64_t bytes = [] {
+    if (const char* forced = std::getenv("WIA_TEST_FUSE_MIN_BYTES"); forced && *forced)
+      return static_cast<std::uint64_t>(std::strtoull(forced, nullptr, 10));
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return static_cast<std::uint64_t>(l2 > 0 ? l2 : 1 << 20) / 2;
+  }();
+  return bytes;
+}
+
 // Runs the receive-reduces i..last of `rank` (a fused chain, or one step)
 // as one n-ary reduction, and writes its result straight into the peers'
 // receives of the sends that follow it and re-send the reduced region,
@@ -216,7 +236,8 @@ void reduce_and_push(const ExecPlan& plan, int rank, std::uint32_t i, std::uint3
     char* dst;
   };
   std::vector<Push> pushes;
-  for (std::uint32_t k = last + 1; k < prog.steps.size(); ++k) {
+  const bool fuse = first.count * es > fuse_min_bytes();
+  for (std::uint32_t k = last + 1; fuse && k < prog.steps.size(); ++k) {
     const coll::Step& st = prog.steps[k];
     if (st.kind != coll::StepKind::kSend || st.count != first.count ||
         st.src.kind != first.dst.kind || st.src.shard != first.dst.shard ||

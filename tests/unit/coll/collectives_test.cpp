@@ -356,6 +356,8 @@ TEST_CASE("every reduce op and dtype through all-reduce, reduce-scatter and redu
 // peers' receives, 16 KiB slice by slice (exec_plan.cpp, reduce_and_push);
 // in place, a peer's receive is the very input the reduction reads. Blocks
 // of many slices, every all-reduce algorithm, both layouts, a dividing op.
+// The ctest collectives_fused_push runs it with WIA_TEST_FUSE_MIN_BYTES=0,
+// so the fused path is taken at this size (by default only above half an L2).
 TEST_CASE("all-reduce blocks of many slices: fused reduce-and-push in and out of place") {
   Library lib;
   std::uint64_t wrong = 0;
