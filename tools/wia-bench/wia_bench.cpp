@@ -99,6 +99,7 @@ struct Options {
   wia_datatype_t dtype = WIA_FLOAT32;
   wia_reduce_op_t redop = WIA_REDUCE_SUM;
   wia_algorithm_id_t algo = WIA_ALGORITHM_AUTO;
+  std::uint32_t chunks = 0;  // --chunks: the call's num_chunks (0: the tuner's)
   int ranks = 4;
   int iters = 0;   // 0 = by size
   int warmup = 3;
@@ -127,7 +128,8 @@ struct Options {
       "                 sum|prod|min|max|avg] [--algo auto|ring|tree|binomial|rabenseifner|\n"
       "                 recursive_doubling|recursive_halving|bruck|chain|scatter_allgather|\n"
       "                 direct|pairwise|one_shot|hierarchical] [--ranks N] [-n ITERS]\n"
-      "                 [-w WARMUP] [-c 0|1] [--procs N | --procs-from-env] [--sizes S1,S2,...]\n"
+      "                 [-w WARMUP] [-c 0|1] [--chunks K] [--procs N | --procs-from-env]\n"
+      "                 [--sizes S1,S2,...]\n"
       "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16\n"
       "                 [--compression-stream]]\n"
       "                 [--profile-overhead] [--trace FILE] [--plot FILE.png]\n"
@@ -136,6 +138,7 @@ struct Options {
       "several, comma-separated (--op allreduce,allgather), run one after another.\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
       "--sizes lists the sizes to run instead of the -b/-e/-f sweep.\n"
+      "--chunks K: the calls' pipeline depth (num_chunks; default 0, the tuner's).\n"
       "--ranks N: N host devices in this process (default 4); --procs N: N processes,\n"
       "one rank each; --procs-from-env: one rank of a job started by mpirun, srun,\n"
       "torchrun or WIA_RANK/WIA_WORLD_SIZE/WIA_ROOT_ADDR.\n"
@@ -256,6 +259,8 @@ Options parse(int argc, char** argv) {
                                       {{"sum", WIA_REDUCE_SUM}, {"prod", WIA_REDUCE_PROD},
                                        {"min", WIA_REDUCE_MIN}, {"max", WIA_REDUCE_MAX},
                                        {"avg", WIA_REDUCE_AVG}});
+    else if (a == "--chunks")
+      o.chunks = static_cast<std::uint32_t>(std::max(0, std::atoi(next())));
     else if (a == "--algo")
       o.algo = pick<wia_algorithm_id_t>(
           "algo", next(),
@@ -415,6 +420,7 @@ class Bench {
     cfg.reduction_op = o_.redop;
     cfg.datatype = o_.dtype;
     cfg.algorithm = o_.algo;
+    cfg.num_chunks = o_.chunks;
     const std::uint64_t n = call_count(count);
     if (compressing_) {
       // Each call posts several collectives and host tasks: no group.

@@ -40,9 +40,15 @@ LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_byt
   // Every message is a cross-thread hand-off (publish, notice, consume):
   // a few microseconds with a core per rank, tens when ranks share cores
   // (a yield or a wake-up per hand-off; docs/performance.md). Charging it
-  // keeps the tuner from splitting vectors into more chunks than pay off.
+  // keeps the tuner from splitting vectors into more chunks than pay off:
+  // 4 ranks on 2 cores, wia-bench --chunks K, three interleaved rounds
+  // (2026-12-05): 16 MiB 4.4 - 5.6 ms at K=4 against 6.4 - 8.6 at K=16,
+  // 64 MiB 22.8 - 26.5 against 26.6 - 30.0. At 6 us the model chose 16
+  // chunks from 4 to 16 MiB; from 12 us it keeps 4 (at 16 MiB) and picks
+  // recursive doubling over direct at 64 KiB (35 against 38 - 52 us: the
+  // smaller loss).
   cores = std::max(cores, 1);
-  m.message_overhead_us = nranks > cores ? 6.0 : 2.0;
+  m.message_overhead_us = nranks > cores ? 16.0 : 2.0;
   m.cpu_share = nranks > cores ? static_cast<double>(cores) / nranks : 1.0;
   if (llc_bytes <= 0) llc_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
   m.cache_bytes = llc_bytes;

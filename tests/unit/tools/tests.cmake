@@ -159,6 +159,15 @@ add_test(NAME tool_wia_bench_predict COMMAND sh -c "\
   ${_wia_bench} --predict --op allgather 2>/dev/null; test \$? -eq 2")
 set_tests_properties(tool_wia_bench_predict PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
 
+# --chunks K reaches the calls as num_chunks: the log names the schedule
+# with K chunks, and the data is right; a negative count is not a crash.
+add_test(NAME tool_wia_bench_chunks COMMAND sh -c "\
+  out=\$(WIA_LOG_LEVEL=debug ${_wia_bench} --ranks 4 --sizes 1M --algo direct --chunks 8 -n 2 -w 1 2>&1) \
+    || exit 1; \
+  echo \"\$out\" | grep -q 'allreduce/direct p=4 .* chunks=8 ' || { echo 'no chunks=8 schedule'; exit 1; }; \
+  echo \"\$out\" | grep -q '# ok: 0 wrong'")
+set_tests_properties(tool_wia_bench_chunks PROPERTIES TIMEOUT 120)
+
 add_test(NAME tool_wia_bench_procs COMMAND sh -c "\
   ${_wia_bench} --procs 2 -b 8 -e 64K -f 8 -n 2 -w 1 | tee /dev/stderr | grep -q '# ok: 0 wrong'")
 set_tests_properties(tool_wia_bench_procs PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
