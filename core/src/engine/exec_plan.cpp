@@ -191,11 +191,11 @@ bool receive_ready(const ExecPlan& plan, int rank, std::uint32_t first, std::uin
 constexpr std::size_t kFusedSliceBytes = 16 << 10;
 
 // Results up to half this core's L2 are pushed after the reduction
-// (try_push), still in L2: interleaving the reduction's input streams with
-// the pushes' output streams slice by slice measured 10 - 45 % slower there
-// (4 ranks, 1 - 32 MiB, chunks of 64 KiB - 2 MiB). Larger results would be
-// read back from L3 or memory by every push, so they are fused (64 and
-// 256 MiB: 0.89 - 0.92 of the time).
+// (try_push), still in L2: fusing them gained nothing measurable (4 ranks,
+// 2 and 4 MiB, within the runs' 10-15 % noise) and at 16 MiB (1 MiB
+// chunks) was 6-28 % slower in three interleaved rounds. Larger results
+// would be read back from L3 or memory by every push, so they are fused
+// (64 and 256 MiB: 0.82 - 0.92 of the time, 2026-12-05).
 // WIA_TEST_FUSE_MIN_BYTES (tests only) moves the threshold so small
 // vectors take the fused path.
 std::uint64_t fuse_min_bytes() {
