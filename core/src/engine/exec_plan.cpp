@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/error.hpp"
+#include "kernels/cpu_copy.hpp"
 #include "kernels/cpu_reduce.hpp"
 
 namespace wia::engine {
@@ -208,6 +210,21 @@ std::uint64_t fuse_min_bytes() {
   return bytes;
 }
 
+// Whether an all-reduce's outputs are written around the caches: when its
+// buffers (every rank's input and output) outgrow half the last-level
+// cache they are not read from cache again anyway, and a streaming store
+// skips the read for ownership a plain store of a missing line pays.
+// WIA_TEST_STREAM_MIN_BYTES (tests, measurements) moves the threshold.
+bool stream_outputs(const coll::Schedule& s) {
+  static const std::uint64_t min_footprint = [] {
+    if (const char* forced = std::getenv("WIA_TEST_STREAM_MIN_BYTES"); forced && *forced)
+      return static_cast<std::uint64_t>(std::strtoull(forced, nullptr, 10));
+    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return static_cast<std::uint64_t>(llc > 0 ? llc : 32 << 20) / 2;
+  }();
+  return s.count * s.elem_size() * 2 * static_cast<std::uint64_t>(s.nranks) > min_footprint;
+}
+
 // Runs the receive-reduces i..last of `rank` (a fused chain, or one step)
 // as one n-ary reduction, and writes its result straight into the peers'
 // receives of the sends that follow it and re-send the reduced region,
@@ -257,6 +274,11 @@ void reduce_and_push(const ExecPlan& plan, int rank, std::uint32_t i, std::uint3
     check_reduce(kernels::reduce(whole), s, first.count);
   } else {
     const std::uint64_t slice = std::max<std::uint64_t>(1, kFusedSliceBytes / es);
+    // Streaming: each slice is reduced into this thread's L1 buffer and
+    // streamed from there to this rank's output and the peers' receives.
+    const bool streaming = stream_outputs(s);
+    thread_local std::vector<std::max_align_t> l1_slice;
+    if (streaming) l1_slice.resize(kFusedSliceBytes / sizeof(std::max_align_t) + 1);
     std::vector<const void*> at(srcs.size());
     for (std::uint64_t off = 0; off < first.count; off += slice) {
       const std::uint64_t n = std::min(slice, first.count - off);
@@ -264,11 +286,20 @@ void reduce_and_push(const ExecPlan& plan, int rank, std::uint32_t i, std::uint3
         at[k] = static_cast<const char*>(srcs[k]) + off * es;
       wia_reduce_args_v1_t part = whole;
       part.count = n;
-      part.dst = dst + off * es;
+      part.dst = streaming ? static_cast<void*>(l1_slice.data()) : dst + off * es;
       part.srcs = at.data();
       check_reduce(kernels::reduce(part), s, n);
-      for (const Push& push : pushes) std::memcpy(push.dst + off * es, dst + off * es, n * es);
+      const char* result = static_cast<const char*>(part.dst);
+      if (streaming) kernels::copy_streaming(dst + off * es, result, n * es);
+      for (const Push& push : pushes) {
+        if (streaming)
+          kernels::copy_streaming(push.dst + off * es, result, n * es);
+        else
+          std::memcpy(push.dst + off * es, result, n * es);
+      }
     }
+    // The streaming stores are weakly ordered: visible before the flags.
+    if (streaming) kernels::streaming_fence();
   }
   for (std::uint32_t k = i; k <= last; ++k) {
     const coll::Step& st = prog.steps[k];

@@ -38,11 +38,13 @@ add_test(NAME collectives_device_engine_staged COMMAND test_collectives
 set_tests_properties(collectives_device_engine_staged PROPERTIES TIMEOUT 600
   ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_COLLECTIVES_ENGINE=device;WIA_HOST_PEER_ACCESS=false")
 # The in-process engine's fused reduce-and-push, forced on for every size
-# (it is taken by default only for results above half an L2).
+# (it is taken by default only for results above half an L2), with its
+# outputs streamed around the caches (by default only for buffers above
+# half the last-level cache).
 wia_add_filtered_test(collectives_fused_push test_collectives
   "all-reduce blocks of many slices*")
 set_tests_properties(collectives_fused_push PROPERTIES TIMEOUT 300
-  ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_FUSE_MIN_BYTES=0")
+  ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_FUSE_MIN_BYTES=0;WIA_TEST_STREAM_MIN_BYTES=0")
 wia_tsan_test(test_collectives collectives_fused_push)
 # Under ThreadSanitizer (scripts/ci-tsan.sh): the inline engine on the host
 # provider's streams, and the device engine (its completion thread) without
