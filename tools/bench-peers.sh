@@ -65,9 +65,9 @@ src=$root/tools/bench-peers
 [ "$peers/gloo_allreduce" -nt "$src/gloo_allreduce.cpp" ] ||
   g++ -O2 -std=c++17 -Wall -o "$peers/gloo_allreduce" "$src/gloo_allreduce.cpp" "$gloo_lib" -lpthread
 
-[ "$peers/tcp_ring_bound" -nt "$src/tcp_ring_bound.cpp" ] ||
+[ "$peers/tcp_ring_bound" -nt "$src/tcp_ring_bound.cpp" ] && [ "$peers/tcp_ring_bound" -nt "$src/ring_bound.hpp" ] ||
   g++ -O2 -std=c++17 -Wall -pthread -o "$peers/tcp_ring_bound" "$src/tcp_ring_bound.cpp"
-[ "$peers/shm_ring_bound" -nt "$src/shm_ring_bound.cpp" ] ||
+[ "$peers/shm_ring_bound" -nt "$src/shm_ring_bound.cpp" ] && [ "$peers/shm_ring_bound" -nt "$src/ring_bound.hpp" ] ||
   g++ -O2 -std=c++17 -Wall -pthread -o "$peers/shm_ring_bound" "$src/shm_ring_bound.cpp"
 [ "$peers/line_pingpong" -nt "$src/line_pingpong.cpp" ] ||
   g++ -O2 -std=c++17 -Wall -pthread -o "$peers/line_pingpong" "$src/line_pingpong.cpp"

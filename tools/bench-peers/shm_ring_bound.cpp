@@ -24,7 +24,6 @@
 // 256 KiB) and SHM_BOUND_SLOTS (default 4) size each ring.
 #include <sched.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,12 +37,11 @@
 #include <thread>
 #include <vector>
 
+#include "ring_bound.hpp"
+
 namespace {
 
-[[noreturn]] void die(const char* what) {
-  std::fprintf(stderr, "shm_ring_bound: %s: %s\n", what, std::strerror(errno));
-  std::_Exit(1);
-}
+constexpr const char* kProgram = "shm_ring_bound";
 
 std::size_t env_size(const char* name, std::size_t fallback) {
   const char* v = std::getenv(name);
@@ -165,30 +163,15 @@ void run_rank(int rank, const Layout& shm, const std::vector<std::size_t>& sizes
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
           iters);
     }
-    std::sort(samples.begin(), samples.end());
-    if (rank == 0) {
-      const double t = samples[1];
-      std::printf("%zu %.2f %.3f 0\n", bytes, t,
-                  static_cast<double>(bytes) / t / 1e3 * 2.0 * (np - 1) / np);
-      std::fflush(stdout);
-    }
+    ring_bound::print_row(rank, np, bytes, samples);
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: shm_ring_bound NP BYTES...\n");
-    return 2;
-  }
-  const int np = std::atoi(argv[1]);
-  if (np < 2) {
-    std::fprintf(stderr, "shm_ring_bound: NP must be at least 2\n");
-    return 2;
-  }
-  std::vector<std::size_t> sizes;
-  for (int i = 2; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+  const ring_bound::Args args = ring_bound::parse(kProgram, argc, argv);
+  const int np = args.np;
   Layout shm{np, env_size("SHM_BOUND_CHUNK", 256 << 10), env_size("SHM_BOUND_SLOTS", 4), nullptr};
   if (shm.chunk == 0 || shm.slots < 2) {
     std::fprintf(stderr, "shm_ring_bound: SHM_BOUND_CHUNK must be > 0 and SHM_BOUND_SLOTS >= 2\n");
@@ -196,32 +179,18 @@ int main(int argc, char** argv) {
   }
   // Mapped before the fork, so every process sees the same pages.
   void* p = mmap(nullptr, shm.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) die("mmap");
+  if (p == MAP_FAILED) ring_bound::die(kProgram, "mmap");
   std::memset(p, 0, shm.bytes());
   shm.base = static_cast<char*>(p);
   const int cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   const bool oversubscribed = np > cpus;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < np; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) die("fork");
-    if (pid == 0) {
-      if (!oversubscribed) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(r, &set);
-        sched_setaffinity(0, sizeof(set), &set);  // best effort, as wia-bench's binding
-      }
-      run_rank(r, shm, sizes, oversubscribed);
-      std::_Exit(0);
+  return ring_bound::fork_ranks(kProgram, np, [&](int r) {
+    if (!oversubscribed) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(r, &set);
+      sched_setaffinity(0, sizeof(set), &set);  // best effort, as wia-bench's binding
     }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  for (const pid_t pid : pids) {
-    int status = 0;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-  }
-  if (failed) std::fprintf(stderr, "shm_ring_bound: %d of %d processes failed\n", failed, np);
-  return failed ? 1 : 0;
+    run_rank(r, shm, args.sizes, oversubscribed);
+  });
 }

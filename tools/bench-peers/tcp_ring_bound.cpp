@@ -34,12 +34,12 @@
 #include <thread>
 #include <vector>
 
+#include "ring_bound.hpp"
+
 namespace {
 
-[[noreturn]] void die(const char* what) {
-  std::fprintf(stderr, "tcp_ring_bound: %s: %s\n", what, std::strerror(errno));
-  std::_Exit(1);
-}
+constexpr const char* kProgram = "tcp_ring_bound";
+[[noreturn]] void die(const char* what) { ring_bound::die(kProgram, what); }
 
 void send_all(int fd, const char* p, std::size_t n) {
   while (n > 0) {
@@ -117,13 +117,7 @@ void run_rank(int rank, int np, const std::vector<int>& listeners, const std::ve
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
           iters);
     }
-    std::sort(samples.begin(), samples.end());
-    if (rank == 0) {
-      const double t = samples[1];
-      std::printf("%zu %.2f %.3f 0\n", bytes, t,
-                  static_cast<double>(bytes) / t / 1e3 * 2.0 * (np - 1) / np);
-      std::fflush(stdout);
-    }
+    ring_bound::print_row(rank, np, bytes, samples);
   }
   close(to_next);
   close(from_prev);
@@ -132,17 +126,8 @@ void run_rank(int rank, int np, const std::vector<int>& listeners, const std::ve
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: tcp_ring_bound NP BYTES...\n");
-    return 2;
-  }
-  const int np = std::atoi(argv[1]);
-  if (np < 2) {
-    std::fprintf(stderr, "tcp_ring_bound: NP must be at least 2\n");
-    return 2;
-  }
-  std::vector<std::size_t> sizes;
-  for (int i = 2; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+  const ring_bound::Args args = ring_bound::parse(kProgram, argc, argv);
+  const int np = args.np;
   // Listening sockets before the fork, so no process connects too early.
   std::vector<int> listeners(np), ports(np);
   for (int r = 0; r < np; ++r) {
@@ -157,21 +142,6 @@ int main(int argc, char** argv) {
       die("listen");
     ports[r] = ntohs(a.sin_port);
   }
-  std::vector<pid_t> pids;
-  for (int r = 0; r < np; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) die("fork");
-    if (pid == 0) {
-      run_rank(r, np, listeners, ports, sizes);
-      std::_Exit(0);
-    }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  for (const pid_t pid : pids) {
-    int status = 0;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-  }
-  if (failed) std::fprintf(stderr, "tcp_ring_bound: %d of %d processes failed\n", failed, np);
-  return failed ? 1 : 0;
+  return ring_bound::fork_ranks(kProgram, np,
+                                [&](int r) { run_rank(r, np, listeners, ports, args.sizes); });
 }
