@@ -60,8 +60,11 @@ int train(int rank, int nranks, const std::vector<int>& victims, int kill_step,
   if (wia_get_redundancy_view(comm, &kInstant, wia_comm_rank(comm), &v) != WIA_SUCCESS)
     return kApiError;
   const int total_ranks = nranks;
-  std::vector<float> params(kCount, 1.0f), before(kCount), grad(kCount), sum(kCount),
-      partner_grad(kCount);
+  // before: the parameters at the start of this step; before_last: at the
+  // start of the previous one (what a rank that finished that step while a
+  // survivor failed it must go back to).
+  std::vector<float> params(kCount, 1.0f), before(kCount), before_last(kCount, 1.0f),
+      grad(kCount), sum(kCount), partner_grad(kCount);
   wia_collective_config_t cfg{};
   cfg.datatype = WIA_FLOAT32;
   cfg.reduction_op = WIA_REDUCE_SUM;
@@ -85,6 +88,7 @@ int train(int rank, int nranks, const std::vector<int>& victims, int kill_step,
     if (ok) {
       for (std::size_t i = 0; i < kCount; ++i)
         params[i] -= static_cast<float>(kRate) * sum[i] / static_cast<float>(total_ranks);
+      before_last = before;
       ++step;
       continue;
     }
@@ -122,7 +126,9 @@ int train(int rank, int nranks, const std::vector<int>& victims, int kill_step,
       return kApiError;
     }
     if (first < step - 1) return kWrong;  // deaths are noticed within a step
-    if (first == step - 1) params = before;
+    // This step failed before its update, so params are still `before`;
+    // one step back, the finished step's update is undone too.
+    if (first == step - 1) params = before_last;
     step = first;
   }
   const int origin_rank_in = wia_comm_rank(comm);
