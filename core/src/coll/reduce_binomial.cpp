@@ -10,12 +10,6 @@
 
 namespace wia::coll {
 
-namespace {
-bool same_region(const Region& a, const Region& b) {
-  return a.kind == b.kind && a.shard == b.shard && a.offset == b.offset;
-}
-}  // namespace
-
 void emit_binomial_reduce(RankBuilder& rb, const BinomialReduce& a) {
   const std::int32_t p = a.nranks;
   const std::int32_t vr = mod(rb.rank() - a.root, p);

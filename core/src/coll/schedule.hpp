@@ -201,6 +201,23 @@ struct Step {
   bool writes_dst() const { return kind != StepKind::kSend; }
 };
 
+inline bool same_region(const Region& a, const Region& b) {
+  return a.kind == b.kind && a.shard == b.shard && a.offset == b.offset;
+}
+
+// Whether step `next` may join a chain of receive-reduces that began at
+// `first` and so far ends at `last`: another receive-reduce of the same
+// count into the same region, reading that region as its local operand,
+// after a step that does not divide (only a chain's last step may). The
+// engines fuse such a chain, once all its messages are there, into one
+// n-ary reduction, and the tuner costs it as one pass: one rule for both.
+inline bool extends_chain(const Step& first, const Step& last, const Step& next) {
+  return first.kind == StepKind::kRecvReduce && last.kind == StepKind::kRecvReduce &&
+         next.kind == StepKind::kRecvReduce && next.count == first.count &&
+         same_region(next.dst, first.dst) && same_region(next.src, next.dst) &&
+         last.divisor <= 1;
+}
+
 // Declared buffer sizes of one rank, in elements. A size of 0 means the
 // buffer is not used (and may be NULL in the engine).
 struct BufferSizes {

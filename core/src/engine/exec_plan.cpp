@@ -142,7 +142,7 @@ std::uint32_t fusable_chain_end(const ExecPlan& plan, int rank, std::uint32_t i,
   std::uint32_t last = i;
   for (std::uint32_t k = i + 1; k < prog.steps.size(); ++k) {
     const coll::Step& st = prog.steps[k];
-    if (!extends_chain(first, prog.steps[last], st)) break;
+    if (!coll::extends_chain(first, prog.steps[last], st)) break;
     bool ready = sync.published[st.peer][plan.match[rank][k]].load(std::memory_order_acquire);
     const std::uint32_t* deps = prog.deps_of(st);
     for (std::uint32_t d = 0; ready && d < st.dep_count; ++d) {
@@ -181,14 +181,13 @@ bool receive_ready(const ExecPlan& plan, int rank, std::uint32_t first, std::uin
     // element k is then read before it is overwritten, slice by slice.
     const std::uint32_t reader = plan.match[peer][deps[d]];
     if (dep.peer != rank || reader < first || reader > last || dep.count != recv.count ||
-        dep.src.kind != recv.dst.kind || dep.src.shard != recv.dst.shard ||
-        dep.src.offset != recv.dst.offset)
+        !coll::same_region(dep.src, recv.dst))
       return false;
   }
   return true;
 }
 
-// Elements reduced per slice of a fused reduce-and-push: small enough that
+// Bytes reduced per slice of a fused reduce-and-push: small enough that
 // the slice is still in L1 when it is copied to the peers' receives.
 constexpr std::size_t kFusedSliceBytes = 16 << 10;
 
@@ -197,7 +196,7 @@ constexpr std::size_t kFusedSliceBytes = 16 << 10;
 // 2 and 4 MiB, within the runs' 10-15 % noise) and at 16 MiB (1 MiB
 // chunks) was 6-28 % slower in three interleaved rounds. Larger results
 // would be read back from L3 or memory by every push, so they are fused
-// (64 and 256 MiB: 0.82 - 0.92 of the time, 2026-12-05).
+// (64 MiB 0.73 - 0.87, 256 MiB 0.82 - 0.89 of the time, 2026-12-05).
 // WIA_TEST_FUSE_MIN_BYTES (tests only) moves the threshold so small
 // vectors take the fused path.
 std::uint64_t fuse_min_bytes() {
@@ -257,8 +256,7 @@ void reduce_and_push(const ExecPlan& plan, int rank, std::uint32_t i, std::uint3
   for (std::uint32_t k = last + 1; fuse && k < prog.steps.size(); ++k) {
     const coll::Step& st = prog.steps[k];
     if (st.kind != coll::StepKind::kSend || st.count != first.count ||
-        st.src.kind != first.dst.kind || st.src.shard != first.dst.shard ||
-        st.src.offset != first.dst.offset)
+        !coll::same_region(st.src, first.dst))
       break;
     const std::uint32_t j = plan.match[rank][k];
     if (!receive_ready(plan, rank, i, last, st.peer, j, sync)) continue;
@@ -324,17 +322,10 @@ void try_push(const ExecPlan& plan, int rank, std::uint32_t i,
   const coll::Step& send = s.programs[rank].steps[i];
   const int peer = send.peer;
   const std::uint32_t j = plan.match[rank][i];
-  const coll::RankProgram& their = s.programs[peer];
-  const coll::Step& recv = their.steps[j];
-  if (recv.kind != coll::StepKind::kRecv) return;
-  const std::uint32_t done = sync.progress[peer].load(std::memory_order_acquire);
-  const std::uint32_t* deps = their.deps_of(recv);
-  for (std::uint32_t d = 0; d < recv.dep_count; ++d) {
-    if (deps[d] >= done) return;
-    if (their.steps[deps[d]].is_send() &&
-        !sync.consumed[peer][deps[d]].load(std::memory_order_acquire))
-      return;
-  }
+  const coll::Step& recv = s.programs[peer].steps[j];
+  // No reduction of this rank reads any of the peer's sends now: every
+  // dependency must be met (an empty [first, last] range).
+  if (!receive_ready(plan, rank, 1, 0, peer, j, sync)) return;
   std::uint8_t expected = kFree;
   if (!sync.claim[peer][j].compare_exchange_strong(expected, kPushing,
                                                    std::memory_order_acq_rel))

@@ -68,24 +68,10 @@ inline wia_reduce_args_v1_t step_reduce_args(const coll::Schedule& s, const coll
   return args;
 }
 
-// Whether step `next` may join a chain of receive-reduces that began at
-// `first` and so far ends at `last`: another receive-reduce of the same
-// count into the same region, reading that region as its local operand,
-// after a step that does not divide (only a chain's last step may). The
-// engines fuse such a chain, once all its messages are there, into one
-// n-ary reduction (chain_reduce_args).
-inline bool extends_chain(const coll::Step& first, const coll::Step& last,
-                          const coll::Step& next) {
-  auto same = [](const coll::Region& a, const coll::Region& b) {
-    return a.kind == b.kind && a.shard == b.shard && a.offset == b.offset;
-  };
-  return next.kind == coll::StepKind::kRecvReduce && next.count == first.count &&
-         same(next.dst, first.dst) && same(next.src, next.dst) && last.divisor <= 1;
-}
-
 // The arguments of a fused chain ending at step `last`: dst = srcs[0] op
 // srcs[1] op ..., folded in order (the same bits as the chain's
-// two-operand steps), with the last step's (op, divisor).
+// two-operand steps), with the last step's (op, divisor). Chains are
+// found by coll::extends_chain.
 inline wia_reduce_args_v1_t chain_reduce_args(const coll::Schedule& s, const coll::Step& last,
                                               void* dst, const std::vector<const void*>& srcs) {
   const coll::KernelOp k = coll::kernel_op(s.op, last);

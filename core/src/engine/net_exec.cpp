@@ -342,7 +342,7 @@ class NetExecution::Executor {
     std::uint32_t last = k;
     for (std::uint32_t j = k + 1; j < prog_.steps.size(); ++j) {
       const coll::Step& st = prog_.steps[j];
-      if (!extends_chain(first, prog_.steps[last], st) || !st_[j].posted) break;
+      if (!coll::extends_chain(first, prog_.steps[last], st) || !st_[j].posted) break;
       if (!st_[j].arrived) {
         if (!test(j)) break;
         st_[j].arrived = true;

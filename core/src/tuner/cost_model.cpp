@@ -198,7 +198,7 @@ struct Sim {
   std::vector<double> arrival;       // recv: arrival time, < 0 while unknown
   std::vector<std::uint8_t> deps_ok;
   // Receive-reduces that extend a chain the engines fuse into one n-ary
-  // pass (chain_extends): they only add their operand's read to it.
+  // pass (coll::extends_chain): they only add their operand's read to it.
   std::vector<std::uint8_t> chained;
   // Per send.
   std::vector<std::uint32_t> link;
@@ -402,20 +402,6 @@ void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_
   sim.overhead_free.assign(nresources, 0.0);
 }
 
-// Whether `next` extends a chain of receive-reduces that began at `first`
-// and ends at `last` (the step before `next` in program order), which the
-// engines fuse into one n-ary reduction: the rule of
-// engine::extends_chain (engine/exec_plan.hpp), restated here so the
-// tuner does not depend on the engine; keep the two alike.
-bool chain_extends(const Step& first, const Step& last, const Step& next) {
-  auto same = [](const coll::Region& a, const coll::Region& b) {
-    return a.kind == b.kind && a.shard == b.shard && a.offset == b.offset;
-  };
-  return first.kind == StepKind::kRecvReduce && last.kind == StepKind::kRecvReduce &&
-         next.kind == StepKind::kRecvReduce && next.count == first.count &&
-         same(next.dst, first.dst) && same(next.src, next.dst) && last.divisor <= 1;
-}
-
 // Adds program `prog` as simulation rank `r` (dependency CSR built later).
 void add_program(Sim& sim, const coll::RankProgram& prog, std::uint32_t r,
                  std::vector<std::pair<std::uint32_t, std::uint32_t>>& edges) {
@@ -423,7 +409,8 @@ void add_program(Sim& sim, const coll::RankProgram& prog, std::uint32_t r,
   std::size_t chain_first = 0;
   for (std::size_t i = 0; i < prog.steps.size(); ++i) {
     const Step& st = prog.steps[i];
-    const bool chained = i > 0 && chain_extends(prog.steps[chain_first], prog.steps[i - 1], st);
+    const bool chained =
+        i > 0 && coll::extends_chain(prog.steps[chain_first], prog.steps[i - 1], st);
     if (!chained) chain_first = i;
     sim.chained.push_back(chained ? 1 : 0);
     const auto id = static_cast<std::uint32_t>(sim.steps.size());

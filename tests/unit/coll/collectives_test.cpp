@@ -354,8 +354,9 @@ TEST_CASE("every reduce op and dtype through all-reduce, reduce-scatter and redu
 
 // The in-process engine writes a reduction's result straight into the
 // peers' receives, 16 KiB slice by slice (exec_plan.cpp, reduce_and_push);
-// in place, a peer's receive is the very input the reduction reads. Blocks
-// of many slices, every all-reduce algorithm, both layouts, a dividing op.
+// in place, a peer's receive is the very input the reduction reads. Chunks
+// of several slices with a ragged tail, every all-reduce algorithm of the
+// matrix above, both layouts, a dividing op.
 // The ctest collectives_fused_push runs it with WIA_TEST_FUSE_MIN_BYTES=0,
 // so the fused path is taken at this size (by default only above half an L2).
 TEST_CASE("all-reduce blocks of many slices: fused reduce-and-push in and out of place") {
@@ -366,7 +367,7 @@ TEST_CASE("all-reduce blocks of many slices: fused reduce-and-push in and out of
     for (auto algo : all_algorithms()[0].algos)
       for (auto op : {WIA_REDUCE_SUM, WIA_REDUCE_AVG})
         for (bool in_place : {false, true}) {
-          // 4 chunks per block of ~25 slices each at 4 ranks, plus a ragged tail.
+          // 1 MiB and a ragged tail: at 4 ranks a block's chunk spans several slices.
           Case c{WIA_COLLECTIVE_ALLREDUCE, algo, p, (1u << 18) + 4093, WIA_FLOAT32, op,
                  in_place, 0};
           wrong += run_case(R, c);

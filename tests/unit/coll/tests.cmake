@@ -46,6 +46,11 @@ wia_add_filtered_test(collectives_fused_push test_collectives
 set_tests_properties(collectives_fused_push PROPERTIES TIMEOUT 300
   ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_FUSE_MIN_BYTES=0;WIA_TEST_STREAM_MIN_BYTES=0")
 wia_tsan_test(test_collectives collectives_fused_push)
+# The same with plain stores (the fused path below the streaming threshold).
+wia_add_filtered_test(collectives_fused_push_cached test_collectives
+  "all-reduce blocks of many slices*")
+set_tests_properties(collectives_fused_push_cached PROPERTIES TIMEOUT 300
+  ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_FUSE_MIN_BYTES=0;WIA_TEST_STREAM_MIN_BYTES=18446744073709551615")
 # Under ThreadSanitizer (scripts/ci-tsan.sh): the inline engine on the host
 # provider's streams, and the device engine (its completion thread) without
 # the algorithm matrix, which the inline run covers and which took 200 s
