@@ -8,6 +8,7 @@
 #include <wia/wia.h>
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -742,9 +743,12 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
     // Counts and bytes are exact; times are the timed calls' (all of them
     // at sample_every 1), the total extrapolated to every call.
     const auto timed = static_cast<double>(o.seconds.size());
-    c.invocation_count = static_cast<int>(o.count);
+    // The spec's field is an int: saturated, not wrapped negative; the
+    // average uses the exact 64-bit count.
+    c.invocation_count = static_cast<int>(
+        std::min<std::uint64_t>(o.count, static_cast<std::uint64_t>(INT_MAX)));
     c.total_time = o.total_seconds();
-    c.avg_time = c.invocation_count > 0 ? c.total_time / c.invocation_count : 0.0;
+    c.avg_time = o.count > 0 ? c.total_time / static_cast<double>(o.count) : 0.0;
     if (s.settings.enable_bandwidth_tracking && c.invocation_count > 0) {
       c.bytes = o.bytes;
       c.avg_bandwidth = timed > 0 ? sum(o.algbw_gbps) / timed : 0.0;

@@ -47,9 +47,10 @@ void CommProfiler::enable(const wia_comm_profiling_t& settings, std::uint32_t sa
 
 void CommProfiler::reset() {
   std::lock_guard lock(mu_);
-  // Operations posted before now are not counted when they end.
+  // Operations posted before now are not counted when they end
+  // (still_posted compares their epoch). The slots are not cleared: an
+  // operation posted between the bump and a clearing would be lost.
   epoch_.fetch_add(1, std::memory_order_relaxed);
-  for (Slot& slot : ring_) slot.seq_plus_one.store(0);
   const std::uint32_t used = kinds_used_.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < used; ++i) {
     Kind& k = kinds_[i];
