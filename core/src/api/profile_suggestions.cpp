@@ -155,12 +155,11 @@ void suggest_transport(const CommProfiler::Snapshot& s,
   // them, were measured with the forced transport only).
   tuner::LinkModel forced_model = links, default_model = links;
   double forced_overhead = 0, default_overhead = 0;
-  comm::TransportFigures forced_fig{}, default_fig{};
   std::map<std::pair<std::string, std::string>, int> pairs;  // (forced, default) -> links
   std::string chosen_names;
   for (const auto& f : forced) {
-    forced_fig = comm::transport_figures(f.chosen, f.same_node);
-    default_fig = comm::transport_figures(f.by_default, f.same_node);
+    const comm::TransportFigures forced_fig = comm::transport_figures(f.chosen, f.same_node);
+    const comm::TransportFigures default_fig = comm::transport_figures(f.by_default, f.same_node);
     set_link(forced_model, f.a, f.b, forced_fig);
     set_link(default_model, f.a, f.b, default_fig);
     forced_overhead = std::max(forced_overhead, forced_fig.message_overhead_us);
@@ -184,15 +183,22 @@ void suggest_transport(const CommProfiler::Snapshot& s,
     double kind_calls = 0;
     for (std::size_t i = 0; i < o.call_bytes.size(); ++i) {
       const std::string via = o.call_transport[i];
-      bool affected = false;
-      for (const auto& f : forced) affected = affected || uses(via, f.chosen);
-      if (!affected) continue;  // the node-shared windows, another link
+      // The first forced link this call's transport is: its figures cost
+      // a point-to-point message.
+      const comm::ProcessCommunicator::ForcedTransport* link = nullptr;
+      for (const auto& f : forced)
+        if (!link && uses(via, f.chosen)) link = &f;
+      if (!link) continue;  // the node-shared windows, another link
       const double w = o.weight_at(i);
       if (c) {
         forced_us += w * model_us(forced_sel, *c, o.call_bytes[i]);
         default_us += w * model_us(default_sel, *c, o.call_bytes[i]);
       } else {  // point to point: one message over a forced link
         const auto b = static_cast<double>(o.call_bytes[i]);
+        const comm::TransportFigures forced_fig =
+            comm::transport_figures(link->chosen, link->same_node);
+        const comm::TransportFigures default_fig =
+            comm::transport_figures(link->by_default, link->same_node);
         forced_us += w * (forced_fig.alpha_us + forced_model.message_overhead_us +
                           b / (forced_fig.gbps * 1e3));
         default_us += w * (default_fig.alpha_us + default_model.message_overhead_us +
@@ -210,7 +216,11 @@ void suggest_transport(const CommProfiler::Snapshot& s,
   for (const auto& [pair, n] : pairs)
     swaps += fmt::format("{}{} instead of {} on {} link{}", swaps.empty() ? "" : "; ", pair.first,
                          pair.second, n, n == 1 ? "" : "s");
+  // The figures printed are those of the link the message names.
   const auto& first = forced.front();
+  const comm::TransportFigures forced_fig = comm::transport_figures(first.chosen, first.same_node);
+  const comm::TransportFigures default_fig =
+      comm::transport_figures(first.by_default, first.same_node);
   out.push_back(fmt::format(
       "transport: {:.0f} calls ({}) used {}, which the configuration forced ({}: {}) where the "
       "built-in rules would choose {}: estimated {:.1f}x faster over {} (cost model with the "
