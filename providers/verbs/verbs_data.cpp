@@ -290,8 +290,7 @@ wia_status_t Ctx::rma(Conn* c, bool put, char* local, std::uint64_t size, MrHand
     finish(r, WIA_SUCCESS);
     return WIA_SUCCESS;
   }
-  const auto at = reinterpret_cast<std::uintptr_t>(local);
-  if (mr != nullptr && mr->entry->base <= at && at + size <= mr->entry->base + mr->entry->len) {
+  if (mr != nullptr && mr->entry->covers(local, size)) {
     ++mr->entry->refs;
     r->mr = mr->entry;
   } else {

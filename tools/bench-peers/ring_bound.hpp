@@ -6,12 +6,14 @@
 // repetitions, nccl-tests' bus factor 2(NP-1)/NP).
 #pragma once
 
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,23 +47,35 @@ inline Args parse(const char* program, int argc, char** argv) {
   std::_Exit(1);
 }
 
-// Runs rank(r) in NP forked processes; 0 when every one exited 0.
+// Runs rank(r) in NP forked processes; 0 when every one exited 0. The
+// first that fails (or a fork that does) ends the others: they would wait
+// for it forever.
 template <typename Rank>
 int fork_ranks(const char* program, int np, Rank rank) {
   std::vector<pid_t> pids;
+  auto kill_all = [&] {
+    for (const pid_t pid : pids) kill(pid, SIGKILL);
+  };
   for (int r = 0; r < np; ++r) {
     const pid_t pid = fork();
-    if (pid < 0) die(program, "fork");
+    if (pid < 0) {
+      kill_all();
+      die(program, "fork");
+    }
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // and a parent that dies ends them too
       rank(r);
       std::_Exit(0);
     }
     pids.push_back(pid);
   }
   int failed = 0;
-  for (const pid_t pid : pids) {
+  for (int left = np; left > 0; --left) {
     int status = 0;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    if (waitpid(-1, &status, 0) < 0) break;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      if (failed++ == 0) kill_all();
+    }
   }
   if (failed) std::fprintf(stderr, "%s: %d of %d processes failed\n", program, failed, np);
   return failed ? 1 : 0;

@@ -79,9 +79,10 @@ enum class Copier : std::uint8_t {
   // The receiving rank's thread copies straight from the sender's memory
   // (the inline engine in one process; node-shared windows): a receive
   // occupies the receiver's CPU for bytes / link bandwidth, one local
-  // operation at a time with its copies and reductions, and a
-  // receive-reduce is one fused pass at the reduce rate. Senders only
-  // publish.
+  // operation at a time with its copies and reductions; a receive-reduce
+  // costs the link's copy time times kFusedPass (cost_model.cpp), or
+  // kChainedInput when it extends a fused chain (its operand's read
+  // only). Senders only publish.
   kReceiver,
   // Both ends' CPUs copy (shm rings, loopback TCP: into the channel and out
   // of it): a message occupies the sender's CPU and then the receiver's
