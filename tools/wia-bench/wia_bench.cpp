@@ -1176,8 +1176,8 @@ int run_predict_sweep(const Options& o, Bench& bench, const std::vector<std::uin
       std::printf("# from 64 KiB: predicted/measured auto %.2f - %.2f, all rows %.2f - %.2f "
                   "(%d of %d within 25%%); auto/best at most %.2f\n",
                   auto_lo, auto_hi, all_lo, all_hi, rows_within, rows, worst_auto);
-    std::printf("# %s: %llu wrong element(s) in the checks (AUTO and every forced algorithm)\n", total_wrong ? "FAILED" : "ok",
-                static_cast<unsigned long long>(total_wrong));
+    std::printf("# %s: %llu wrong element(s) in the checks (AUTO and every forced algorithm)\n",
+                total_wrong ? "FAILED" : "ok", static_cast<unsigned long long>(total_wrong));
   }
   return total_wrong ? 1 : 0;
 }
