@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "common/thread_sanitizer.hpp"
+
 namespace wia::comm {
 
 namespace {
@@ -116,7 +118,9 @@ void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes
   // operation 4096 later sees the change (seqlock).
   Slot& slot = ring_[seq % kRing];
   slot.seq_plus_one.store(0, std::memory_order_relaxed);
+#if !WIA_THREAD_SANITIZER  // (no fences under TSan, common/thread_sanitizer.hpp)
   std::atomic_thread_fence(std::memory_order_release);
+#endif
   slot.p = Pending{bytes, epoch_.load(std::memory_order_relaxed), static_cast<std::uint8_t>(kind),
                    timed, timing == Timing::kPrefix};
   if (timed)
@@ -160,8 +164,12 @@ void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char
 bool CommProfiler::still_posted(const Slot& slot, std::uint64_t seq, const Pending& p) const {
   // Overwritten while read by an operation 4096 later: drop this one. The
   // slot is not cleared: finished() is called once per operation.
+#if WIA_THREAD_SANITIZER  // an acquire load in place of the fence
+  if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return false;
+#else
   std::atomic_thread_fence(std::memory_order_acquire);
   if (slot.seq_plus_one.load(std::memory_order_relaxed) != seq + 1) return false;
+#endif
   return p.epoch == epoch_.load(std::memory_order_relaxed);  // else posted before a reset
 }
 

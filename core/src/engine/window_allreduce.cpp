@@ -14,20 +14,10 @@
 #include <ctime>
 
 #include "common/error.hpp"
+#include "common/thread_sanitizer.hpp"
 #include "engine/backoff.hpp"
 #include "kernels/cpu_reduce.hpp"
 
-// GCC defines __SANITIZE_THREAD__, clang answers __has_feature.
-#if defined(__SANITIZE_THREAD__)
-#define WIA_THREAD_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WIA_THREAD_SANITIZER 1
-#endif
-#endif
-#ifndef WIA_THREAD_SANITIZER
-#define WIA_THREAD_SANITIZER 0
-#endif
 
 namespace wia::engine {
 
