@@ -1054,12 +1054,25 @@ std::string device_yaml(const char* engine) {
          engine + "\n";
 }
 
+// A directory for one test case's trace and link files, removed with
+// everything in it when the case ends (after a failed REQUIRE too).
+struct ScratchDir {
+  std::string path;
+  explicit ScratchDir(const char* name) {
+    std::string t = std::string("/tmp/wia-") + name + "-XXXXXX";
+    REQUIRE(mkdtemp(t.data()) != nullptr);
+    path = t;
+  }
+  ~ScratchDir() { run_command("rm -rf " + path); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("profiling: the timeline trace is Chrome/Perfetto JSON, one event per operation") {
-  char tmpl[] = "/tmp/wia-trace-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
+  const ScratchDir scratch("trace");
+  const std::string& dir = scratch.path;
   SUBCASE("wia_profile_write_trace, while profiling is enabled") {
     check_all(run_ranks(2, base_yaml(), trace_explicit,
                         {{"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", dir}}));
@@ -1079,7 +1092,6 @@ TEST_CASE("profiling: the timeline trace is Chrome/Perfetto JSON, one event per 
             "OK\n");
     }
   }
-  run_command("rm -rf " + dir);
 }
 
 TEST_CASE("profiling: suggestions carry the model's speedup and appear only where built for") {
@@ -1126,9 +1138,8 @@ TEST_CASE("profiling: compression is suggested where the cost model's link is sl
   // network). Over tcp the all-reduces use that link; by default the two
   // processes of this node talk over shm or the node-shared windows,
   // memory, where compression only adds work, whatever the file says.
-  char tmpl[] = "/tmp/wia-slow-link-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string links = std::string(tmpl) + "/links.yaml";
+  const ScratchDir scratch("slow-link");
+  const std::string links = scratch.path + "/links.yaml";
   if (FILE* f = std::fopen(links.c_str(), "w")) {
     std::fputs(
         "nodes:\n  - {name: bench, devices: [\"rank0:host0\", \"rank1:host0\"]}\n"
@@ -1151,15 +1162,13 @@ TEST_CASE("profiling: compression is suggested where the cost model's link is sl
     check_all(run_ranks(2, base_yaml(), compression_suggested,
                         {{"TEST_WIA_ID", unique_id_env()}, {"TEST_EXPECT_COMPRESSION", "0"}}));
   }
-  run_command("rm -rf " + std::string(tmpl));
 }
 
 TEST_CASE("profiling: a device communicator of 4 host devices is profiled like a process one") {
   for (const char* engine : {"inline", "device"}) {
     INFO("collectives.engine " << engine);
-    char tmpl[] = "/tmp/wia-devprof-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    const std::string dir = tmpl;
+    const ScratchDir scratch("devprof");
+    const std::string& dir = scratch.path;
     // The rank's process writes its trace; its pid is the trace's.
     std::vector<pid_t> pids;
     const auto st = run_ranks(1, device_yaml(engine), device_profile, {{"TEST_TRACE_DIR", dir}},
@@ -1168,21 +1177,18 @@ TEST_CASE("profiling: a device communicator of 4 host devices is profiled like a
     REQUIRE(pids.size() == 1);
     CHECK(check_device_trace(dir, "device.json", pids[0], "allreduce=12 broadcast=3 allgather=2") ==
           "OK\n");
-    run_command("rm -rf " + dir);
   }
 }
 
 TEST_CASE("profiling: WIA_TRACE writes a device communicator's timeline at destroy") {
-  char tmpl[] = "/tmp/wia-devtrace-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  const std::string dir = tmpl;
+  const ScratchDir scratch("devtrace");
+  const std::string& dir = scratch.path;
   std::vector<pid_t> pids;
   check_all(run_ranks(1, device_yaml("auto"), device_trace_from_env,
                       {{"TEST_TRACE_DIR", dir}, {"WIA_TRACE", dir + "/env.json"}},
                       [&](std::vector<pid_t>& p) { pids = p; }));
   REQUIRE(pids.size() == 1);
   CHECK(check_device_trace(dir, "env.json.devices", pids[0], "allreduce=5") == "OK\n");
-  run_command("rm -rf " + dir);
 }
 
 TEST_CASE("profiling: chunking is suggested for large collectives not under compute, only there") {
@@ -1203,21 +1209,17 @@ TEST_CASE("profiling: another transport is suggested where the configuration for
 }
 
 TEST_CASE("profiling: sampled timing keeps counts and bytes exact; the timeline has the timed") {
-  char tmpl[] = "/tmp/wia-sampled-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const ScratchDir scratch("sampled");
   for (const char* every : {"64", "1"}) {
     INFO("profiling.sample_every " << every);
     std::vector<std::pair<std::string, std::string>> env = {
-        {"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", tmpl}, {"TEST_SAMPLE_EVERY", every}};
+        {"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", scratch.path}, {"TEST_SAMPLE_EVERY", every}};
     if (std::string(every) != "64") env.emplace_back("WIA_PROFILING_SAMPLE_EVERY", every);
     check_all(run_ranks(2, base_yaml(), sampled, env));
   }
-  run_command("rm -rf " + std::string(tmpl));
 }
 
 TEST_CASE("profiling: a device communicator's sends and receives, on their devices' tracks") {
-  char tmpl[] = "/tmp/wia-devp2p-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  check_all(run_ranks(1, device_yaml("inline"), device_p2p_profiled, {{"TEST_TRACE_DIR", tmpl}}));
-  run_command("rm -rf " + std::string(tmpl));
+  const ScratchDir scratch("devp2p");
+  check_all(run_ranks(1, device_yaml("inline"), device_p2p_profiled, {{"TEST_TRACE_DIR", scratch.path}}));
 }
