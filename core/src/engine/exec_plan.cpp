@@ -238,6 +238,17 @@ void reduce_and_push(const ExecPlan& plan, int rank, std::uint32_t i, std::uint3
   const coll::RankProgram& prog = s.programs[rank];
   const std::size_t es = s.elem_size();
   const coll::Step& first = prog.steps[i];
+  const bool fuse = first.count * es > fuse_min_bytes();
+  if (!fuse && i == last) {
+    // One small receive-reduce (an 8-byte all-reduce's): the two-operand
+    // kernel, with nothing allocated.
+    const coll::Step& send = s.programs[first.peer].steps[plan.match[rank][i]];
+    reduce_into(s, first, region_ptr(all[rank], first.dst, es),
+                region_ptr(all[rank], first.src, es), region_ptr(all[first.peer], send.src, es));
+    sync.consumed[first.peer][plan.match[rank][i]].store(1, std::memory_order_release);
+    sync.signal.notify();
+    return;
+  }
   std::vector<const void*> srcs;
   srcs.reserve(last - i + 2);
   srcs.push_back(region_ptr(all[rank], first.src, es));
@@ -252,7 +263,6 @@ void reduce_and_push(const ExecPlan& plan, int rank, std::uint32_t i, std::uint3
     char* dst;
   };
   std::vector<Push> pushes;
-  const bool fuse = first.count * es > fuse_min_bytes();
   for (std::uint32_t k = last + 1; fuse && k < prog.steps.size(); ++k) {
     const coll::Step& st = prog.steps[k];
     if (st.kind != coll::StepKind::kSend || st.count != first.count ||
