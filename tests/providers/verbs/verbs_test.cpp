@@ -624,6 +624,15 @@ void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size,
   }
 }
 
+// The endpoint claims host memory only: no device-memory or dma-buf flag.
+void check_claims_host_memory_only(Provider& p) {
+  wia_transport_props_v1_t props{};
+  props.struct_size = sizeof props;
+  REQUIRE(p.t->endpoint_props(p.ctx, 0, &props) == WIA_SUCCESS);
+  CHECK((props.flags & (WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF)) == 0);
+  CHECK(props.mem_ifaces == (1u << WIA_MEM_IFACE_HOST));
+}
+
 }  // namespace
 
 TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU never touches it") {
@@ -631,11 +640,7 @@ TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU ne
     Host h0;
     Provider p0(h0);
     REQUIRE_MESSAGE(p0.init_status == WIA_SUCCESS, h0.error);
-    wia_transport_props_v1_t props{};
-    props.struct_size = sizeof props;
-    REQUIRE(p0.t->endpoint_props(p0.ctx, 0, &props) == WIA_SUCCESS);
-    CHECK((props.flags & (WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF)) == 0);
-    CHECK(props.mem_ifaces == (1u << WIA_MEM_IFACE_HOST));
+    check_claims_host_memory_only(p0);
   }
   Host h;
   h.params["dmabuf"] = "true";
@@ -742,11 +747,7 @@ TEST_CASE("verbs: a libibverbs without ibv_reg_dmabuf_mr refuses device memory, 
   h.params["dmabuf"] = "true";
   Provider p(h);
   REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
-  wia_transport_props_v1_t props{};
-  props.struct_size = sizeof props;
-  REQUIRE(p.t->endpoint_props(p.ctx, 0, &props) == WIA_SUCCESS);
-  CHECK((props.flags & (WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF)) == 0);
-  CHECK(props.mem_ifaces == (1u << WIA_MEM_IFACE_HOST));
+  check_claims_host_memory_only(p);
   DeviceBuffer dev(8192);
   wia_mr_t m = nullptr;
   CHECK(dev.reg(p, 0, 4096, &m) == WIA_ERROR_NOT_SUPPORTED);
