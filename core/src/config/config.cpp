@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "common/utf8.hpp"
 #include "config/schema.hpp"
 
 namespace wia {
@@ -265,7 +266,10 @@ class Walker {
     if (node.IsScalar()) {
       Value value;
       std::string why;
-      cfg::parse_value(spec, node.Scalar(), &value, &why);  // lists accept any text
+      // Lists accept any text that is UTF-8 (parse_value's one refusal).
+      if (!cfg::parse_value(spec, node.Scalar(), &value, &why))
+        fail(fmt::format("invalid value '{}' for '{}' at {}: {}", node.Scalar(), spec.key,
+                         location(file_, node.Mark()), why));
       return value;
     }
     if (!node.IsSequence())
@@ -276,6 +280,11 @@ class Walker {
       if (!item.IsScalar())
         fail(fmt::format("invalid item in '{}' at {}: expected a string, found {}", spec.key,
                          location(file_, item.Mark()), node_kind(item)));
+      // Each item as a scalar value is checked (UTF-8: written back as
+      // other text otherwise; found by fuzz_config).
+      if (const std::size_t bad = first_invalid_utf8(item.Scalar()); bad != std::string::npos)
+        fail(fmt::format("invalid item in '{}' at {}: is not valid UTF-8 (byte {} of {})",
+                         spec.key, location(file_, item.Mark()), bad, item.Scalar().size()));
       items.push_back(item.Scalar());
     }
     return cfg::make_list(std::move(items));

@@ -219,3 +219,22 @@ TEST_CASE("config: a value that is not UTF-8 is refused, naming the key, not rew
       wia::Config::parse("log:\n  file: \"/tmp/journal-\xc3\xa9t\xc3\xa9.log\"\n", "f.yaml", no_env());
   CHECK(ok.get_string("log.file") == "/tmp/journal-\xc3\xa9t\xc3\xa9.log");
 }
+
+TEST_CASE("config: a list item or list text that is not UTF-8 is refused, naming the key") {
+  // providers.enable: [host...\xfa...]: the sequence's items bypassed the
+  // scalar check and came back with U+FFFD (fuzz_config's round trip).
+  const std::string text = corpus_file("config", "regress-list-item-not-utf8.yaml");
+  for (const std::string& yaml :
+       {text, std::string("providers:\n  enable: \"host,sh\xfam\"\n")}) {
+    try {
+      (void)wia::Config::parse(yaml, "f.yaml", no_env());
+      FAIL("accepted");
+    } catch (const wia::Error& e) {
+      CHECK(e.status() == WIA_ERROR_CONFIG);
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find("providers.enable") != std::string::npos, what);
+      CHECK_MESSAGE(what.find("f.yaml:") != std::string::npos, what);
+      CHECK_MESSAGE(what.find("is not valid UTF-8") != std::string::npos, what);
+    }
+  }
+}
