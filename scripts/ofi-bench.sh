@@ -52,25 +52,14 @@ pingpong() {
 }
 
 # wia-transport-bench ARGS... -> its last line. It forks its second process
-# itself: rank 0 starts on cpu_a and the child is moved to cpu_b at once
-# (it spends ~0.4 s in fi_getinfo before any traffic).
+# itself and each rank binds itself (--cpus) once its provider is loaded:
+# binding the forked rank from outside (taskset -p) was undone by
+# libinfinipath's constructor, which libfabric's dlopen runs, and left both
+# ranks on cpu_a (docs/transport-ofi.md, run 9).
 ours() {
-  local out
-  out=$(mktemp)
-  "${on_a[@]}" "$bench" --provider ofi --param "provider=$fabric" --endpoint 0 "$@" >"$out" &
-  local pid=$!
-  if [ -n "$cpu_b" ]; then
-    local child=""
-    for _ in $(seq 200); do
-      child=$(pgrep -P "$pid" || true)
-      [ -n "$child" ] && break
-      sleep 0.01
-    done
-    [ -n "$child" ] && taskset -pc "$cpu_b" "$child" >/dev/null
-  fi
-  wait "$pid"
-  tail -1 "$out"
-  rm -f "$out"
+  local cpus=()
+  [ -n "$cpu_a" ] && cpus=(--cpus "$cpu_a,$cpu_b")
+  "$bench" --provider ofi --param "provider=$fabric" --endpoint 0 "${cpus[@]}" "$@" | tail -1
 }
 
 stats() {  # numbers on stdin -> "median min max"

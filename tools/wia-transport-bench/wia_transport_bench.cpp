@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,7 @@ struct Options {
   double seconds_per_size = 0.2;  // measurement budget that sizes the iteration count
   int timeout_s = 60;
   std::map<std::string, std::string> params;
+  std::vector<int> cpus;  // --cpus A,B: rank r runs on cpus[r]; empty = unbound
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -53,13 +55,15 @@ struct Options {
   std::fprintf(stderr,
                "usage: wia-transport-bench --provider NAME [--sizes MIN:MAX] [--factor F]\n"
                "         [--endpoint NAME|INDEX] [--window W] [--repeats R] [--time S]\n"
-               "         [--param KEY=VALUE]... [--timeout S]\n"
+               "         [--param KEY=VALUE]... [--timeout S] [--cpus A,B]\n"
                "  --sizes     message sizes, e.g. 8:64M (default), powers of --factor (2)\n"
                "  --endpoint  endpoint by name or index (default: the first intra-node one)\n"
                "  --window    outstanding sends in the bandwidth test (default 4)\n"
                "  --repeats   bandwidth runs per size, the median is shown (default 3)\n"
                "  --time      seconds of traffic per size and test, roughly (default 0.2)\n"
-               "  --param     provider parameter, as in its YAML section (e.g. streams=4)\n");
+               "  --param     provider parameter, as in its YAML section (e.g. streams=4)\n"
+               "  --cpus      rank 0 runs on CPU A, rank 1 on CPU B, bound once the provider\n"
+               "              is loaded (a library's constructor may reset the mask before)\n");
   std::exit(2);
 }
 
@@ -104,6 +108,14 @@ Options parse_args(int argc, char** argv) {
       const auto eq = v.find('=');
       if (eq == std::string::npos) usage("--param needs KEY=VALUE");
       o.params[v.substr(0, eq)] = v.substr(eq + 1);
+    } else if (a == "--cpus") {
+      const std::string v = value();
+      int a0 = -1, a1 = -1;
+      char end = 0;
+      if (std::sscanf(v.c_str(), "%d,%d%c", &a0, &a1, &end) != 2 || a0 < 0 || a1 < 0 ||
+          a0 >= CPU_SETSIZE || a1 >= CPU_SETSIZE)
+        usage(("--cpus needs two CPU numbers A,B, not '" + v + "'").c_str());
+      o.cpus = {a0, a1};
     } else if (a == "-h" || a == "--help")
       usage(nullptr);
     else
@@ -357,6 +369,18 @@ int main(int argc, char** argv) {
   int code = 0;
   {
     Rank r(o, rank);
+    // Bound only now: libfabric's dlopen runs libinfinipath's constructor,
+    // which saves the CPU mask, sets its own and restores the saved one, so
+    // a mask set from outside meanwhile (taskset -p on the forked rank) was
+    // silently undone and both ranks shared one CPU (docs/transport-ofi.md).
+    if (!o.cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(o.cpus[static_cast<std::size_t>(rank)], &set);
+      if (::sched_setaffinity(0, sizeof set, &set) != 0)
+        die(rank, "cannot run on CPU " + std::to_string(o.cpus[static_cast<std::size_t>(rank)]) +
+                      ": " + std::strerror(errno));
+    }
     if (rank == 0) {
       ::close(pipefd[0]);
       r.listen_and_accept(pipefd[1]);
