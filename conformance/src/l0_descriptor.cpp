@@ -190,10 +190,15 @@ void optional_entries(Context& c) {
     WIA_OPT_APPENDED(module_function);
     WIA_OPT_APPENDED(launch_kernel);
 #undef WIA_OPT_APPENDED
+    const bool has_dmabuf =
+        WIA_ABI_HAS_FIELD(wia_device_ops_v1_t, o->struct_size, mem_export_dmabuf);
+    check(o->caps, WIA_DEVICE_CAP_DMABUF, "CAP_DMABUF",
+          has_dmabuf ? reinterpret_cast<const void*>(o->mem_export_dmabuf) : nullptr,
+          "mem_export_dmabuf");
     char caps_hex[32];
     std::snprintf(caps_hex, sizeof(caps_hex), "caps 0x%llx",
                   static_cast<unsigned long long>(o->caps));
-    c.expect(o->caps < (1ull << 8), "only device caps defined in ABI v1 (bits 0..7)", caps_hex);
+    c.expect(o->caps < (1ull << 9), "only device caps defined in ABI v1 (bits 0..8)", caps_hex);
   }
   if (const auto* o = d.transport) {
     check(o->caps, WIA_TRANSPORT_CAP_RMA, "CAP_RMA", reinterpret_cast<const void*>(o->put), "put");

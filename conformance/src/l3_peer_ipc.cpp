@@ -213,6 +213,50 @@ void ipc_roundtrip(Context& c) {
            bad);
 }
 
+// A dma-buf of device memory (CAP_DMABUF): what a NIC registers. An
+// interior pointer of an allocation exports, the returned range lies
+// inside the dma-buf, the descriptor is the caller's to close; a pointer
+// not from mem_alloc and a range past the allocation are refused. A device
+// that says NOT_SUPPORTED (its driver or kernel cannot export) is a skip.
+void dmabuf_export(Context& c) {
+  c.require_cap(WIA_DEVICE_CAP_DMABUF, "WIA_DEVICE_CAP_DMABUF");
+  const int dev = c.device();
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t size = 3 * page + 100, at = page + 100, len = 1000;
+  auto* d = static_cast<std::uint8_t*>(c.alloc(size, dev));
+  std::int32_t fd = -1;
+  std::uint64_t offset = 0;
+  c.step("mem_export_dmabuf(allocation + " + std::to_string(at) + ", " + std::to_string(len) + ")");
+  const wia_status_t st = c.dev_ops().mem_export_dmabuf(c.ctx(), dev, d + at, len, &fd, &offset);
+  if (st == WIA_ERROR_NOT_SUPPORTED) throw Skip("device cannot export a dma-buf: " + c.take_error());
+  c.ok(st, "mem_export_dmabuf");
+  c.expect(fd >= 0, "a file descriptor", std::to_string(fd));
+  const off_t end = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+  c.expect(end > 0 && offset + len <= static_cast<std::uint64_t>(end),
+           "[offset, offset + size) inside the dma-buf",
+           "offset " + std::to_string(offset) + ", dma-buf of " + std::to_string(end) + " bytes");
+  c.expect(offset % page == (reinterpret_cast<std::uintptr_t>(d + at)) % page,
+           "offset at the pointer's place in its page (page-aligned export)",
+           "offset " + std::to_string(offset));
+  if (fd >= 0) close(fd);
+  // Memory the provider did not allocate, and a range past the allocation.
+  std::uint8_t host_bytes[64];
+  c.step("mem_export_dmabuf(host memory)");
+  const wia_status_t bad_ptr =
+      c.dev_ops().mem_export_dmabuf(c.ctx(), dev, host_bytes, sizeof host_bytes, &fd, &offset);
+  c.take_error();
+  c.expect(bad_ptr < 0, "mem_export_dmabuf of memory not from mem_alloc to fail",
+           status_text(bad_ptr));
+  if (bad_ptr == WIA_SUCCESS && fd >= 0) close(fd);
+  c.step("mem_export_dmabuf(past the allocation)");
+  const wia_status_t past =
+      c.dev_ops().mem_export_dmabuf(c.ctx(), dev, d + at, size - at + 1, &fd, &offset);
+  c.take_error();
+  c.expect(past < 0, "mem_export_dmabuf of a range past the allocation to fail",
+           status_text(past));
+  if (past == WIA_SUCCESS && fd >= 0) close(fd);
+}
+
 }  // namespace
 
 void register_l3_tests() {
@@ -225,6 +269,10 @@ void register_l3_tests() {
       peer_memcpy);
   add("L3.ipc.roundtrip", 20000, "IPC handle opened in a forked child, pattern and reply (CAP_IPC)",
       ipc_roundtrip);
+  add("L3.dmabuf.export", 10000,
+      "mem_export_dmabuf of an interior pointer: a descriptor, the range inside it; bad "
+      "pointers refused (CAP_DMABUF)",
+      dmabuf_export);
 }
 
 }  // namespace wia::conformance

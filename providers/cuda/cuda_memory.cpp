@@ -3,6 +3,9 @@
 // host memory, the synchronous memset/memcpy, and IPC handles (a small
 // validated header around the driver's 64-byte cuIpcMemHandle: the one of
 // wia_common/ipc_header.hpp, shared with hip and ze).
+#include <unistd.h>
+
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 
@@ -178,6 +181,75 @@ wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src
     if (r != WIA_CUDA_SUCCESS)
       return p.fail_cu(r, dev, "memcpy(%p <- %p, %" PRIu64 " bytes): cuStreamSynchronize", dst, src,
                        size);
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
+// dma-buf export, for a NIC to reach device memory (GPUDirect RDMA through
+// ibv_reg_dmabuf_mr or FI_HMEM, without nvidia-peermem). The driver exports
+// page-aligned ranges only, so the dma-buf covers the whole allocation
+// (cuMemAlloc's granularity is 2 MiB: rounding its size up to a page stays
+// inside what it mapped) and *offset says where ptr lies in it.
+
+wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint64_t size,
+                               std::int32_t* fd, std::uint64_t* offset) noexcept {
+  return guarded(ctx, "mem_export_dmabuf", [&](Provider& p) -> wia_status_t {
+    if (fd == nullptr || offset == nullptr)
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_export_dmabuf on CUDA device %d: %s is NULL",
+                    dev, fd == nullptr ? "fd" : "offset");
+    *fd = -1;
+    *offset = 0;
+    if (const wia_status_t st = p.check_device(dev, "mem_export_dmabuf"); st != WIA_SUCCESS)
+      return st;
+    if (p.driver.cuMemGetHandleForAddressRange == nullptr)
+      return p.fail(WIA_ERROR_NOT_SUPPORTED,
+                    "mem_export_dmabuf on CUDA device %d: the driver has no "
+                    "cuMemGetHandleForAddressRange (CUDA 11.7 or later exports dma-bufs)",
+                    dev);
+    const auto at = reinterpret_cast<std::uintptr_t>(ptr);
+    std::uintptr_t base = 0;
+    Allocation a;
+    {
+      std::lock_guard<std::mutex> lk(p.memory_mu);
+      auto it = p.allocations.upper_bound(at);
+      const bool inside = it != p.allocations.begin() &&
+                          (--it, it->second.device == dev && it->second.kind == WIA_MEM_DEVICE &&
+                                     at - it->first < std::max<std::uint64_t>(it->second.size, 1) &&
+                                     size <= it->second.size - (at - it->first));
+      if (!inside)
+        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                      "mem_export_dmabuf on CUDA device %d: [%p, +%" PRIu64
+                      ") is not inside one live device allocation of this device (only "
+                      "mem_alloc(WIA_MEM_DEVICE) memory exports)",
+                      dev, ptr, size);
+      base = it->first;
+      a = it->second;
+    }
+    int supported = 0;
+    if (p.driver.cuDeviceGetAttribute(&supported, WIA_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+                                      p.devices[static_cast<std::size_t>(dev)]->cu) !=
+            WIA_CUDA_SUCCESS ||
+        supported == 0)
+      return p.fail(WIA_ERROR_NOT_SUPPORTED,
+                    "mem_export_dmabuf on CUDA device %d (%s): the device or its driver does "
+                    "not export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0; it needs "
+                    "the open kernel modules and a 5.12 or later kernel); stage through host "
+                    "memory",
+                    dev, p.devices[static_cast<std::size_t>(dev)]->name.c_str());
+    if (const wia_status_t st = p.use_device(dev, "mem_export_dmabuf"); st != WIA_SUCCESS)
+      return st;
+    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+    const std::uint64_t span = (std::max<std::uint64_t>(a.size, 1) + page - 1) / page * page;
+    int out = -1;
+    const wia_CUresult r = p.driver.cuMemGetHandleForAddressRange(
+        &out, dptr_of(ptr_of(base)), static_cast<std::size_t>(span),
+        WIA_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != WIA_CUDA_SUCCESS)
+      return p.fail_cu(r, dev, "cuMemGetHandleForAddressRange(%p, %" PRIu64 " bytes, DMA_BUF_FD)",
+                       ptr_of(base), span);
+    *fd = out;
+    *offset = at - base;
     return WIA_SUCCESS;
   });
 }

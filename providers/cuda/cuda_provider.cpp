@@ -212,7 +212,7 @@ wia_device_ops_v1_t make_device_ops() {
   ops.abi_version = WIA_PROVIDER_ABI_VERSION;
   ops.caps = WIA_DEVICE_CAP_HOST_FUNC | WIA_DEVICE_CAP_EVENT_TIMING | WIA_DEVICE_CAP_PEER |
              WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST |
-             WIA_DEVICE_CAP_SCALE | WIA_DEVICE_CAP_KERNEL;
+             WIA_DEVICE_CAP_SCALE | WIA_DEVICE_CAP_KERNEL | WIA_DEVICE_CAP_DMABUF;
   ops.must_understand = 0;
   ops.device_count = device_count;
   ops.device_props = device_props;
@@ -246,6 +246,7 @@ wia_device_ops_v1_t make_device_ops() {
   ops.module_unload = module_unload;
   ops.module_function = module_function;
   ops.launch_kernel = launch_kernel;
+  ops.mem_export_dmabuf = mem_export_dmabuf;
   return ops;
 }
 

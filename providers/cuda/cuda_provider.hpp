@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -115,7 +116,9 @@ class Provider {
   std::vector<std::unique_ptr<Device>> devices;
 
   std::mutex memory_mu;
-  std::unordered_map<std::uintptr_t, Allocation> allocations;  // by start address
+  // By start address, ordered: mem_export_dmabuf finds the allocation
+  // holding an interior pointer.
+  std::map<std::uintptr_t, Allocation> allocations;
   // ipc_open_handle -> device and open count: the driver returns the same
   // pointer for a handle opened twice and counts, so we count too.
   struct Import {
@@ -227,6 +230,10 @@ wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t va
                          std::uint64_t size) noexcept;
 wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
                          std::uint64_t size) noexcept;
+// A dma-buf of the page-aligned allocation holding [ptr, ptr + size)
+// (cuMemGetHandleForAddressRange; WIA_DEVICE_CAP_DMABUF).
+wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint64_t size,
+                               std::int32_t* fd, std::uint64_t* offset) noexcept;
 wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
                             wia_ipc_handle_t* handle) noexcept;
 wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,

@@ -445,6 +445,7 @@ const wia_device_ops_v1_t kDeviceOps = {
     .module_unload = nullptr,
     .module_function = nullptr,
     .launch_kernel = nullptr,
+    .mem_export_dmabuf = nullptr,
 };
 
 }  // namespace

@@ -458,6 +458,7 @@ const wia_device_ops_v1_t kOps = {
     .module_unload = nullptr,
     .module_function = nullptr,
     .launch_kernel = nullptr,
+    .mem_export_dmabuf = nullptr,
 };
 
 #if defined(WIA_TESTDEV_TRANSPORT)

@@ -83,6 +83,7 @@ constexpr Entry kDeviceEntries[] = {
     WIA_OPTIONAL(wia_device_ops_v1_t, module_unload, WIA_DEVICE_CAP_KERNEL),
     WIA_OPTIONAL(wia_device_ops_v1_t, module_function, WIA_DEVICE_CAP_KERNEL),
     WIA_OPTIONAL(wia_device_ops_v1_t, launch_kernel, WIA_DEVICE_CAP_KERNEL),
+    WIA_OPTIONAL(wia_device_ops_v1_t, mem_export_dmabuf, WIA_DEVICE_CAP_DMABUF),
 };
 
 constexpr Entry kTransportEntries[] = {

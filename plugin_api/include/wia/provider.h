@@ -200,6 +200,7 @@ typedef struct wia_device_props_v1 {
 #define WIA_DEVICE_CAP_PINNED_HOST (1ull << 5)  /* mem_alloc(WIA_MEM_HOST_PINNED)      */
 #define WIA_DEVICE_CAP_SCALE (1ull << 6)        /* scale_async (appended entry)        */
 #define WIA_DEVICE_CAP_KERNEL (1ull << 7)       /* module_load .. launch_kernel (appended) */
+#define WIA_DEVICE_CAP_DMABUF (1ull << 8)       /* mem_export_dmabuf (appended)        */
 
 /* Opaque, fixed-size, copyable IPC memory handle (CUDA's and HIP's are 64
  * bytes; Level Zero's carries a file descriptor number plus metadata). */
@@ -377,6 +378,18 @@ typedef struct wia_device_ops_v1 {
   wia_status_t (*launch_kernel)(void* ctx, wia_provider_stream_t stream,
                                 wia_provider_function_t function,
                                 const wia_kernel_launch_v1_t* launch);
+
+  /* --- optional: WIA_DEVICE_CAP_DMABUF ---------------------------------- */
+  /* Export device memory as a Linux dma-buf so that a NIC can reach it
+   * (a transport's reg_mr with wia_mr_desc_v1_t.dmabuf_fd; GPUDirect RDMA
+   * without a vendor kernel module). [ptr, ptr + size) lies inside one
+   * allocation of `dev`; the provider may export a larger, page-aligned
+   * range holding it: *offset is where ptr lies in the exported dma-buf.
+   * The caller owns *fd and closes it (a registration made from it keeps
+   * its own reference). NOT_SUPPORTED, with the reason, where the driver
+   * or the device cannot export this memory. */
+  wia_status_t (*mem_export_dmabuf)(void* ctx, int32_t dev, void* ptr, uint64_t size, int32_t* fd,
+                                    uint64_t* offset);
 } wia_device_ops_v1_t;
 
 /* ------------------------------------------------------------------------ */

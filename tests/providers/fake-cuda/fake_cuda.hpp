@@ -42,6 +42,7 @@ struct Faults {
   bool oom = false;           // cuMemAlloc -> CUDA_ERROR_OUT_OF_MEMORY
   bool stream_error = false;  // the first kernel launch fails on its stream
   bool device_lost = false;   // after `lost_after` calls: sticky ILLEGAL_ADDRESS
+  bool no_dmabuf = false;     // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED reads 0
   long lost_after = 0;
   int lost_device = -1;  // >= 0: only that device's context is lost (WIA_FAKE_CUDA_LOST_DEVICE)
 };

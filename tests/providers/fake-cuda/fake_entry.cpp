@@ -34,6 +34,8 @@ Faults parse_faults() {
         f.stream_error = true;
       else if (name == "device_lost")
         f.device_lost = true;
+      else if (name == "no_dmabuf")
+        f.no_dmabuf = true;
       else if (!name.empty())
         diagnose("WIA_FAKE_CUDA_FAULT: unknown fault '" + std::string(name) + "'");
       rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
@@ -258,7 +260,7 @@ wia_CUresult fake_cuDeviceGetAttribute(int* value, int attribute, wia_CUdevice d
       *value = 1;
       break;
     case WIA_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
-      *value = 1;
+      *value = driver().faults.no_dmabuf ? 0 : 1;
       break;
     case WIA_CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
       *value = 0;
