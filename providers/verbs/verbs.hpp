@@ -158,7 +158,7 @@ struct Params {
   std::string library = "libibverbs.so.1";
   std::int64_t connect_timeout_ms = 30000;
   std::string ifname;  // handshake interface(s), name prefixes; empty: WIA_SOCKET_IFNAME, else any
-  bool claim_dmabuf = false;  // endpoint_props claims DEVICE_MEMORY | DMABUF (with the symbol)
+  bool claim_dmabuf = true;  // endpoint_props claims DEVICE_MEMORY | DMABUF (with the symbol)
 };
 
 // --- requests, connections, listeners -----------------------------------------------

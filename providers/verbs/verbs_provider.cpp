@@ -100,7 +100,7 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     p.device = param(host, "device", "");
     p.library = param(host, "library", "libibverbs.so.1");
     p.ifname = param(host, "ifname", "");
-    const std::string dmabuf = param(host, "dmabuf", "false");
+    const std::string dmabuf = param(host, "dmabuf", "true");
     if (dmabuf != "true" && dmabuf != "false" && dmabuf != "1" && dmabuf != "0")
       return ctx->fail(WIA_ERROR_CONFIG, "verbs: dmabuf '%s' is not true or false", dmabuf.c_str());
     p.claim_dmabuf = dmabuf == "true" || dmabuf == "1";
@@ -192,10 +192,10 @@ wia_status_t endpoint_props(void* ctx, int32_t endpoint, wia_transport_props_v1_
     p.tag_bits = 64;
     p.mem_ifaces = 1u << WIA_MEM_IFACE_HOST;
     // A dma-buf is vendor-neutral: with ibv_reg_dmabuf_mr any accelerator
-    // that exports one can be registered. Claimed only under verbs.dmabuf:
-    // the core's point-to-point path hands device pointers unregistered to
-    // a transport that claims device memory without REG_REQUIRED, and this
-    // one needs the dma-buf registration (docs/transport-verbs.md).
+    // that exports one can be registered. The core gives a transport that
+    // claims FLAG_DMABUF device memory only with such a registration
+    // (runtime/dmabuf_registrations.hpp); verbs.dmabuf: false turns the
+    // claim off, and device buffers are then staged (docs/transport-verbs.md).
     if (c.lib.reg_dmabuf_mr != nullptr && c.params.claim_dmabuf) {
       p.flags |= WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF;
       p.mem_ifaces |=
@@ -396,10 +396,10 @@ const wia_param_decl_v1_t kParams[] = {
      "interface(s) of the connection handshake socket, name prefixes (\"ib0\", \"eth,en\"); "
      "empty: WIA_SOCKET_IFNAME, else the first non-loopback IPv4 interface",
      0, 0},
-    {kDeclSize, WIA_PARAM_BOOL, "dmabuf", "false",
+    {kDeclSize, WIA_PARAM_BOOL, "dmabuf", "true",
      "claim device memory (FLAG_DEVICE_MEMORY, FLAG_DMABUF) when libibverbs has "
-     "ibv_reg_dmabuf_mr; reg_mr of device memory with its dma-buf fd works either way. Off until "
-     "the core registers device buffers with their dma-buf before isend/irecv",
+     "ibv_reg_dmabuf_mr, so the core registers device buffers through their dma-buf (GPUDirect "
+     "RDMA); false: device buffers are staged through host memory",
      0, 0},
 };
 

@@ -9,6 +9,7 @@
 #include "api/guard.hpp"
 #include "api/copy.hpp"
 #include "runtime/device_call.hpp"
+#include "runtime/dmabuf_registrations.hpp"
 #include "runtime/objects.hpp"
 
 using namespace wia;
@@ -72,6 +73,9 @@ WIA_API wia_status_t wia_free(void* ptr) {
                   fmt::format("pointer {} was not allocated by wia_malloc*, or was already freed",
                               ptr));
     }
+    // A NIC registration of it must go first (a dma-buf keeps the memory
+    // alive, and a later allocation at this address must not meet it).
+    dmabuf_registrations().release(a->base);
     const Device& d = rt.device(a->device);
     device_call(d, "mem_free", [&](const wia_device_ops_v1_t& o, void* ctx) {
       return o.mem_free(ctx, d.local_index, ptr);

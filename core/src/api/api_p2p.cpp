@@ -130,6 +130,7 @@ std::uint32_t iface_of(const std::string& provider) {
 struct Route {
   Path path = Path::kHost;
   const Device* device = nullptr;  // the buffer's, when not host-addressable
+  wia_mr_t mr = nullptr;           // kDirect through a dma-buf registration
   std::string why;
 };
 
@@ -158,11 +159,32 @@ Route route(const comm::ProcessCommunicator& c, int peer, const void* buf, std::
     r.path = Path::kStaged;
     r.why = fmt::format("provider {} names no memory interface a transport could register",
                         d.provider->name());
-  } else if (c.link_takes_device_memory(peer, iface, &r.why)) {
-    r.path = Path::kDirect;
-    r.why = "the link's transport takes this device memory";
   } else {
-    r.path = Path::kStaged;
+    using DevicePath = comm::ProcessCommunicator::DeviceMemoryPath;
+    const bool exports = (ops_of(d).caps & WIA_DEVICE_CAP_DMABUF) != 0;
+    switch (c.device_memory_path(peer, iface, exports, &r.why)) {
+      case DevicePath::kAsIs:
+        r.path = Path::kDirect;
+        r.why = "the link's transport takes this device memory";
+        break;
+      case DevicePath::kDmabuf:
+        // A device that cannot export this memory after all (the driver
+        // or the kernel says no) is staged, with its reason; any other
+        // failure is the caller's error.
+        try {
+          r.mr = c.register_device_memory(peer, *a, iface);
+          r.path = Path::kDirect;
+          r.why = "registered with the link's transport through a dma-buf of its allocation";
+        } catch (const Error& e) {
+          if (e.status() != WIA_ERROR_NOT_SUPPORTED) throw;
+          r.path = Path::kStaged;
+          r.why = e.what();
+        }
+        break;
+      case DevicePath::kStaged:
+        r.path = Path::kStaged;
+        break;
+    }
   }
   return r;
 }
@@ -315,7 +337,7 @@ void transfer(const char* fn, wia_communicator_t comm, bool is_send, int node, i
   const char* name = path_name(r.path, is_send);
   const auto utag = static_cast<std::uint32_t>(tag);
   if (r.path != Path::kStaged) {
-    c.post_tagged(peer, is_send, buf, size, utag, name, path_label(r.path), s);
+    c.post_tagged(peer, is_send, buf, size, utag, name, path_label(r.path), s, r.mr);
     return;
   }
   StagingRef st = make_staging(*r.device, size);

@@ -64,6 +64,10 @@
 #include "topology/topology.hpp"
 #include "tuner/cost_model.hpp"
 
+namespace wia {
+struct Allocation;
+}
+
 namespace wia::bootstrap {
 class Bootstrap;
 }
@@ -162,12 +166,25 @@ class ProcessCommunicator final : public CommunicatorBase {
   // wia_send_ex / wia_recv_ex (api/api_p2p.cpp): `bytes` bytes to or from
   // `peer` with the caller's `tag` (< 2^31), posted like post_send;
   // `name` is the profiler's and flight recorder's (static storage).
+  // `mr`: the buffer's registration on the link's endpoint, or nullptr.
   void post_tagged(int peer, bool is_send, void* buf, std::uint64_t bytes, std::uint32_t tag,
-                   const char* name, const char* path, wia_stream_s* stream);
-  // Whether the transport of the link to `peer` registers device memory of
-  // interface `iface` (WIA_MEM_IFACE_*) and takes it in isend/irecv
-  // without a registration; `why` says why not.
-  bool link_takes_device_memory(int peer, std::uint32_t iface, std::string* why) const;
+                   const char* name, const char* path, wia_stream_s* stream,
+                   wia_mr_t mr = nullptr);
+  // How device memory of interface `iface` (WIA_MEM_IFACE_*) can go on the
+  // link to `peer`:
+  enum class DeviceMemoryPath {
+    kStaged,  // it cannot: through host memory (`why` says why)
+    kAsIs,    // the transport takes it in isend/irecv without a registration
+    kDmabuf,  // registered through its dma-buf (register_device_memory)
+  };
+  // `device_exports_dmabuf`: the buffer's device has WIA_DEVICE_CAP_DMABUF.
+  // A transport that claims FLAG_DMABUF is given device memory only with
+  // such a registration: it cannot tell a device pointer from a host one.
+  DeviceMemoryPath device_memory_path(int peer, std::uint32_t iface, bool device_exports_dmabuf,
+                                      std::string* why) const;
+  // The registration of allocation `a` on the link's transport endpoint,
+  // made once and kept until wia_free (kDmabuf). Throws naming the cause.
+  wia_mr_t register_device_memory(int peer, const Allocation& a, std::uint32_t iface) const;
 
   // Runs a collective now on the calling thread (after every posted one);
   // used by split. Throws wia::Error on failure.
@@ -407,7 +424,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Point to point (process_p2p.cpp).
   void post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                 wia_datatype_t dtype, std::uint32_t timeout_ms, wia_stream_s* stream,
-                std::uint32_t tag = 0, const char* name = nullptr, const char* path = nullptr);
+                std::uint32_t tag = 0, const char* name = nullptr, const char* path = nullptr,
+                wia_mr_t mr = nullptr);
   // A send or receive; it cannot fail: posting is retried, bounded, in
   // proceed_p2p.
   std::unique_ptr<RunningOperation> begin_p2p(std::uint64_t seq, const Call& call, int peer,

@@ -232,6 +232,7 @@ struct ProcessCommunicator::RunningOperation {
   char* buf = nullptr;
   std::uint64_t bytes = 0;
   std::uint32_t tag = 0;  // the caller's (wia_send_ex), under the point-to-point bit
+  wia_mr_t mr = nullptr;  // the buffer's registration (device memory by dma-buf), or none
   wia_request_t request = nullptr;
 };
 

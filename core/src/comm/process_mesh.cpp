@@ -326,6 +326,7 @@ void ProcessCommunicator::connect_peers(MeshSetup& s, Exchange& exchange,
                            });
         if (st == WIA_SUCCESS) {
           peer.link.conn = pending[q];
+          peer.link.endpoint = l->endpoint;
           pending[q] = nullptr;
           --missing;
           progressed = true;
@@ -349,6 +350,7 @@ void ProcessCommunicator::connect_peers(MeshSetup& s, Exchange& exchange,
           continue;
         }
         peers_[q].link.conn = conn;
+        peers_[q].link.endpoint = l.endpoint;
         --missing;
       }
       if (missing == 0) break;

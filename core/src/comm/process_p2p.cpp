@@ -10,6 +10,7 @@
 #include "kernels/cpu_reduce.hpp"
 #include "provider/registry.hpp"
 #include "provider/transport_call.hpp"
+#include "runtime/dmabuf_registrations.hpp"
 
 namespace wia::comm {
 
@@ -19,7 +20,7 @@ namespace wia::comm {
 void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, std::uint64_t count,
                                    wia_datatype_t dtype, std::uint32_t timeout_ms,
                                    wia_stream_s* stream, std::uint32_t tag, const char* name,
-                                   const char* path) {
+                                   const char* path, wia_mr_t mr) {
   if (rank != layout_.rank)
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {} is not this process's rank {}", rank, layout_.rank));
@@ -38,6 +39,7 @@ void ProcessCommunicator::post_p2p(int rank, int peer, bool is_send, void* buf, 
   call.tag = tag;
   call.p2p_name = name;
   call.p2p_path = path;
+  call.p2p_mr = mr;
   if (!try_post_inline(call, stream, peer, is_send))
     post_stream_task(std::move(call), stream, peer, is_send);
 }
@@ -65,6 +67,7 @@ std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begi
   r->buf = is_send ? call.buffers.send : call.buffers.recv;
   r->bytes = call.count * kernels::dtype_size(call.dtype);
   r->tag = call.tag;
+  r->mr = call.p2p_mr;
   r->options.deadline = deadline;
   r->options.timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   r->options.oversubscribed = oversubscribed_;
@@ -102,8 +105,8 @@ wia_status_t ProcessCommunicator::proceed_p2p(RunningOperation& r, Clock::time_p
     };
     while (!r.request) {
       transport_call_lazy(*l.provider, what, [&](const wia_transport_ops_v1_t& t, void* ctx) {
-        return r.is_send ? t.isend(ctx, l.conn, r.buf, r.bytes, wire_tag, nullptr, &r.request)
-                         : t.irecv(ctx, l.conn, r.buf, r.bytes, wire_tag, nullptr, &r.request);
+        return r.is_send ? t.isend(ctx, l.conn, r.buf, r.bytes, wire_tag, r.mr, &r.request)
+                         : t.irecv(ctx, l.conn, r.buf, r.bytes, wire_tag, r.mr, &r.request);
       });
       if (r.request) break;
       backoff.wait();
@@ -137,38 +140,59 @@ wia_status_t ProcessCommunicator::proceed_p2p(RunningOperation& r, Clock::time_p
 
 void ProcessCommunicator::post_tagged(int peer, bool is_send, void* buf, std::uint64_t bytes,
                                       std::uint32_t tag, const char* name, const char* path,
-                                      wia_stream_s* stream) {
+                                      wia_stream_s* stream, wia_mr_t mr) {
   if (tag >= (1u << 31))
     throw Error(WIA_ERROR_INVALID_ARGUMENT,
                 fmt::format("rank {}: tag {} is outside 0 .. 2^31-1", layout_.rank, tag));
-  post_p2p(layout_.rank, peer, is_send, buf, bytes, WIA_UINT8, 0, stream, tag, name, path);
+  post_p2p(layout_.rank, peer, is_send, buf, bytes, WIA_UINT8, 0, stream, tag, name, path, mr);
 }
 
-bool ProcessCommunicator::link_takes_device_memory(int peer, std::uint32_t iface,
-                                                   std::string* why) const {
+ProcessCommunicator::DeviceMemoryPath ProcessCommunicator::device_memory_path(
+    int peer, std::uint32_t iface, bool device_exports_dmabuf, std::string* why) const {
   const engine::NetLink& l = peers_[peer].link;
   if (!l.provider || !l.provider->transport()) {
     if (why) *why = fmt::format("rank {} has no transport link to rank {}", layout_.rank, peer);
-    return false;
+    return DeviceMemoryPath::kStaged;
   }
-  const wia_transport_ops_v1_t& t = *l.provider->transport();
-  void* ctx = l.provider->ctx();
-  std::int32_t n = 0;
-  if (t.endpoint_count(ctx, &n) != WIA_SUCCESS) n = 0;
-  for (std::int32_t e = 0; e < n; ++e) {
-    wia_transport_props_v1_t p{};
-    p.struct_size = sizeof p;
-    if (t.endpoint_props(ctx, e, &p) != WIA_SUCCESS) continue;
-    if ((p.flags & WIA_TRANSPORT_FLAG_DEVICE_MEMORY) && (p.mem_ifaces & (1u << iface)) &&
-        !(p.flags & WIA_TRANSPORT_FLAG_REG_REQUIRED))
-      return true;
+  wia_transport_props_v1_t p{};
+  p.struct_size = sizeof p;
+  if (l.endpoint < 0 ||
+      l.provider->transport()->endpoint_props(l.provider->ctx(), l.endpoint, &p) != WIA_SUCCESS) {
+    if (why)
+      *why = fmt::format("the link to rank {} over {} has no endpoint to ask", peer,
+                         peers_[peer].transport);
+    return DeviceMemoryPath::kStaged;
   }
+  const bool takes_iface =
+      (p.flags & WIA_TRANSPORT_FLAG_DEVICE_MEMORY) && (p.mem_ifaces & (1u << iface));
+  if (takes_iface && (p.flags & WIA_TRANSPORT_FLAG_DMABUF)) {
+    if (device_exports_dmabuf) return DeviceMemoryPath::kDmabuf;
+    if (why)
+      *why = fmt::format(
+          "the link to rank {} runs over {}, which registers device memory through a dma-buf, "
+          "and the buffer's device cannot export one (no WIA_DEVICE_CAP_DMABUF)",
+          peer, peers_[peer].transport);
+    return DeviceMemoryPath::kStaged;
+  }
+  if (takes_iface && !(p.flags & WIA_TRANSPORT_FLAG_REG_REQUIRED)) return DeviceMemoryPath::kAsIs;
   if (why)
     *why = fmt::format(
         "the link to rank {} runs over {}, which does not take device memory of "
-        "this kind without registration",
+        "this kind",
         peer, peers_[peer].transport);
-  return false;
+  return DeviceMemoryPath::kStaged;
+}
+
+wia_mr_t ProcessCommunicator::register_device_memory(int peer, const Allocation& a,
+                                                     std::uint32_t iface) const {
+  const engine::NetLink& l = peers_[peer].link;
+  try {
+    return dmabuf_registrations().get(*l.provider, l.endpoint, a, iface);
+  } catch (const Error& e) {
+    throw Error(e.status(), fmt::format("rank {}: registering device {}'s buffer for the link to "
+                                        "rank {}: {}",
+                                        layout_.rank, a.device, peer, e.what()));
+  }
 }
 
 }  // namespace wia::comm

@@ -51,6 +51,7 @@ inline constexpr std::uint32_t kMinTagBits = 34;
 struct NetLink {
   const Provider* provider = nullptr;  // nullptr for the rank itself
   wia_conn_t conn = nullptr;
+  std::int32_t endpoint = -1;  // of `provider`, that `conn` was made on (reg_mr)
   std::string peer;  // "rank 3 (host b, tcp 10.0.0.2:4000)" for messages
 };
 

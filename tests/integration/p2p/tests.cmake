@@ -30,3 +30,6 @@ if(TARGET wia-provider-ofi)
   set_tests_properties(p2p_send_ofi PROPERTIES TIMEOUT 300 ENVIRONMENT "WIA_TEST_OFI=1")
   add_dependencies(test_p2p_send wia-provider-ofi)
 endif()
+
+# p2p_dmabuf_test.cpp (device buffers through a dma-buf registration) is
+# registered by tests/providers/verbs/tests.cmake, after the doubles it needs.

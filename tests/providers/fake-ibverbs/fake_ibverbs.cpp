@@ -153,6 +153,7 @@ struct Ctx {
 
 std::atomic<std::uint64_t> g_reg_mr_calls{0};
 std::atomic<std::uint64_t> g_reg_dmabuf_mr_calls{0};
+std::atomic<std::int64_t> g_dmabuf_mrs_live{0};  // registered by dma-buf, not yet deregistered
 std::atomic<std::uint32_t> g_context_seq{0};
 ibv_device g_device{};
 ibv_device* g_list[2] = {&g_device, nullptr};
@@ -774,6 +775,7 @@ FAKE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, std::uint64_t offset, std::siz
   m->map_len = map_len;
   m->host = m->map + (offset - start);
   c->mrs[m->mr.lkey] = m;
+  g_dmabuf_mrs_live.fetch_add(1);
   return &m->mr;
 }
 #endif
@@ -783,7 +785,10 @@ FAKE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   std::lock_guard<std::mutex> lk(c->mu);
   c->mrs.erase(mr->lkey);
   auto* m = reinterpret_cast<Mr*>(mr);
-  if (m->map != nullptr) munmap(m->map, m->map_len);
+  if (m->map != nullptr) {
+    munmap(m->map, m->map_len);
+    g_dmabuf_mrs_live.fetch_sub(1);
+  }
   delete m;
   return 0;
 }
@@ -959,3 +964,5 @@ FAKE_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
 FAKE_EXPORT std::uint64_t fake_ibv_reg_mr_calls() { return g_reg_mr_calls.load(); }
 // And how many ibv_reg_dmabuf_mr calls (not counted above).
 FAKE_EXPORT std::uint64_t fake_ibv_reg_dmabuf_mr_calls() { return g_reg_dmabuf_mr_calls.load(); }
+// And how many of those are still registered (not yet ibv_dereg_mr'd).
+FAKE_EXPORT std::int64_t fake_ibv_dmabuf_mrs_live() { return g_dmabuf_mrs_live.load(); }

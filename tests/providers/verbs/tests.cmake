@@ -68,3 +68,20 @@ cat \"$3.present\"; grep -Eq 'different_nodes +[0-9]+ +verbs +default' \"$3.pres
     ENVIRONMENT "WIA_LOG_LEVEL=error;WIA_PROVIDERS_DISABLE=ofi")
   add_dependencies(wia-info wia-provider-verbs wia_fake_ibverbs)
 endif()
+
+# GPUDirect RDMA through dma-bufs, end to end (issue 21): device buffers of
+# the CUDA double sent with wia_send/wia_recv over this provider on the
+# double, registered by the core from the cuda provider's dma-buf export
+# (tests/integration/p2p/p2p_dmabuf_test.cpp; here, after both doubles).
+if(TARGET wia-provider-cuda AND TARGET wia_fake_cuda)
+  wia_add_unit_test(p2p_dmabuf
+    SOURCES ${PROJECT_SOURCE_DIR}/tests/integration/p2p/p2p_dmabuf_test.cpp
+    LIBS wia::core ${CMAKE_DL_LIBS} TIMEOUT 300)
+  target_include_directories(test_p2p_dmabuf PRIVATE ${PROJECT_SOURCE_DIR}/tests/integration/processes)
+  wia_test_loads_providers(test_p2p_dmabuf)
+  add_dependencies(test_p2p_dmabuf wia-provider-cuda wia_fake_cuda wia-provider-verbs
+                   wia_fake_ibverbs)
+  target_compile_definitions(test_p2p_dmabuf PRIVATE
+    WIA_FAKE_CUDA_FILE="${PROJECT_BINARY_DIR}/fake-cuda/libcuda.so.1"
+    WIA_FAKE_IBVERBS_FILE="${WIA_FAKE_IBVERBS_FILE}")
+endif()

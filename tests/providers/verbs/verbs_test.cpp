@@ -636,8 +636,9 @@ void check_claims_host_memory_only(Provider& p) {
 }  // namespace
 
 TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU never touches it") {
-  {  // By default device memory is not claimed (the core would pass it unregistered).
+  {  // verbs.dmabuf: false turns the claim off (device buffers are staged).
     Host h0;
+    h0.params["dmabuf"] = "false";
     Provider p0(h0);
     REQUIRE_MESSAGE(p0.init_status == WIA_SUCCESS, h0.error);
     check_claims_host_memory_only(p0);
