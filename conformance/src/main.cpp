@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -399,10 +400,12 @@ std::string caps_text(const wia_provider_v1_t* d) {
   if (d->caps & WIA_PROVIDER_CAP_DEVICE) s += " device";
   if (d->caps & WIA_PROVIDER_CAP_TRANSPORT) s += " transport";
   if ((d->caps & WIA_PROVIDER_CAP_DEVICE) && d->device != nullptr) {
-    static const char* const kNames[] = {"host_func", "event_timing", "peer",
-                                         "ipc",       "reduce",       "pinned_host"};
+    // Bit b of WIA_DEVICE_CAP_* (provider.h), appended ones included.
+    static const char* const kNames[] = {"host_func",   "event_timing", "peer",
+                                         "ipc",         "reduce",       "pinned_host",
+                                         "scale",       "kernel",       "dmabuf"};
     s += " (device caps:";
-    for (int b = 0; b < 6; ++b)
+    for (int b = 0; b < static_cast<int>(std::size(kNames)); ++b)
       if (d->device->caps & (1ull << b)) s += std::string(" ") + kNames[b];
     s += ")";
   }

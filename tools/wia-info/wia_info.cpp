@@ -36,7 +36,9 @@ std::string device_caps_text(std::uint64_t caps) {
   static const std::pair<std::uint64_t, const char*> names[] = {
       {WIA_DEVICE_CAP_HOST_FUNC, "host_func"}, {WIA_DEVICE_CAP_EVENT_TIMING, "event_timing"},
       {WIA_DEVICE_CAP_PEER, "peer"},           {WIA_DEVICE_CAP_IPC, "ipc"},
-      {WIA_DEVICE_CAP_REDUCE, "reduce"},       {WIA_DEVICE_CAP_PINNED_HOST, "pinned_host"}};
+      {WIA_DEVICE_CAP_REDUCE, "reduce"},       {WIA_DEVICE_CAP_PINNED_HOST, "pinned_host"},
+      {WIA_DEVICE_CAP_SCALE, "scale"},         {WIA_DEVICE_CAP_KERNEL, "kernel"},
+      {WIA_DEVICE_CAP_DMABUF, "dmabuf"}};
   std::string s;
   for (const auto& [bit, name] : names)
     if (caps & bit) s += (s.empty() ? "" : ",") + std::string(name);
