@@ -30,6 +30,8 @@ namespace wia::comm {
 namespace {
 constexpr std::uint32_t kControlMagic = 0x57494158;  // "WIAX"
 enum ControlType : std::uint32_t { kAbort = 1, kQuery = 2, kReply = 3, kBye = 4, kHeartbeat = 5 };
+// Control messages taken from one peer per poll (poll_once).
+constexpr int kMessagesPerPoll = 64;
 // A reply's `running` when the rank runs no operation at all.
 constexpr std::int64_t kIdle = -2;
 // An abort message's `running` when it comes from wia_comm_revoke (on the
@@ -105,69 +107,79 @@ std::string ProcessCommunicator::Control::poll_once() {
   for (std::size_t q = 0; q < c_.peers_.size(); ++q) {
     Peer& p = c_.peers_[q];
     progress_send(p);
-    if (!p.control_req) continue;
-    std::int32_t done = 0;
-    std::uint64_t size = 0;
-    try {
-      transport_call(*p.link.provider, "test(control)",
-                     [&](const wia_transport_ops_v1_t& t, void* ctx) {
-                       return t.test(ctx, p.control_req, &done, &size);
-                     });
-    } catch (const Error& e) {
-      p.control_req = nullptr;
-      if (p.said_bye) continue;  // it left cleanly; its data was delivered before
-      c_.note_failed(static_cast<int>(q));
-      return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
-    }
-    if (!done) continue;
-    p.control_req = nullptr;
-    if (c_.heartbeat_ms_) p.last_heard = Clock::now();  // any message says it is alive
-    ControlHeader h;
-    if (size < sizeof(h))
-      return fmt::format("rank {} sent a truncated control message ({} B)", q, size);
-    std::memcpy(&h, p.control_buf.data(), sizeof(h));
-    if (h.magic != kControlMagic) return fmt::format("rank {} sent a corrupt control message", q);
-    if (h.type == kAbort) {
-      // The header's `seq` carries how many failed ranks the aborting
-      // peer knew of; they follow it, then its reason.
-      std::size_t at = sizeof(h);
-      for (std::uint64_t i = 0; i < h.seq && at + 4 <= size; ++i, at += 4) {
-        std::int32_t r;
-        std::memcpy(&r, p.control_buf.data() + at, 4);
-        c_.note_failed(r);
+    // Every message of the peer that has arrived, not only the first: a
+    // peer that fails sends its abort right behind whatever control
+    // message it sent last (a heartbeat, say) and closes. The transport
+    // keeps the abort as unexpected until this receive is posted again,
+    // and fails everything else at the close; a caller that polls once
+    // after its own request met that close (with_peer_reason) must find
+    // the abort in that poll, or it reports the closed connection instead
+    // of the peer's reason (p2p_send's "mismatched sizes" over tcp, seen
+    // on a loaded machine). Bounded: a chatty peer cannot hold us here.
+    for (int taken = 0; p.control_req && taken < kMessagesPerPoll; ++taken) {
+      std::int32_t done = 0;
+      std::uint64_t size = 0;
+      try {
+        transport_call(*p.link.provider, "test(control)",
+                       [&](const wia_transport_ops_v1_t& t, void* ctx) {
+                         return t.test(ctx, p.control_req, &done, &size);
+                       });
+      } catch (const Error& e) {
+        p.control_req = nullptr;
+        if (p.said_bye) break;  // it left cleanly; its data was delivered before
+        c_.note_failed(static_cast<int>(q));
+        return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
       }
-      c_.control_failure_told_ = true;
-      if (h.running == kRevoked) c_.revoked_.store(true);
-      p.said_abort = true;
-      return fmt::format("rank {} aborted the communicator: {}", q,
-                         std::string(p.control_buf.data() + at, size - at));
-    }
-    if (h.type == kBye) {
-      p.said_bye = true;  // no receive is posted again
-      continue;
-    }
-    if (h.type == kQuery) {
-      ControlHeader r;
-      r.type = kReply;
-      r.seq = h.seq;
-      r.completed = c_.collectives_done_.load();
-      r.running = c_.running_.load();
-      // Answered by the heartbeat thread with no operation running or
-      // pending (a send or receive handed to a stream is not idle): this
-      // rank is not inside any operation (what no answer meant before
-      // there were heartbeats).
-      if (idle_ && r.running < 0 && c_.next_seq_.load() == c_.executed_.load())
-        r.running = kIdle;
-      send(p, r);
-    } else if (h.type == kReply) {
-      p.reply = h;
-      p.has_reply = true;
-    }
-    try {
-      c_.post_control_recv(p);
-    } catch (const Error& e) {  // the connection failed under it
-      c_.note_failed(static_cast<int>(q));
-      return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
+      if (!done) break;
+      p.control_req = nullptr;
+      if (c_.heartbeat_ms_) p.last_heard = Clock::now();  // any message says it is alive
+      ControlHeader h;
+      if (size < sizeof(h))
+        return fmt::format("rank {} sent a truncated control message ({} B)", q, size);
+      std::memcpy(&h, p.control_buf.data(), sizeof(h));
+      if (h.magic != kControlMagic) return fmt::format("rank {} sent a corrupt control message", q);
+      if (h.type == kAbort) {
+        // The header's `seq` carries how many failed ranks the aborting
+        // peer knew of; they follow it, then its reason.
+        std::size_t at = sizeof(h);
+        for (std::uint64_t i = 0; i < h.seq && at + 4 <= size; ++i, at += 4) {
+          std::int32_t r;
+          std::memcpy(&r, p.control_buf.data() + at, 4);
+          c_.note_failed(r);
+        }
+        c_.control_failure_told_ = true;
+        if (h.running == kRevoked) c_.revoked_.store(true);
+        p.said_abort = true;
+        return fmt::format("rank {} aborted the communicator: {}", q,
+                           std::string(p.control_buf.data() + at, size - at));
+      }
+      if (h.type == kBye) {
+        p.said_bye = true;  // no receive is posted again
+        break;
+      }
+      if (h.type == kQuery) {
+        ControlHeader r;
+        r.type = kReply;
+        r.seq = h.seq;
+        r.completed = c_.collectives_done_.load();
+        r.running = c_.running_.load();
+        // Answered by the heartbeat thread with no operation running or
+        // pending (a send or receive handed to a stream is not idle): this
+        // rank is not inside any operation (what no answer meant before
+        // there were heartbeats).
+        if (idle_ && r.running < 0 && c_.next_seq_.load() == c_.executed_.load())
+          r.running = kIdle;
+        send(p, r);
+      } else if (h.type == kReply) {
+        p.reply = h;
+        p.has_reply = true;
+      }
+      try {
+        c_.post_control_recv(p);
+      } catch (const Error& e) {  // the connection failed under it
+        c_.note_failed(static_cast<int>(q));
+        return fmt::format("lost the connection to rank {} ({}): {}", q, p.transport, e.what());
+      }
     }
   }
   return {};
@@ -328,10 +340,24 @@ void ProcessCommunicator::break_communicator(wia_status_t status, const std::str
   for (int r : failed) text.append(reinterpret_cast<const char*>(&r), 4);
   text += fmt::format("rank {}: {}", layout_.rank, reason).substr(0, 1024 - text.size());
   std::vector<std::pair<Peer*, wia_request_t>> sent;
+  // Fault injection for tests (p2p_send_test.cpp): N heartbeats right
+  // before the abort, so that the abort reaches every peer behind other
+  // control messages, as it does when this rank's last poll sent one.
+  ControlHeader beat;
+  beat.type = kHeartbeat;
+  const char* beats_env = std::getenv("WIA_TEST_HEARTBEATS_BEFORE_ABORT");
+  const int beats = beats_env ? std::clamp(std::atoi(beats_env), 0, 16) : 0;
   for (Peer& peer : peers_) {
     if (!peer.link.conn) continue;
     wia_request_t r = nullptr;
     const auto* t = peer.link.provider->transport();
+    for (int i = 0; i < beats; ++i) {
+      if (t->isend(peer.link.provider->ctx(), peer.link.conn, &beat, sizeof(beat),
+                   engine::kControlTag, nullptr, &r) == WIA_SUCCESS &&
+          r)
+        sent.emplace_back(&peer, r);
+      r = nullptr;
+    }
     if (t->isend(peer.link.provider->ctx(), peer.link.conn, text.data(), text.size(),
                  engine::kControlTag, nullptr, &r) == WIA_SUCCESS &&
         r)
