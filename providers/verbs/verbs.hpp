@@ -180,9 +180,13 @@ struct Request {
   std::uint64_t id = 0;   // rendezvous: sender id
   MrEntry* mr = nullptr;  // rendezvous registration held by this request
   // A receive into device memory (the caller's dma-buf registration, held
-  // by the request): never touched by the CPU, so only a rendezvous write
-  // can fill it.
+  // by the request): never touched by the CPU, so only the NIC fills it (the
+  // rendezvous write, or an eager payload's write on the loopback QP).
   MrEntry* device_mr = nullptr;
+  // Its data has arrived and the loopback QP is landing it (the eager
+  // payload's RDMA write, then the flush read): a failing connection no
+  // longer fails it, the loopback's completions end it.
+  bool landing = false;
   wia_status_t status = WIA_SUCCESS;
   std::string error;
 };
@@ -225,8 +229,31 @@ struct SendOp {
   Conn* conn = nullptr;
   Request* req = nullptr;
   int slot = -1;
-  bool completes_req = false;  // eager send, rendezvous write, put or get
+  bool completes_req = false;  // eager send, rendezvous write, put or get; loopback: the flush
   const char* what = "send";   // for error messages (an error completion has no opcode)
+  bool loopback = false;       // on Ctx::loop (conn is that QP's Conn)
+  int recv_slot = -1;          // loopback write from an SRQ slot: repost it when done
+};
+
+// Work for the loopback QP (an RC QP of this endpoint connected to itself,
+// as NCCL's flush QP): the NIC, not the CPU, moves bytes into a receive
+// posted in device memory.
+//  write: an eager payload, from registered host memory (its SRQ slot when
+//         the receive was waiting; a send slot holding the copy of an
+//         unexpected message's payload) to the receive's device
+//         registration (its rkey, iova = the buffer);
+//  flush: a 1-byte RDMA read of the received buffer into host memory,
+//         posted after the write (or after a rendezvous write's immediate
+//         arrived); a NIC answers it only once its earlier writes to that
+//         memory are visible (PCIe reads do not pass posted writes), so the
+//         receive completes on the read's completion.
+struct LoopItem {
+  Request* req = nullptr;
+  bool flush = false;
+  const char* src = nullptr;  // write: the payload in the SRQ slot (recv_slot >= 0)
+  std::vector<char> data;     // write: the payload of an unexpected message (copied to a send slot)
+  std::uint64_t len = 0;
+  int recv_slot = -1;
 };
 
 class Conn {
@@ -332,6 +359,13 @@ struct Ctx {
   std::vector<Conn*> liveness_who;
   std::uint64_t next_psn = 0;
 
+  // The loopback QP (verbs_data.cpp): made by the first irecv into device
+  // memory; after an error completion it is remade once drained.
+  std::unique_ptr<Conn> loop;
+  std::deque<LoopItem> loop_out;  // waiting for room in its send queue or a send slot
+  char flush_byte[64] = {};       // where flush reads land (registered: flush_mr)
+  ibv_mr* flush_mr = nullptr;
+
   std::uint64_t now_ns() const { return host->clock_ns(host->host_ctx); }
   void log(wia_log_level_t level, const char* fmt, ...) const __attribute__((format(printf, 3, 4)));
   wia_status_t fail(wia_status_t status, const char* fmt, ...) const
@@ -369,10 +403,17 @@ struct Ctx {
   void fail_conn(Conn* c, const std::string& why);
   void release(Request* r);  // frees once both the core and the device are done
   void flush_out(Conn* c);
+  std::uint32_t alloc_op();  // a free index of ops_ (a send WR's wr_id)
   wia_status_t post_recv_slot(std::uint32_t slot);
   void on_recv(const ibv_wc& wc);
   void on_send(const ibv_wc& wc);
-  void on_message(Conn* c, const MsgHeader& h, const char* payload);
+  void on_loop_done(const SendOp& op, const ibv_wc& wc);
+  bool on_message(Conn* c, const MsgHeader& h, const char* payload, std::uint32_t slot);
+  wia_status_t open_loopback();
+  void close_loopback();
+  void land(Request* r, LoopItem item);  // write (if any) + flush on the loopback QP
+  void flush_loop();
+  void fail_loop_items(const std::string& why);
   void deliver(Request* r, Unexpected& u);
   void finish(Request* r, wia_status_t status, std::string error = {});
 };

@@ -185,6 +185,44 @@ wia_status_t Ctx::qp_connect(Conn* c, const QpInfo& r) {
   return WIA_SUCCESS;
 }
 
+// The loopback QP: an RC QP of this endpoint connected to itself (its own
+// QPN, LID and GID, as NCCL's flush QP), on the endpoint's CQ and SRQ. It
+// only posts RDMA writes without immediate and RDMA reads, which consume no
+// receive. Made at the first irecv into device memory; a failed one is
+// remade once its WRs have completed (flush_loop), so a call while it
+// drains succeeds and the work waits.
+wia_status_t Ctx::open_loopback() {
+  if (loop != nullptr && (!loop->failed || loop->sq_used > 0)) return WIA_SUCCESS;
+  close_loopback();
+  auto c = std::make_unique<Conn>();
+  wia_status_t st = qp_create(c.get());
+  if (st == WIA_SUCCESS) st = qp_connect(c.get(), c->local);
+  if (st != WIA_SUCCESS) {
+    if (c->qp != nullptr) {
+      by_qpn.erase(c->local.qpn);
+      lib.destroy_qp(c->qp);
+    }
+    return st;
+  }
+  char text[80];
+  std::snprintf(text, sizeof text, "itself (loopback QP 0x%06x)", c->local.qpn);
+  c->peer = text;
+  log(WIA_LOG_DEBUG, "verbs: %s: loopback QP 0x%06x for device-memory receives", dev_name.c_str(),
+      c->local.qpn);
+  loop = std::move(c);
+  return WIA_SUCCESS;
+}
+
+// Only when none of its WRs is outstanding (or at fini: nothing polls again).
+void Ctx::close_loopback() {
+  if (loop == nullptr) return;
+  if (loop->qp != nullptr) {
+    by_qpn.erase(loop->local.qpn);
+    lib.destroy_qp(loop->qp);
+  }
+  loop.reset();
+}
+
 wia_status_t Ctx::connect(const void* handle, std::uint64_t cookie, Conn** conn) {
   Conn* c = *conn;
   if (c == nullptr) {

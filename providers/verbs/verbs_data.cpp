@@ -75,28 +75,6 @@ void Ctx::release(Request* r) {
   delete r;
 }
 
-namespace {
-
-// An eager message matched a receive into device memory: its payload sits
-// in a host slot and the provider never copies into device memory with the
-// CPU, so the receive fails (the message is consumed). Returns true then.
-bool refuse_eager_into_device(Ctx& ctx, Request* r, std::uint64_t size, std::uint64_t tag) {
-  if (r->device_mr == nullptr || size == 0) return false;
-  char what[64];
-  std::snprintf(what, sizeof what, " (tag 0x%" PRIx64 ")", tag);
-  ctx.finish(r, WIA_ERROR_NOT_SUPPORTED,
-             "verbs: an eager message of " + size_text(size) + what + " from peer " +
-                 r->conn->peer + " on " + ctx.dev_name +
-                 " cannot be received into device memory: the provider does not copy into "
-                 "device memory with the CPU, and only messages over " +
-                 size_text(kEagerMax) +
-                 " or sent from a device-memory registration arrive by RDMA write; stage this "
-                 "receive through host memory");
-  return true;
-}
-
-}  // namespace
-
 wia_status_t Ctx::post_recv_slot(std::uint32_t slot) {
   ibv_sge sge{};
   sge.addr = reinterpret_cast<std::uintptr_t>(recv_slab.get() + std::size_t{slot} * kSlotSize);
@@ -123,7 +101,8 @@ void Ctx::fail_conn(Conn* c, const std::string& why) {
   // A peer that finished first and closed is no news unless the core
   // still waits for something on this connection.
   log(c->requests.empty() ? WIA_LOG_DEBUG : WIA_LOG_WARN, "%s", c->failure.c_str());
-  for (Request* r : c->requests) finish(r, WIA_ERROR_REMOTE, c->failure);
+  for (Request* r : c->requests)
+    if (!r->landing) finish(r, WIA_ERROR_REMOTE, c->failure);  // its data is here already
   c->out.clear();
   c->posted.clear();
   c->rndv_sends.clear();
@@ -136,6 +115,16 @@ void Ctx::fail_conn(Conn* c, const std::string& why) {
     lib.modify_qp(c->qp, &at, IBV_QP_STATE);
   }
   if (c->fd >= 0) ::shutdown(c->fd, SHUT_RDWR);
+}
+
+std::uint32_t Ctx::alloc_op() {
+  if (free_ops_.empty()) {
+    ops_.emplace_back();
+    return static_cast<std::uint32_t>(ops_.size() - 1);
+  }
+  const std::uint32_t i = free_ops_.back();
+  free_ops_.pop_back();
+  return i;
 }
 
 // Posts queued sends while the QP has room and slots are free.
@@ -151,14 +140,7 @@ void Ctx::flush_out(Conn* c) {
       slot = free_send_slots.back();
       free_send_slots.pop_back();
     }
-    std::uint32_t op_index;
-    if (!free_ops_.empty()) {
-      op_index = free_ops_.back();
-      free_ops_.pop_back();
-    } else {
-      op_index = static_cast<std::uint32_t>(ops_.size());
-      ops_.emplace_back();
-    }
+    const std::uint32_t op_index = alloc_op();
     ibv_sge sge{};
     ibv_send_wr wr{};
     char inline_buf[kMaxInline + sizeof(MsgHeader)];
@@ -319,7 +301,6 @@ wia_status_t Ctx::rma(Conn* c, bool put, char* local, std::uint64_t size, MrHand
 // receive is too small (then nothing is written and the receive fails).
 void Ctx::deliver(Request* r, Unexpected& u) {
   if (!u.rts) {
-    if (refuse_eager_into_device(*this, r, u.size, u.tag)) return;
     if (u.size > r->capacity) {
       char tag_text[40];  // the tag in hex, as "0x" promises (it was printed in decimal)
       std::snprintf(tag_text, sizeof tag_text, " (tag 0x%" PRIx64 ")", u.tag);
@@ -328,8 +309,15 @@ void Ctx::deliver(Request* r, Unexpected& u) {
                  " does not fit the " + size_text(r->capacity) + " receive");
       return;
     }
-    if (u.size > 0) std::memcpy(r->buf, u.data.data(), u.size);
     r->size = u.size;
+    if (r->device_mr != nullptr && u.size > 0) {  // the NIC copies it in (loopback write)
+      LoopItem w;
+      w.data = std::move(u.data);
+      w.len = u.size;
+      land(r, std::move(w));
+      return;
+    }
+    if (u.size > 0) std::memcpy(r->buf, u.data.data(), u.size);
     finish(r, WIA_SUCCESS);
     return;
   }
@@ -380,6 +368,12 @@ wia_status_t Ctx::irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t ta
                 "(0x%" PRIxPTR " + %s) does not cover it",
                 size_text(size).c_str(), static_cast<void*>(buf), c->peer.c_str(), device->base,
                 size_text(device->len).c_str());
+  // Device memory is filled only by the NIC: an eager message is written
+  // into it on the loopback QP, and every receive is flushed on it.
+  if (device != nullptr) {
+    const wia_status_t st = open_loopback();
+    if (st != WIA_SUCCESS) return st;
+  }
   progress();
   auto make = [&] {
     auto* r = new Request;
@@ -413,7 +407,10 @@ wia_status_t Ctx::irecv(Conn* c, char* buf, std::uint64_t size, std::uint64_t ta
   return WIA_SUCCESS;
 }
 
-void Ctx::on_message(Conn* c, const MsgHeader& h, const char* payload) {
+// Returns true when it keeps the SRQ slot `slot` that holds `payload` (an
+// eager message being written into device memory from it); the loopback
+// write's completion reposts it.
+bool Ctx::on_message(Conn* c, const MsgHeader& h, const char* payload, std::uint32_t slot) {
   switch (h.kind) {
     case Kind::eager:
     case Kind::rts: {
@@ -426,35 +423,42 @@ void Ctx::on_message(Conn* c, const MsgHeader& h, const char* payload) {
         if ((*it)->tag != h.tag) continue;
         Request* r = *it;
         c->posted.erase(it);
-        if (!u.rts && refuse_eager_into_device(*this, r, h.size, h.tag)) return;
         if (!u.rts && h.size <= r->capacity) {  // straight from the slot
-          if (h.size > 0) std::memcpy(r->buf, payload, h.size);
           r->size = h.size;
+          if (r->device_mr != nullptr && h.size > 0) {  // by the NIC: loopback write
+            LoopItem w;
+            w.src = payload;
+            w.len = h.size;
+            w.recv_slot = static_cast<int>(slot);
+            land(r, std::move(w));
+            return true;
+          }
+          if (h.size > 0) std::memcpy(r->buf, payload, h.size);
           finish(r, WIA_SUCCESS);
         } else {
           deliver(r, u);
         }
-        return;
+        return false;
       }
       if (!u.rts) u.data.assign(payload, payload + h.size);
       c->unexpected.push_back(std::move(u));
-      return;
+      return false;
     }
     case Kind::cts:
     case Kind::cts_truncated: {
       auto it = c->rndv_sends.find(h.sender_id);
-      if (it == c->rndv_sends.end()) return;
+      if (it == c->rndv_sends.end()) return false;
       Request* r = it->second;
       c->rndv_sends.erase(it);
       if (h.kind == Kind::cts_truncated) {  // the receiver dropped it: the send is over
         finish(r, WIA_SUCCESS);
-        return;
+        return false;
       }
       if (r->mr == nullptr) {
         MrEntry* e = nullptr;
         if (reg(r->buf, r->size, &e) != WIA_SUCCESS) {
           fail_conn(c, "cannot register the source of a large send: " + reg_error);
-          return;
+          return false;
         }
         r->mr = e;
       }
@@ -466,14 +470,16 @@ void Ctx::on_message(Conn* c, const MsgHeader& h, const char* payload) {
       w.imm = h.recv_id;
       c->out.push_back(w);
       flush_out(c);
-      return;
+      return false;
     }
   }
   fail_conn(c, "a message of unknown kind " + std::to_string(static_cast<int>(h.kind)));
+  return false;
 }
 
 void Ctx::on_recv(const ibv_wc& wc) {
   const auto slot = static_cast<std::uint32_t>(wc.wr_id & ~kRecvBit);
+  bool kept = false;  // by a loopback write into device memory
   auto found = by_qpn.find(wc.qp_num);
   Conn* c = found != by_qpn.end() ? found->second : nullptr;
   if (wc.status != IBV_WC_SUCCESS) {
@@ -483,7 +489,10 @@ void Ctx::on_recv(const ibv_wc& wc) {
     if (it != c->rndv_recvs.end()) {
       Request* r = it->second;
       c->rndv_recvs.erase(it);
-      finish(r, WIA_SUCCESS);
+      if (r->device_mr != nullptr && r->size > 0)
+        land(r, LoopItem{});  // flushed before it completes
+      else
+        finish(r, WIA_SUCCESS);
     }
   } else if (c != nullptr && wc.opcode == IBV_WC_RECV) {
     const char* p = recv_slab.get() + std::size_t{slot} * kSlotSize;
@@ -493,9 +502,9 @@ void Ctx::on_recv(const ibv_wc& wc) {
         (h.kind == Kind::eager && h.size != wc.byte_len - sizeof h))
       fail_conn(c, "a malformed message of " + std::to_string(wc.byte_len) + " bytes");
     else
-      on_message(c, h, p + sizeof h);
+      kept = on_message(c, h, p + sizeof h, slot);
   }
-  if (slot < kRecvSlots) post_recv_slot(slot);
+  if (slot < kRecvSlots && !kept) post_recv_slot(slot);
 }
 
 void Ctx::on_send(const ibv_wc& wc) {
@@ -506,6 +515,10 @@ void Ctx::on_send(const ibv_wc& wc) {
   ops_[index] = SendOp{};
   free_ops_.push_back(index);
   if (op.slot >= 0) free_send_slots.push_back(op.slot);
+  if (op.loopback) {
+    on_loop_done(op, wc);
+    return;
+  }
   Conn* c = op.conn;
   if (c->sq_used > 0) --c->sq_used;
   if (op.req != nullptr) --op.req->in_flight;
@@ -517,6 +530,164 @@ void Ctx::on_send(const ibv_wc& wc) {
   }
   if (op.req != nullptr) release(op.req);
   if (!c->failed) flush_out(c);
+  if (op.slot >= 0 && !loop_out.empty()) flush_loop();  // a send slot came back
+}
+
+// --- the loopback QP: eager messages into device memory, and flushes -------------------
+
+// A receive into device memory whose data is here (an eager payload in host
+// memory) or has been written (a rendezvous write's immediate arrived): the
+// NIC writes the payload in and then reads one byte back (the flush), and
+// the receive completes on that read's completion. The CPU never touches
+// device memory. Queued items count in the request's in_flight, so it
+// outlives them.
+void Ctx::land(Request* r, LoopItem item) {
+  r->landing = true;
+  if (item.len > 0) {
+    item.req = r;
+    item.flush = false;
+    ++r->in_flight;
+    loop_out.push_back(std::move(item));
+  }
+  LoopItem flush;
+  flush.req = r;
+  flush.flush = true;
+  ++r->in_flight;
+  loop_out.push_back(std::move(flush));
+  flush_loop();
+}
+
+void Ctx::fail_loop_items(const std::string& why) {
+  while (!loop_out.empty()) {
+    LoopItem it = std::move(loop_out.front());
+    loop_out.pop_front();
+    if (it.recv_slot >= 0) post_recv_slot(static_cast<std::uint32_t>(it.recv_slot));
+    finish(it.req, WIA_ERROR_IO, why);
+    --it.req->in_flight;
+    release(it.req);
+  }
+}
+
+namespace {
+
+std::string landing_text(const Ctx& ctx, const Request* r) {
+  return "verbs: a message of " + size_text(r->size) + " from peer " +
+         (r->conn != nullptr ? r->conn->peer : std::string("(connection closed)")) +
+         " could not be placed in device memory on " + ctx.dev_name + ": ";
+}
+
+}  // namespace
+
+// Posts queued loopback work in order while its send queue has room (and,
+// for an unexpected message's payload, a send slot is free). A loopback QP
+// that failed is remade once its outstanding WRs have completed.
+void Ctx::flush_loop() {
+  while (!loop_out.empty()) {
+    if (loop == nullptr || loop->failed) {
+      if (loop != nullptr && loop->sq_used > 0) return;  // on_loop_done comes back here
+      const std::string before = loop != nullptr ? loop->failure : std::string();
+      if (open_loopback() != WIA_SUCCESS) {
+        fail_loop_items("verbs: the loopback QP on " + dev_name +
+                        " (which places eager messages in device memory and flushes receives "
+                        "into it) could not be made" +
+                        (before.empty() ? std::string() : " again after " + before));
+        return;
+      }
+    }
+    if (loop->sq_used >= kMaxSendWr) return;
+    LoopItem& it = loop_out.front();
+    Request* r = it.req;
+    if (r->state != Request::State::pending || r->device_mr == nullptr) {  // failed meanwhile
+      if (it.recv_slot >= 0) post_recv_slot(static_cast<std::uint32_t>(it.recv_slot));
+      loop_out.pop_front();
+      --r->in_flight;
+      release(r);
+      continue;
+    }
+    int slot = -1;
+    ibv_sge sge{};
+    ibv_send_wr wr{};
+    if (it.flush) {
+      sge.addr = reinterpret_cast<std::uintptr_t>(flush_byte);
+      sge.length = 1;
+      sge.lkey = flush_mr->lkey;
+      wr.opcode = IBV_WR_RDMA_READ;
+    } else if (it.recv_slot >= 0) {  // straight from the SRQ slot it arrived in
+      sge.addr = reinterpret_cast<std::uintptr_t>(it.src);
+      sge.length = static_cast<std::uint32_t>(it.len);
+      sge.lkey = recv_mr->lkey;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+    } else {  // an unexpected message's payload: into a registered send slot first
+      if (free_send_slots.empty()) return;  // on_send comes back here
+      slot = free_send_slots.back();
+      free_send_slots.pop_back();
+      char* to = send_slab.get() + std::size_t{static_cast<std::uint32_t>(slot)} * kSlotSize;
+      std::memcpy(to, it.data.data(), it.len);
+      sge.addr = reinterpret_cast<std::uintptr_t>(to);
+      sge.length = static_cast<std::uint32_t>(it.len);
+      sge.lkey = send_mr->lkey;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+    }
+    // The receive's own registration: iova = the device pointer.
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(r->buf);
+    wr.wr.rdma.rkey = r->device_mr->mr->rkey;
+    const std::uint32_t op_index = alloc_op();
+    wr.wr_id = op_index;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    const int rc = ibv_post_send(loop->qp, &wr, &bad);
+    if (rc != 0) {
+      if (slot >= 0) free_send_slots.push_back(slot);
+      free_ops_.push_back(op_index);
+      loop->failed = true;
+      loop->failure = "ibv_post_send on the loopback QP: " + errno_text(rc);
+      if (it.recv_slot >= 0) post_recv_slot(static_cast<std::uint32_t>(it.recv_slot));
+      finish(r, WIA_ERROR_IO, landing_text(*this, r) + loop->failure);
+      loop_out.pop_front();
+      --r->in_flight;
+      release(r);
+      continue;
+    }
+    SendOp op;
+    op.conn = loop.get();
+    op.req = r;
+    op.slot = slot;
+    op.completes_req = it.flush;
+    op.what = it.flush ? "flush (RDMA read)" : "RDMA write";
+    op.loopback = true;
+    op.recv_slot = it.recv_slot;
+    ops_[op_index] = op;
+    ++loop->sq_used;
+    loop_out.pop_front();
+  }
+}
+
+// A loopback WR completed (its send slot is already back): the SRQ slot the
+// payload came from is reposted; the flush's completion ends the receive.
+void Ctx::on_loop_done(const SendOp& op, const ibv_wc& wc) {
+  Conn* lc = op.conn;
+  if (lc->sq_used > 0) --lc->sq_used;
+  if (op.recv_slot >= 0) post_recv_slot(static_cast<std::uint32_t>(op.recv_slot));
+  Request* r = op.req;
+  --r->in_flight;
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (!lc->failed) {
+      lc->failed = true;
+      lc->failure = std::string(op.what) + " completion error: " + wc_text(lib, wc);
+      log(WIA_LOG_WARN, "verbs: the loopback QP on %s failed: %s", dev_name.c_str(),
+          lc->failure.c_str());
+    }
+    finish(r, WIA_ERROR_IO,
+           landing_text(*this, r) + "the loopback QP's " + op.what +
+               " completion error: " + wc_text(lib, wc));
+  } else if (op.completes_req) {
+    finish(r, WIA_SUCCESS);
+  }
+  release(r);
+  if (lc->failed && lc->sq_used == 0) close_loopback();  // remade by the next need
+  flush_loop();
 }
 
 bool Ctx::progress() {

@@ -14,6 +14,10 @@
 //    QP's inline size) and are matched by tag on arrival; larger ones by
 //    rendezvous: RTS, CTS with the receive buffer's rkey, one RDMA write
 //    with immediate (verbs_data.cpp).
+//  - Device memory (dma-buf registrations) is never touched by the CPU:
+//    an eager message for a device receive is written in by the NIC on a
+//    loopback QP (connected to itself), which also flushes every device
+//    receive with a 1-byte RDMA read before it completes.
 //  - No threads: progress is driven from isend/irecv/test/wait_fds.
 #include <wia/provider.h>
 

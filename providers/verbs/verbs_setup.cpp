@@ -171,7 +171,9 @@ wia_status_t Ctx::open_device() {
       lib.reg_mr(pd, recv_slab.get(), std::size_t{kRecvSlots} * kSlotSize, IBV_ACCESS_LOCAL_WRITE);
   send_mr =
       lib.reg_mr(pd, send_slab.get(), std::size_t{kSendSlots} * kSlotSize, IBV_ACCESS_LOCAL_WRITE);
-  if (recv_mr == nullptr || send_mr == nullptr)
+  // Where the loopback QP's flush reads land (verbs_data.cpp).
+  flush_mr = lib.reg_mr(pd, flush_byte, sizeof flush_byte, IBV_ACCESS_LOCAL_WRITE);
+  if (recv_mr == nullptr || send_mr == nullptr || flush_mr == nullptr)
     return fail(WIA_ERROR_UNAVAILABLE, "verbs: %s: cannot register %s of slots: %s",
                 dev_name.c_str(),
                 size_text(std::uint64_t{kRecvSlots + kSendSlots} * kSlotSize).c_str(),
@@ -199,6 +201,10 @@ wia_status_t Ctx::open_device() {
 }
 
 void Ctx::close_device() {
+  close_loopback();
+  loop_out.clear();
+  if (flush_mr != nullptr) lib.dereg_mr(flush_mr);
+  flush_mr = nullptr;
   for (auto& [key, e] : cache) {
     lib.dereg_mr(e->mr);
     delete e;

@@ -155,6 +155,8 @@ std::atomic<std::uint64_t> g_reg_mr_calls{0};
 std::atomic<std::uint64_t> g_reg_dmabuf_mr_calls{0};
 std::atomic<std::int64_t> g_dmabuf_mrs_live{0};  // registered by dma-buf, not yet deregistered
 std::atomic<std::uint32_t> g_context_seq{0};
+// WRs posted on QPs connected to themselves (their own QPN and GID), by opcode.
+std::atomic<std::uint64_t> g_self_qp_wrs[IBV_WR_RDMA_READ + 1] = {};
 ibv_device g_device{};
 ibv_device* g_list[2] = {&g_device, nullptr};
 
@@ -574,6 +576,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     }
     ++q->posted;
     const long n = static_cast<long>(q->posted);
+    if (q->dest_qpn == q->qp.qp_num && std::memcmp(q->dgid.raw, c->gid.raw, 16) == 0)
+      g_self_qp_wrs[wr->opcode].fetch_add(1);
     if (q->state == IBV_QPS_ERR) {
       complete_send(q, u, q->next_error);
       q->next_error = IBV_WC_WR_FLUSH_ERR;
@@ -964,5 +968,10 @@ FAKE_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
 FAKE_EXPORT std::uint64_t fake_ibv_reg_mr_calls() { return g_reg_mr_calls.load(); }
 // And how many ibv_reg_dmabuf_mr calls (not counted above).
 FAKE_EXPORT std::uint64_t fake_ibv_reg_dmabuf_mr_calls() { return g_reg_dmabuf_mr_calls.load(); }
+// How many WRs of `opcode` (ibv_wr_opcode, up to IBV_WR_RDMA_READ) this process
+// posted on QPs connected to themselves (a loopback QP).
+FAKE_EXPORT std::uint64_t fake_ibv_self_qp_wrs(int opcode) {
+  return opcode >= 0 && opcode <= IBV_WR_RDMA_READ ? g_self_qp_wrs[opcode].load() : 0;
+}
 // And how many of those are still registered (not yet ibv_dereg_mr'd).
 FAKE_EXPORT std::int64_t fake_ibv_dmabuf_mrs_live() { return g_dmabuf_mrs_live.load(); }

@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <infiniband/verbs.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -601,17 +602,23 @@ void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size,
     rbuf = rdev->dev + offset;
   }
   wia_request_t rr = nullptr, sr = nullptr;
-  if (send_first) {  // the RTS waits as an unexpected message
+  bool send_done = false;
+  if (send_first) {  // the RTS or the eager message waits as an unexpected message
     REQUIRE_MESSAGE(p.t->isend(p.ctx, a, sbuf, size, tag, smr, &sr) == WIA_SUCCESS, g_host->error);
-    int32_t done = 0;
-    for (int i = 0; i < 100; ++i) REQUIRE(p.t->test(p.ctx, sr, &done, nullptr) == WIA_SUCCESS);
-    REQUIRE(done == 0);  // a rendezvous send cannot end before its receive
+    if (sdev != nullptr || size > kEagerMax) {
+      int32_t done = 0;
+      for (int i = 0; i < 100; ++i) REQUIRE(p.t->test(p.ctx, sr, &done, nullptr) == WIA_SUCCESS);
+      REQUIRE(done == 0);  // a rendezvous send cannot end before its receive
+    } else {               // an eager send ends once the receiving side has the message
+      REQUIRE_MESSAGE(wait(p, sr) == WIA_SUCCESS, "send: " << g_host->error);
+      send_done = true;
+    }
   }
   REQUIRE_MESSAGE(p.t->irecv(p.ctx, b, rbuf, size, tag, rmr, &rr) == WIA_SUCCESS, g_host->error);
   if (!send_first)
     REQUIRE_MESSAGE(p.t->isend(p.ctx, a, sbuf, size, tag, smr, &sr) == WIA_SUCCESS, g_host->error);
   std::uint64_t got = 0;
-  REQUIRE_MESSAGE(wait(p, sr) == WIA_SUCCESS, "send: " << g_host->error);
+  if (!send_done) REQUIRE_MESSAGE(wait(p, sr) == WIA_SUCCESS, "send: " << g_host->error);
   REQUIRE_MESSAGE(wait(p, rr, &got) == WIA_SUCCESS, "receive: " << g_host->error);
   CHECK(got == size);
   const char* landed = rdev != nullptr ? rdev->view + offset : host_dst.data();
@@ -622,6 +629,18 @@ void device_message(Provider& p, wia_conn_t a, wia_conn_t b, std::uint64_t size,
         FAIL("device byte " << i << " outside the " << size << " B message at offset " << offset
                             << " was written");
   }
+}
+
+// WRs of `opcode` this process posted on QPs connected to themselves (the
+// provider's loopback QP), counted by the double.
+std::uint64_t self_qp_wrs(ibv_wr_opcode opcode) {
+  void* lib = dlopen(WIA_FAKE_IBVERBS_FILE, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE_MESSAGE(lib != nullptr, "the double is not loaded");
+  void* sym = dlsym(lib, "fake_ibv_self_qp_wrs");
+  REQUIRE(sym != nullptr);
+  const std::uint64_t n = reinterpret_cast<std::uint64_t (*)(int)>(sym)(opcode);
+  dlclose(lib);
+  return n;
 }
 
 // The endpoint claims host memory only: no device-memory or dma-buf flag.
@@ -681,26 +700,72 @@ TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU ne
   device_message(p, a, b, 100, tag++, &sdev, smr, &rdev, rmr, kOffset, true);
   device_message(p, a, b, kEagerMax + 1, tag++, nullptr, nullptr, &rdev, rmr, kOffset, true);
 
-  // A small host message into device memory would need a CPU copy: that
-  // receive fails, naming the peer and what to do; the connection stays up.
+  // A small message from host memory arrives eagerly, in an SRQ slot: the
+  // NIC writes it into the device receive from there (an RDMA write on the
+  // provider's loopback QP, a QP connected to itself), then reads one byte
+  // back (the flush) before the receive completes. The CPU never touches the
+  // device buffer (PROT_NONE). At the region's start and at an odd offset
+  // inside it; with the receive posted first (written from the SRQ slot)
+  // and after the message waited as unexpected (from a send slot).
+  const std::uint64_t writes0 = self_qp_wrs(IBV_WR_RDMA_WRITE);
+  const std::uint64_t reads0 = self_qp_wrs(IBV_WR_RDMA_READ);
+  std::uint64_t eager_into_device = 0;
+  for (std::size_t offset : {kOffset, kOffset + 4093})
+    for (bool send_first : {false, true})
+      for (std::uint64_t size : {std::uint64_t{1}, std::uint64_t{100}, kEagerMax}) {
+        device_message(p, a, b, size, tag++, nullptr, nullptr, &rdev, rmr, offset, send_first);
+        ++eager_into_device;
+      }
+  CHECK(self_qp_wrs(IBV_WR_RDMA_WRITE) - writes0 == eager_into_device);
+  CHECK(self_qp_wrs(IBV_WR_RDMA_READ) - reads0 == eager_into_device);
+  // A rendezvous into device memory is flushed too (one read, no write);
+  // zero bytes and host receives need neither.
   {
+    const std::uint64_t w = self_qp_wrs(IBV_WR_RDMA_WRITE), r = self_qp_wrs(IBV_WR_RDMA_READ);
+    device_message(p, a, b, kEagerMax + 1, tag++, nullptr, nullptr, &rdev, rmr, kOffset);
+    device_message(p, a, b, 0, tag++, nullptr, nullptr, &rdev, rmr, kOffset);
+    device_message(p, a, b, 100, tag++, &sdev, smr, nullptr, nullptr, kOffset);
+    CHECK(self_qp_wrs(IBV_WR_RDMA_WRITE) == w);
+    CHECK(self_qp_wrs(IBV_WR_RDMA_READ) - r == 1);
+  }
+  // An eager message larger than its device receive fails it, nothing written.
+  {
+    std::memset(rdev.view, 0x5a, rdev.len);
     std::vector<char> small = pattern(100, 9);
     wia_request_t rr = nullptr, sr = nullptr;
-    REQUIRE(p.t->irecv(p.ctx, b, rdev.dev + kOffset, 100, 77, rmr, &rr) == WIA_SUCCESS);
+    REQUIRE(p.t->irecv(p.ctx, b, rdev.dev + kOffset, 50, 77, rmr, &rr) == WIA_SUCCESS);
     REQUIRE(p.t->isend(p.ctx, a, small.data(), 100, 77, nullptr, &sr) == WIA_SUCCESS);
     CHECK(wait(p, sr) == WIA_SUCCESS);
-    CHECK(wait(p, rr) == WIA_ERROR_NOT_SUPPORTED);
-    CHECK_MESSAGE(h.error.find("cannot be received into device memory") != std::string::npos,
-                  h.error);
-    CHECK_MESSAGE(h.error.find("from peer host") != std::string::npos, h.error);
-    device_message(p, a, b, 64, tag++, &sdev, smr, &rdev, rmr, kOffset);
-    // Also when the eager message came first and waited as unexpected.
-    REQUIRE(p.t->isend(p.ctx, a, small.data(), 100, 78, nullptr, &sr) == WIA_SUCCESS);
-    CHECK(wait(p, sr) == WIA_SUCCESS);
-    REQUIRE(p.t->irecv(p.ctx, b, rdev.dev + kOffset, 100, 78, rmr, &rr) == WIA_SUCCESS);
-    CHECK(wait(p, rr) == WIA_ERROR_NOT_SUPPORTED);
-    CHECK_MESSAGE(h.error.find("cannot be received into device memory") != std::string::npos,
-                  h.error);
+    CHECK(wait(p, rr) == WIA_ERROR_REMOTE);
+    CHECK_MESSAGE(h.error.find("does not fit the 50 B receive") != std::string::npos, h.error);
+    for (std::size_t i = 0; i < rdev.len; ++i)
+      if (rdev.view[i] != 0x5a) FAIL("device byte " << i << " written by a refused message");
+  }
+  // More eager messages than the SRQ has slots (512) and the loopback QP
+  // send WRs (128), all into device receives posted first: slots wait in
+  // the loopback's queue, the SRQ drains and refills, every one lands.
+  {
+    constexpr int kMany = 600;
+    constexpr std::size_t kEach = 64;
+    std::memset(rdev.view, 0x5a, rdev.len);
+    std::vector<wia_request_t> rr(kMany), sr(kMany);
+    std::vector<std::vector<char>> src(kMany);
+    for (int i = 0; i < kMany; ++i)
+      REQUIRE(p.t->irecv(p.ctx, b, rdev.dev + kOffset + i * kEach, kEach, 1000 + i, rmr, &rr[i]) ==
+              WIA_SUCCESS);
+    for (int i = 0; i < kMany; ++i) {
+      src[i] = pattern(kEach, 3 * i + 1);
+      REQUIRE(p.t->isend(p.ctx, a, src[i].data(), kEach, 1000 + i, nullptr, &sr[i]) == WIA_SUCCESS);
+    }
+    for (int i = 0; i < kMany; ++i) REQUIRE_MESSAGE(wait(p, sr[i]) == WIA_SUCCESS, h.error);
+    for (int i = 0; i < kMany; ++i) {
+      std::uint64_t got = 0;
+      REQUIRE_MESSAGE(wait(p, rr[i], &got) == WIA_SUCCESS, "receive " << i << ": " << h.error);
+      CHECK(got == kEach);
+      CHECK(std::memcmp(rdev.view + kOffset + i * kEach, src[i].data(), kEach) == 0);
+    }
+    for (std::size_t i = kOffset + kMany * kEach; i < rdev.len; ++i)
+      if (rdev.view[i] != 0x5a) FAIL("device byte " << i << " past the messages was written");
   }
 
   // put into the peer's device region and get back into local device memory.
@@ -737,6 +802,41 @@ TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU ne
     CHECK_MESSAGE(h.error.find("Invalid argument") != std::string::npos, h.error);
   }
   CHECK(p.t->dereg_mr(p.ctx, smr) == WIA_SUCCESS);
+  CHECK(p.t->dereg_mr(p.ctx, rmr) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+}
+
+TEST_CASE("verbs: a loopback write the NIC refuses fails that device receive, not the connection") {
+  // This process refuses incoming RDMA writes: the loopback QP's write of an
+  // eager message into device memory completes with a remote access error.
+  Env env("FAKE_IBV_REMOTE_ACCESS_ERROR", "1");
+  Host h;
+  h.params["dmabuf"] = "true";
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  auto [a, b] = self_pair(p);
+  DeviceBuffer rdev(16384);
+  wia_mr_t rmr = nullptr;
+  REQUIRE_MESSAGE(rdev.reg(p, 0, rdev.len, &rmr) == WIA_SUCCESS, h.error);
+  const std::vector<char> small = pattern(100, 4);
+  for (int round = 0; round < 2; ++round) {  // the failed loopback QP is remade for the next
+    CAPTURE(round);
+    wia_request_t rr = nullptr, sr = nullptr;
+    REQUIRE(p.t->irecv(p.ctx, b, rdev.dev + 64, 100, 9, rmr, &rr) == WIA_SUCCESS);
+    REQUIRE(p.t->isend(p.ctx, a, small.data(), small.size(), 9, nullptr, &sr) == WIA_SUCCESS);
+    CHECK(wait(p, sr) == WIA_SUCCESS);
+    const wia_status_t st = wait(p, rr);
+    CHECK_MESSAGE(st == WIA_ERROR_IO, "the receive ended with " << st << ": " << h.error);
+    CHECK_MESSAGE(h.error.find("could not be placed in device memory") != std::string::npos,
+                  h.error);
+    CHECK_MESSAGE(h.error.find("IBV_WC_REM_ACCESS_ERR") != std::string::npos, h.error);
+    CHECK_MESSAGE(h.error.find("from peer host") != std::string::npos, h.error);
+    for (std::size_t i = 0; i < rdev.len; ++i)
+      if (rdev.view[i] != 0x5a) FAIL("device byte " << i << " was written");
+    // The connection is fine: host messages still flow.
+    roundtrip(p, a, b, 100, 10 + round);
+  }
   CHECK(p.t->dereg_mr(p.ctx, rmr) == WIA_SUCCESS);
   CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
   CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
