@@ -770,8 +770,14 @@ int run_compressed_sweep(const Options& o, Bench& bench, const std::vector<std::
   return 0;
 }
 
-// --profile-overhead: each size timed with profiling off and on, three
-// alternations, the fastest of each; the overhead is on / off - 1.
+// --profile-overhead: each size timed with profiling off and on,
+// alternating (15 rounds below 1 MiB, where a timing lasts milliseconds, 5
+// above; off then on, then on then off, ...). The overhead is the median
+// over rounds of on / off - 1, each round's two timings taken one right
+// after the other, so that a load that comes and goes on a shared machine
+// weighs on both alike; the
+// columns off and on are the fastest of each, and a comment line gives
+// their ratio and the rounds' range.
 int run_profile_overhead(const Options& o, Bench& bench, const std::vector<std::uint64_t>& sizes,
                          bool print) {
   if (!bench.distributed()) {
@@ -781,9 +787,11 @@ int run_profile_overhead(const Options& o, Bench& bench, const std::vector<std::
   }
   const std::size_t es = wia::kernels::dtype_size(o.dtype);
   if (print) {
-    std::printf("# wia-bench: %s with and without wia_enable_comm_profiling, ranks %d, "
-                "alternating 3 times, fastest of each\n",
-                op_name(o.op), bench.nranks());
+    std::printf(
+        "# wia-bench: %s with and without wia_enable_comm_profiling, ranks %d, "
+        "alternating (15 rounds below 1 MiB, 5 above); off, on: the fastest of each; "
+        "overhead: the median of the rounds' on / off - 1\n",
+        op_name(o.op), bench.nranks());
     std::printf("#%11s %12s %12s %12s %9s\n", "size(B)", "off(us)", "on(us)", "busbw-off", "overhead");
     std::fflush(stdout);
   }
@@ -794,17 +802,40 @@ int run_profile_overhead(const Options& o, Bench& bench, const std::vector<std::
     const int iters = o.iters > 0 ? o.iters
                                   : static_cast<int>(std::clamp<std::uint64_t>(
                                         (256ull << 20) / (count * es), 5, 2000));
+    const int rounds = bytes < (1u << 20) ? 15 : 5;
     double off = 1e30, on = 1e30;
-    for (int round = 0; round < 3; ++round) {
-      off = std::min(off, bench.time_us(count, false, iters));
-      CHECK_WIA(wia_enable_comm_profiling(bench.comm(), &all));
-      on = std::min(on, bench.time_us(count, false, iters));
-      CHECK_WIA(wia_disable_comm_profiling(bench.comm()));
-      CHECK_WIA(wia_reset_comm_profile(bench.comm()));
+    std::vector<double> ratios;
+    for (int round = 0; round < rounds; ++round) {
+      // Off first in even rounds, on first in odd ones: whatever the
+      // second timing of a pair gains or loses from the first is on both.
+      auto timed_on = [&] {
+        CHECK_WIA(wia_enable_comm_profiling(bench.comm(), &all));
+        const double us = bench.time_us(count, false, iters);
+        CHECK_WIA(wia_disable_comm_profiling(bench.comm()));
+        CHECK_WIA(wia_reset_comm_profile(bench.comm()));
+        return us;
+      };
+      double off_us = 0, on_us = 0;
+      if (round % 2 == 0) {
+        off_us = bench.time_us(count, false, iters);
+        on_us = timed_on();
+      } else {
+        on_us = timed_on();
+        off_us = bench.time_us(count, false, iters);
+      }
+      off = std::min(off, off_us);
+      on = std::min(on, on_us);
+      ratios.push_back(on_us / off_us - 1);
     }
+    std::sort(ratios.begin(), ratios.end());
+    const double median = rounds % 2
+                              ? ratios[ratios.size() / 2]
+                              : (ratios[ratios.size() / 2 - 1] + ratios[ratios.size() / 2]) / 2;
     if (print) {
       std::printf("%12llu %12.2f %12.2f %12.3f %8.2f%%\n", static_cast<unsigned long long>(bytes),
-                  off, on, static_cast<double>(bytes) / off / 1e3, (on / off - 1) * 100);
+                  off, on, static_cast<double>(bytes) / off / 1e3, median * 100);
+      std::printf("#%11s fastest on / fastest off - 1: %+.2f%%; rounds (%d): %+.2f%% .. %+.2f%%\n",
+                  "", (on / off - 1) * 100, rounds, ratios.front() * 100, ratios.back() * 100);
       std::fflush(stdout);
     }
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "common/thread_sanitizer.hpp"
@@ -14,10 +15,22 @@ namespace {
 // timed call.
 constexpr std::size_t kMaxIntervals = 1u << 20;
 
-// UnrecordedOnThisThread: this thread's flag, and how many threads have it
-// set, so that posting reads thread-local storage only while one does.
+// UnrecordedOnThisThread: this thread's flag (CommProfiler::
+// unrecorded_threads_ counts the threads that have it set, so that posting
+// reads thread-local storage only while one does).
 thread_local bool t_unrecorded = false;
-std::atomic<int> g_unrecorded_threads{0};
+
+// The kinds of operation numbered so far (CommProfiler::kind_id), for the
+// process: a name's number is the same on every communicator. Looked up by
+// the name's address first: every address seen so far (the same name
+// from several call sites has several) with its kind.
+std::mutex g_kinds_mu;
+std::array<std::atomic<const char*>, CommProfiler::kMaxKinds> g_kind_names{};
+std::atomic<std::uint32_t> g_kinds_used{0};
+constexpr std::size_t kMaxAddresses = 4 * CommProfiler::kMaxKinds;
+std::array<std::atomic<const char*>, kMaxAddresses> g_addresses{};
+std::array<std::atomic<std::uint32_t>, kMaxAddresses> g_address_kinds{};
+std::atomic<std::uint32_t> g_addresses_used{0};
 
 std::int64_t ns_of(CommProfiler::Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -26,14 +39,15 @@ std::int64_t ns_of(CommProfiler::Clock::time_point t) {
 
 CommProfiler::UnrecordedOnThisThread::UnrecordedOnThisThread() : was_(t_unrecorded) {
   t_unrecorded = true;
-  g_unrecorded_threads.fetch_add(1);
+  unrecorded_threads_.fetch_add(1);
 }
 CommProfiler::UnrecordedOnThisThread::~UnrecordedOnThisThread() {
   t_unrecorded = was_;
-  g_unrecorded_threads.fetch_sub(1);
+  unrecorded_threads_.fetch_sub(1);
 }
 
 CommProfiler::CommProfiler() {
+  ops_index_.fill(-1);
   if (const char* path = std::getenv("WIA_TRACE"); path != nullptr && *path != '\0') {
     trace_at_destroy_ = path;
     traced_always_ = true;
@@ -44,23 +58,32 @@ void CommProfiler::enable(const wia_comm_profiling_t& settings, std::uint32_t sa
   std::lock_guard lock(mu_);
   settings_ = settings;
   sample_every_.store(std::max<std::uint32_t>(1, sample_every), std::memory_order_relaxed);
+  // The next operation of each kind goes through posted(), which sets
+  // the gap for this sample_every.
+  for (Kind& k : kinds_) k.countdown.store(1, std::memory_order_relaxed);
+  // Off, no operation wrote its word: clear what finished while off left,
+  // so that an operation posted before enabling never meets a stale word.
+  if (!on_.load())
+    for (auto& w : ring_) w.store(0, std::memory_order_relaxed);
   on_.store(true);
 }
 
 void CommProfiler::reset() {
   std::lock_guard lock(mu_);
-  // Operations posted before now are not counted when they end
-  // (still_posted compares their epoch). The slots are not cleared: an
-  // operation posted between the bump and a clearing would be lost.
+  // An operation counts in the window it ends in. A timed one posted
+  // before now is counted but not timed when it ends (finished_timed
+  // compares its epoch): its start belongs to the old window. The ring is
+  // not cleared: an operation posted between the bump and a clearing
+  // would be lost.
   epoch_.fetch_add(1, std::memory_order_relaxed);
-  const std::uint32_t used = kinds_used_.load(std::memory_order_acquire);
-  for (std::uint32_t i = 0; i < used; ++i) {
-    Kind& k = kinds_[i];
+  for (Kind& k : kinds_) {
     k.count_at_reset = k.count.load(std::memory_order_relaxed);
     k.bytes_at_reset = k.bytes.load(std::memory_order_relaxed);
     k.posted.store(0, std::memory_order_relaxed);  // the first ones are timed again
-    k.next_timed.store(0, std::memory_order_relaxed);
+    k.countdown.store(1, std::memory_order_relaxed);
+    k.rng.store(0, std::memory_order_relaxed);  // and the same gaps as on the other ranks
   }
+  ops_index_.fill(-1);
   ops_.clear();
   intervals_.clear();
   trace_.clear();
@@ -69,154 +92,201 @@ void CommProfiler::reset() {
   last_end_ns_.store(0, std::memory_order_relaxed);
 }
 
-std::uint32_t CommProfiler::kind_of(const char* op) {
-  std::uint32_t used = kinds_used_.load(std::memory_order_acquire);
+std::uint32_t CommProfiler::kind_id(const char* op) {
+  std::uint32_t used = g_addresses_used.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < used; ++i)
-    if (kinds_[i].name.load(std::memory_order_relaxed) == op) return i;
-  std::lock_guard lock(mu_);  // a new kind: a handful per communicator
-  used = kinds_used_.load(std::memory_order_relaxed);
+    if (g_addresses[i].load(std::memory_order_relaxed) == op)
+      return g_address_kinds[i].load(std::memory_order_relaxed);
+  std::lock_guard lock(g_kinds_mu);  // a new address: a handful per process
+  used = g_addresses_used.load(std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < used; ++i)
-    if (kinds_[i].name.load(std::memory_order_relaxed) == op) return i;
-  if (used == kMaxKinds) return kMaxKinds;
-  kinds_[used].name.store(op, std::memory_order_relaxed);
-  kinds_used_.store(used + 1, std::memory_order_release);
-  return used;
+    if (g_addresses[i].load(std::memory_order_relaxed) == op)
+      return g_address_kinds[i].load(std::memory_order_relaxed);
+  std::uint32_t kind = 0;
+  const std::uint32_t kinds = g_kinds_used.load(std::memory_order_relaxed);
+  while (kind < kinds && std::strcmp(g_kind_names[kind].load(std::memory_order_relaxed), op) != 0)
+    ++kind;
+  if (kind == kMaxKinds) return kMaxKinds;
+  if (kind == kinds) {
+    g_kind_names[kind].store(op, std::memory_order_relaxed);
+    g_kinds_used.store(kind + 1, std::memory_order_release);
+  }
+  if (used < kMaxAddresses) {  // else looked up by name every time: still right
+    g_addresses[used].store(op, std::memory_order_relaxed);
+    g_address_kinds[used].store(kind, std::memory_order_relaxed);
+    g_addresses_used.store(used + 1, std::memory_order_release);
+  }
+  return kind;
 }
 
-CommProfiler::Timing CommProfiler::decide_timing(Kind& k) {
-  const std::uint64_t every = sample_every_.load(std::memory_order_relaxed);
-  if (every <= 1 || traced_always_) return Timing::kPrefix;
-  const std::uint64_t n = k.posted.load(std::memory_order_relaxed);
-  k.posted.store(n + 1, std::memory_order_relaxed);
-  if (n < kTimedFirst) return Timing::kPrefix;  // short windows stay whole
-  if (n < k.next_timed.load(std::memory_order_relaxed)) return Timing::kCounted;
-  // The next one after a random gap of 1 .. 2 every - 1 (mean `every`):
-  // a fixed stride would see only one size of a workload that repeats
-  // every `every` calls.
+const char* CommProfiler::kind_name(std::uint32_t kind) {
+  return kind < g_kinds_used.load(std::memory_order_acquire)
+             ? g_kind_names[kind].load(std::memory_order_relaxed)
+             : "";
+}
+
+std::uint32_t CommProfiler::next_gap(std::uint32_t kind, std::uint64_t every) {
+  // A random gap of 1 .. 2 every - 1 (mean `every`): a fixed stride would
+  // see only one size of a workload that repeats every `every` calls. The
+  // same gaps on every rank (seeded from the kind's name, again at each
+  // reset): ranks that post the same collectives in the same order time
+  // the same calls, so that a timed call's extra work delays a collective
+  // once, not once per rank that times it at a different call (the ranks
+  // of a small collective wait for each other), and the job-wide summary
+  // compares the same calls.
+  Kind& k = kinds_[kind];
   std::uint64_t x = k.rng.load(std::memory_order_relaxed);
-  if (x == 0) x = 0x9e3779b97f4a7c15ull ^ reinterpret_cast<std::uintptr_t>(&k);
+  if (x == 0) {
+    x = 0xcbf29ce484222325ull;  // FNV-1a of the name
+    for (const char* c = kind_name(kind); *c != '\0'; ++c)
+      x = (x ^ static_cast<unsigned char>(*c)) * 0x100000001b3ull;
+    if (x == 0) x = 0x9e3779b97f4a7c15ull;
+  }
   x ^= x << 13;
   x ^= x >> 7;
   x ^= x << 17;
   k.rng.store(x, std::memory_order_relaxed);
-  k.next_timed.store(n + 1 + x % (2 * every - 1), std::memory_order_relaxed);
-  return Timing::kSampled;
+  return static_cast<std::uint32_t>(1 + x % (2 * every - 1));
 }
 
-void CommProfiler::posted(std::uint64_t seq, const char* op, std::uint64_t bytes,
+void CommProfiler::store_details(Details& to, const Details& d) {
+  std::atomic_ref(to.bytes).store(d.bytes, std::memory_order_relaxed);
+  std::atomic_ref(to.posted_ns).store(d.posted_ns, std::memory_order_relaxed);
+  std::atomic_ref(to.busbw_factor).store(d.busbw_factor, std::memory_order_relaxed);
+  std::atomic_ref(to.algorithm).store(d.algorithm, std::memory_order_relaxed);
+  std::atomic_ref(to.transport).store(d.transport, std::memory_order_relaxed);
+  std::atomic_ref(to.epoch).store(d.epoch, std::memory_order_relaxed);
+  std::atomic_ref(to.prefix).store(d.prefix, std::memory_order_relaxed);
+  std::atomic_ref(to.peer).store(d.peer, std::memory_order_relaxed);
+  std::atomic_ref(to.dtype).store(d.dtype, std::memory_order_relaxed);
+}
+
+CommProfiler::Details CommProfiler::load_details(const Details& from) {
+  // atomic_ref of const T is C++26: the fields are only read here.
+  Details& f = const_cast<Details&>(from);
+  return Details{std::atomic_ref(f.bytes).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.posted_ns).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.busbw_factor).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.algorithm).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.transport).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.epoch).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.prefix).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.peer).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.dtype).load(std::memory_order_relaxed)};
+}
+
+void CommProfiler::posted(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
                           double busbw_factor, const char* algorithm, const char* transport,
                           std::int32_t peer, wia_datatype_t dtype) {
   if (!on()) return;
-  if (g_unrecorded_threads.load(std::memory_order_relaxed) != 0 && t_unrecorded)
-    return;  // finished() then finds no slot of this seq
-  const std::uint32_t kind = kind_of(op);
-  if (kind == kMaxKinds) return;
-  const Timing timing = decide_timing(kinds_[kind]);
-  const bool timed = timing != Timing::kCounted;
-  // The posting thread owns this slot until finished() reads it: no lock.
-  // Marked as being written first, so that a reader that raced with an
-  // operation 4096 later sees the change (seqlock).
-  Slot& slot = ring_[seq % kRing];
-  slot.seq_plus_one.store(0, std::memory_order_relaxed);
+  std::atomic<std::uint64_t>& word = ring_[seq % kRing];
+  if (kind >= kMaxKinds ||
+      (unrecorded_threads_.load(std::memory_order_relaxed) != 0 && t_unrecorded)) {
+    word.store(0, std::memory_order_relaxed);  // finished() finds no word of this seq
+    return;
+  }
+  Kind& k = kinds_[kind];
+  // The sampling decision: every one of the first kTimedFirst of the
+  // window (or every one at all), then one after each random gap. A call
+  // too large for the word's bytes field is timed too.
+  bool prefix = true;
+  const std::uint64_t every = sample_every_.load(std::memory_order_relaxed);
+  if (every > 1 && !traced_always_) {
+    const std::uint64_t n = k.posted.load(std::memory_order_relaxed);
+    k.posted.store(n + 1, std::memory_order_relaxed);
+    if (n + 1 >= kTimedFirst) {
+      const std::uint32_t left = k.countdown.load(std::memory_order_relaxed);
+      if (n >= kTimedFirst && left > 1 && bytes > kWordBytesMask) {
+        prefix = false;  // between two samples, timed for its size: the gap goes on
+      } else {
+        prefix = n < kTimedFirst;
+        k.countdown.store(next_gap(kind, every), std::memory_order_relaxed);
+      }
+    }
+  }
+  // Marked as being written first, so that a reader of the operation
+  // 4096 earlier that raced with this one sees the change (seqlock).
+  word.store(0, std::memory_order_relaxed);
 #if !WIA_THREAD_SANITIZER  // (no fences under TSan, common/thread_sanitizer.hpp)
   std::atomic_thread_fence(std::memory_order_release);
 #endif
-  slot.p = Pending{bytes, epoch_.load(std::memory_order_relaxed), static_cast<std::uint8_t>(kind),
-                   timed, timing == Timing::kPrefix};
-  if (timed)
-    details_[seq % kRing] =
-        Details{op, busbw_factor, Clock::now(), algorithm, transport, peer, dtype};
-  slot.seq_plus_one.store(seq + 1, std::memory_order_release);
+  store_details(details_[seq % kRing],
+                Details{bytes, ns_of(Clock::now()), busbw_factor, algorithm, transport,
+                        epoch_.load(std::memory_order_relaxed), prefix ? 1u : 0u, peer,
+                        static_cast<std::int32_t>(dtype)});
+  word.store(word_of(seq, kind, bytes, true), std::memory_order_release);
 }
 
-void CommProfiler::count(const Pending& p) {
-  // finished() is the only writer and its calls never overlap: plain
-  // stores, no read-modify-write.
-  Kind& k = kinds_[p.kind];
-  k.count.store(k.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  k.bytes.store(k.bytes.load(std::memory_order_relaxed) + p.bytes, std::memory_order_relaxed);
+void CommProfiler::note_end_before_timed() {
+  last_end_ns_.store(ns_of(Clock::now()), std::memory_order_relaxed);
 }
 
-void CommProfiler::note_end_if_next_timed(std::uint64_t seq) {
-  const Slot& next = ring_[(seq + 1) % kRing];
-  if (next.seq_plus_one.load(std::memory_order_acquire) == seq + 2 && next.p.timed)
-    last_end_ns_.store(ns_of(Clock::now()), std::memory_order_relaxed);
-}
-
-void CommProfiler::finished(std::uint64_t seq, const char* algorithm, const char* transport) {
+void CommProfiler::finished_timed(std::uint64_t seq, std::uint64_t word, const char* algorithm,
+                                  const char* transport) {
   if (!on()) return;
-  const Slot& slot = ring_[seq % kRing];
-  if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return;  // posted before
-  // Field by field, as posted() stored them: one 16-byte load of fields
-  // stored apart cannot be forwarded from the store buffer and stalls
-  // when the operation ends right after its posting.
-  const Pending p{slot.p.bytes, slot.p.epoch, slot.p.kind, slot.p.timed, slot.p.prefix};
-  if (p.timed) {
-    const Details d = details_[seq % kRing];
-    if (still_posted(slot, seq, p)) record_timed(p, d, Clock::now(), algorithm, transport);
-    return;
-  }
-  if (!still_posted(slot, seq, p)) return;
-  if (on_.load(std::memory_order_relaxed)) count(p);
-  note_end_if_next_timed(seq);
-}
-
-bool CommProfiler::still_posted(const Slot& slot, std::uint64_t seq, const Pending& p) const {
-  // Overwritten while read by an operation 4096 later: drop this one. The
-  // slot is not cleared: finished() is called once per operation.
+  const Details d = load_details(details_[seq % kRing]);
+  const Clock::time_point now = Clock::now();
+  // Overwritten while read by an operation 4096 later: drop this one.
 #if WIA_THREAD_SANITIZER  // an acquire load in place of the fence
-  if (slot.seq_plus_one.load(std::memory_order_acquire) != seq + 1) return false;
+  if (ring_[seq % kRing].load(std::memory_order_acquire) != word) return;
 #else
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (slot.seq_plus_one.load(std::memory_order_relaxed) != seq + 1) return false;
+  if (ring_[seq % kRing].load(std::memory_order_relaxed) != word) return;
 #endif
-  return p.epoch == epoch_.load(std::memory_order_relaxed);  // else posted before a reset
+  const auto kind = static_cast<std::uint32_t>((word >> kWordKindShift) & kWordKindMask);
+  if (d.epoch == epoch_.load(std::memory_order_relaxed)) {
+    record_timed(kind, d, now, algorithm, transport);
+  } else if (on_.load(std::memory_order_relaxed)) {
+    count(kind, d.bytes);  // posted before a reset: counted, as an untimed one, not timed
+  }
 }
 
-void CommProfiler::record_timed(const Pending& p, const Details& d, Clock::time_point now,
+CommProfiler::OpStats& CommProfiler::ops_entry(std::uint32_t kind) {
+  std::int16_t& i = ops_index_[kind];
+  if (i < 0) {
+    i = static_cast<std::int16_t>(ops_.size());
+    ops_.emplace_back();
+    ops_.back().name = kind_name(kind);
+  }
+  return ops_[static_cast<std::size_t>(i)];
+}
+
+void CommProfiler::record_timed(std::uint32_t kind, const Details& d, Clock::time_point now,
                                 const char* algorithm, const char* transport) {
   std::lock_guard lock(mu_);
   // Operations run one after another: one queued behind another starts
   // when that one ends, not when it was posted.
   const Clock::time_point last_end{std::chrono::nanoseconds(last_end_ns_.load())};
-  const auto start = std::max(d.posted, last_end);
+  const auto start = std::max(Clock::time_point{std::chrono::nanoseconds(d.posted_ns)}, last_end);
   last_end_ns_.store(ns_of(now), std::memory_order_relaxed);
   const char* const algo = d.algorithm != nullptr ? d.algorithm : algorithm;
   const char* const via = d.transport != nullptr ? d.transport : transport;
   if (trace_.size() < kMaxTraceEvents) {
     if (trace_.capacity() == 0) trace_.reserve(1024);
-    trace_.push_back({start, now, d.op, algo != nullptr ? algo : "", via != nullptr ? via : "",
-                      p.bytes, d.peer, -1});
+    trace_.push_back({start, now, kind_name(kind), algo != nullptr ? algo : "",
+                      via != nullptr ? via : "", d.bytes, d.peer, -1});
   } else {
     ++trace_dropped_;
   }
   if (!on_.load(std::memory_order_relaxed)) return;  // the timeline only (WIA_TRACE)
   const double s = std::chrono::duration<double>(now - start).count();
-  OpStats* found = nullptr;
-  for (OpStats& o : ops_)  // a handful of kinds: a scan beats a map
-    if (o.name == d.op) found = &o;
-  if (found == nullptr) {
-    ops_.emplace_back();
-    ops_.back().name = d.op;
-    found = &ops_.back();
-  }
-  OpStats& o = *found;
+  OpStats& o = ops_entry(kind);
   // Prefix calls come first (the first of their kind in the window); one
   // that ends after a sampled one, from racing posting threads, counts as
   // sampled.
-  if (p.prefix && o.prefix == o.seconds.size()) ++o.prefix;
+  if (d.prefix != 0 && o.prefix == o.seconds.size()) ++o.prefix;
   o.seconds.push_back(s);
-  const double algbw = s > 0 ? static_cast<double>(p.bytes) / s / 1e9 : 0.0;
+  const double algbw = s > 0 ? static_cast<double>(d.bytes) / s / 1e9 : 0.0;
   o.algbw_gbps.push_back(algbw);
   o.busbw_gbps.push_back(algbw * d.busbw_factor);
-  o.call_bytes.push_back(p.bytes);
+  o.call_bytes.push_back(d.bytes);
   o.call_algorithm.push_back(algo != nullptr ? algo : "");
   o.call_transport.push_back(via != nullptr ? via : "");
-  o.call_dtype.push_back(d.dtype);
+  o.call_dtype.push_back(static_cast<wia_datatype_t>(d.dtype));
   if (algo != nullptr) o.algorithm = algo;
   if (via != nullptr) o.transport = via;
   if (intervals_.size() < kMaxIntervals) intervals_.push_back({start, now});
-  count(p);  // under the lock: a snapshot sees the call with its time
+  count(kind, d.bytes);  // under the lock: a snapshot sees the call with its time
 }
 
 void CommProfiler::record_beside(const char* op, std::uint64_t bytes, Clock::time_point start,
@@ -224,7 +294,7 @@ void CommProfiler::record_beside(const char* op, std::uint64_t bytes, Clock::tim
                                  const char* transport, std::int32_t peer, std::int32_t rank,
                                  wia_datatype_t dtype) {
   if (!on()) return;
-  const std::uint32_t kind = kind_of(op);  // before the lock: it may take it
+  const std::uint32_t kind = kind_id(op);
   if (kind == kMaxKinds) return;
   const char* const algo = algorithm != nullptr ? algorithm : "";
   const char* const via = transport != nullptr ? transport : "";
@@ -236,15 +306,7 @@ void CommProfiler::record_beside(const char* op, std::uint64_t bytes, Clock::tim
     ++trace_dropped_;
   }
   if (!on_.load(std::memory_order_relaxed)) return;  // the timeline only (WIA_TRACE)
-  OpStats* found = nullptr;
-  for (OpStats& o : ops_)
-    if (o.name == op) found = &o;
-  if (found == nullptr) {
-    ops_.emplace_back();
-    ops_.back().name = op;
-    found = &ops_.back();
-  }
-  OpStats& o = *found;
+  OpStats& o = ops_entry(kind);
   const double s = std::chrono::duration<double>(end - start).count();
   const double algbw = s > 0 ? static_cast<double>(bytes) / s / 1e9 : 0.0;
   if (o.prefix == o.seconds.size()) ++o.prefix;  // every one timed
@@ -257,7 +319,7 @@ void CommProfiler::record_beside(const char* op, std::uint64_t bytes, Clock::tim
   o.call_dtype.push_back(dtype);
   o.algorithm = algo;
   o.transport = via;
-  count(Pending{bytes, 0, static_cast<std::uint8_t>(kind), true, true});  // under the lock
+  count(kind, bytes);  // under the lock
 }
 
 CommProfiler::Snapshot CommProfiler::snapshot() const {
@@ -266,12 +328,11 @@ CommProfiler::Snapshot CommProfiler::snapshot() const {
              sample_every_.load(std::memory_order_relaxed)};
   // The exact counts; a kind counted and never timed (a window that began
   // with disable and enable) reports its count with no times.
-  const std::uint32_t used = kinds_used_.load(std::memory_order_acquire);
-  for (std::uint32_t i = 0; i < used; ++i) {
+  for (std::uint32_t i = 0; i < kMaxKinds; ++i) {
     const Kind& k = kinds_[i];
     const std::uint64_t calls = k.count.load(std::memory_order_relaxed) - k.count_at_reset;
     if (calls == 0) continue;
-    const char* name = k.name.load(std::memory_order_relaxed);
+    const char* name = kind_name(i);
     auto it =
         std::find_if(s.ops.begin(), s.ops.end(), [&](const OpStats& o) { return o.name == name; });
     if (it == s.ops.end()) {

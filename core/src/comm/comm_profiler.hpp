@@ -8,9 +8,10 @@
 // timeline (wia_profile_write_trace; WIA_TRACE records every operation's
 // timeline alone). Off, it costs one relaxed load and one flag read per
 // operation. On, an operation that is not timed costs no lock, no clock
-// read, no thread-local lookup and no read-modify-write: a few plain
-// stores when posted and a few loads when it ends; a timed one costs two
-// clock reads and a lock.
+// read, no lookup, no thread-local access and no read-modify-write: inline,
+// a counter decrement and one 8-byte store when posted, two loads and two
+// counter stores when it ends; a timed one costs two clock reads and a
+// lock.
 #pragma once
 
 #include <wia/wia.h>
@@ -89,8 +90,9 @@ class CommProfiler {
   // dropped, not recorded: the start of a run is kept whole.
   static constexpr std::size_t kMaxTraceEvents = 1u << 16;
   // Kinds of operation one profiler tells apart (collectives and the
-  // point-to-point names: about 15 in use); more are not recorded.
-  static constexpr std::size_t kMaxKinds = 32;  // < 256: Pending::kind
+  // point-to-point names: about 15 in use, numbered for the whole
+  // process: kind_id); more are not recorded.
+  static constexpr std::size_t kMaxKinds = 32;  // <= 128: the ring word's kind field
   // Operations of each kind timed first in a window, whatever
   // sample_every says: a short window is timed whole.
   static constexpr std::uint64_t kTimedFirst = 16;
@@ -135,6 +137,34 @@ class CommProfiler {
    private:
     bool was_;
   };
+  // Kinds of operation ("allreduce", "send", ...) are numbered once for
+  // the process, by name (the same text from two call sites is one kind),
+  // so that a call site resolves its kind once (a static) and posting does
+  // no lookup. kMaxKinds when that many are numbered already: not recorded.
+  static std::uint32_t kind_id(const char* op);
+  // The name of kind `kind` (static storage; the first spelling numbered).
+  static const char* kind_name(std::uint32_t kind);
+
+  // Posting operation `seq` of kind `kind` (kind_id) and `bytes`: the fast
+  // path, inline, for the operations that are only counted (not timed).
+  // True when it recorded the operation (or there was nothing to record);
+  // false when the caller must call posted() below with the details, which
+  // decides whether it is timed. Costs a counter decrement and one 8-byte
+  // store: no lookup, no lock, no clock read, no read-modify-write. Call
+  // it only when on().
+  bool post_counted(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes) {
+    if (kind >= kMaxKinds) return true;
+    Kind& k = kinds_[kind];
+    const std::uint32_t left = k.countdown.load(std::memory_order_relaxed);
+    if (left <= 1 || bytes > kWordBytesMask ||
+        unrecorded_threads_.load(std::memory_order_relaxed) != 0)
+      return false;  // the one to time, the first ones, a huge call, or maybe not to record
+    k.countdown.store(left - 1, std::memory_order_relaxed);
+    ring_[seq % kRing].store(word_of(seq, kind, bytes, false), std::memory_order_release);
+    return true;
+  }
+  // The rest of posting, after post_counted() said false (or in place of
+  // it): the sampling decision and, for a timed operation, its details.
   // busbw_factor: nccl-tests' bus bandwidth factor of the collective.
   // `algorithm` (static storage), when set, is what the report shows for
   // this operation instead of finished()'s (point to point: its path);
@@ -142,21 +172,43 @@ class CommProfiler {
   // `peer`: point to point's other rank, for the timeline; `dtype`: the
   // elements' type (the compression suggestion looks for float data).
   // May be called by several threads at once (each its own seq).
-  void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
+  void posted(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes, double busbw_factor,
               const char* algorithm = nullptr, const char* transport = nullptr,
               std::int32_t peer = -1, wia_datatype_t dtype = WIA_UINT8);
+  // Both, for callers off the fast path (a device communicator): `op`'s
+  // kind looked up on every call.
+  void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
+              const char* algorithm = nullptr, const char* transport = nullptr,
+              std::int32_t peer = -1, wia_datatype_t dtype = WIA_UINT8) {
+    if (!on()) return;
+    const std::uint32_t kind = kind_id(op);
+    if (!post_counted(seq, kind, bytes))
+      posted(seq, kind, bytes, busbw_factor, algorithm, transport, peer, dtype);
+  }
   // Whether operation `seq` is timed: its caller need only work out
   // finished()'s algorithm and transport then (nullptr otherwise).
   // Inline: it is on every operation's path.
   bool timed(std::uint64_t seq) const {
-    const Slot& slot = ring_[seq % kRing];
-    return slot.seq_plus_one.load(std::memory_order_acquire) == seq + 1 && slot.p.timed;
+    const std::uint64_t w = ring_[seq % kRing].load(std::memory_order_acquire);
+    return (w & ~kWordPayloadMask) == tag_of(seq) && (w & kWordTimed) != 0;
   }
   // `transport`: the links the operation used ("shm", "shm+tcp",
   // "windows", "host"; static storage), unless posted() named them.
   // Calls never overlap: operations of a communicator end one after
   // another, each before the next can end (the fast path relies on it).
-  void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr);
+  // Inline for an operation that is only counted: one load of its ring
+  // word, two counters, and one load of the next operation's word.
+  void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr) {
+    const std::uint64_t w = ring_[seq % kRing].load(std::memory_order_acquire);
+    if ((w & ~kWordPayloadMask) != tag_of(seq)) return;  // posted while off, or 4096 before
+    if ((w & kWordTimed) != 0) return finished_timed(seq, w, algorithm, transport);
+    if (!on_.load(std::memory_order_relaxed)) return;  // disabled since
+    count(static_cast<std::uint32_t>((w >> kWordKindShift) & kWordKindMask), w & kWordBytesMask);
+    // The next operation, when timed and already waiting, starts now.
+    const std::uint64_t next = ring_[(seq + 1) % kRing].load(std::memory_order_relaxed);
+    if ((next & ~kWordPayloadMask) == tag_of(seq + 1) && (next & kWordTimed) != 0)
+      note_end_before_timed();
+  }
   // An operation that runs beside the communicator's sequence, not in
   // it: a device communicator's send or receive, which the ranks' streams
   // run while collectives and other sends run. Timed by the caller
@@ -177,47 +229,88 @@ class CommProfiler {
   static const char* intern_transport(const std::string& name);
 
  private:
-  // What counting an operation needs: written at every posting, read at
-  // every end.
-  struct Pending {
-    std::uint64_t bytes;
-    std::uint32_t epoch;  // reset()s before it was posted
-    std::uint8_t kind;    // index into kinds_
-    bool timed;
-    bool prefix;  // timed as one of the first of its kind (OpStats::prefix)
-  };
-  // What a timed operation adds: written and read for those only.
+  // Operations posted and not finished, by sequence number modulo the
+  // ring's size, one 8-byte word each: the operation's bytes, kind,
+  // whether it is timed, and a tag of its sequence number, so that a word
+  // left by an operation posted 4096 (or any multiple of 4096 up to 2^27)
+  // earlier is told apart. One still pending when 4096 later ones have
+  // been posted is not counted (docs/profiling.md). A word is written by
+  // its posting thread alone and read at the end: no lock and no
+  // read-modify-write on either side; a single atomic word needs no
+  // second look, only a timed operation's details do (a seqlock).
+  static constexpr std::size_t kRing = 4096;
+  static constexpr std::uint64_t kWordBytesMask = (std::uint64_t{1} << 40) - 1;
+  static constexpr unsigned kWordKindShift = 40;
+  static constexpr std::uint64_t kWordKindMask = 0x7f;  // kMaxKinds <= 128
+  static constexpr std::uint64_t kWordTimed = std::uint64_t{1} << 47;
+  static constexpr std::uint64_t kWordPayloadMask = (std::uint64_t{1} << 48) - 1;
+  static_assert(kMaxKinds <= kWordKindMask + 1);
+  // The tag of `seq`'s word: its ring cycle's 15 low bits, and a high bit
+  // so that no tag is 0 (a word 0 is no operation's).
+  static constexpr std::uint64_t tag_of(std::uint64_t seq) {
+    return (((seq / kRing) & 0x7fff) | 0x8000) << 48;
+  }
+  static constexpr std::uint64_t word_of(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
+                                         bool timed) {
+    return tag_of(seq) | (timed ? kWordTimed : 0) |
+           (static_cast<std::uint64_t>(kind) << kWordKindShift) | (bytes & kWordBytesMask);
+  }
+  // What a timed operation adds, at the same index as its word: written
+  // and read for those only, every field through a relaxed
+  // std::atomic_ref (store_details, load_details), so that the reader of
+  // an operation racing with the one 4096 later that overwrites it reads
+  // atomically and then sees, by its word's second look, that it lost.
   struct Details {
-    const char* op;
+    std::uint64_t bytes;     // exact (the word's field holds 40 bits)
+    std::int64_t posted_ns;  // steady clock
     double busbw_factor;
-    Clock::time_point posted;
     const char* algorithm;
     const char* transport;
+    std::uint32_t epoch;   // reset()s before it was posted
+    std::uint32_t prefix;  // 1: timed as one of the first of its kind (OpStats::prefix)
     std::int32_t peer;
-    wia_datatype_t dtype;
+    std::int32_t dtype;  // wia_datatype_t
   };
+  static void store_details(Details& to, const Details& d);
+  static Details load_details(const Details& from);
   // One kind of operation's exact counters. finished() is their only
   // writer (its calls never overlap), with plain stores; reset() does not
   // write them but moves the baselines, so an operation ending during a
   // reset is counted in one window or the other, never lost.
   struct Kind {
-    std::atomic<const char*> name{nullptr};
     std::atomic<std::uint64_t> count{0}, bytes{0};
     std::uint64_t count_at_reset = 0, bytes_at_reset = 0;  // under mu_
     // The sampling decision, at posting (racy between posting threads on
-    // purpose: a lost update only moves the next sample).
-    std::atomic<std::uint64_t> posted{0}, next_timed{0}, rng{0};
+    // purpose: a lost update only moves the next sample). post_counted()
+    // takes the fast path while countdown > 1, decrementing it; posted()
+    // decides the others and sets it to the gap to the next timed one
+    // (1: every one goes through posted(), the first ones and
+    // sample_every 1).
+    std::atomic<std::uint32_t> countdown{1};
+    std::atomic<std::uint64_t> posted{0}, rng{0};  // posted()'s calls in the window
   };
-  enum class Timing : std::uint8_t { kCounted, kSampled, kPrefix };
-  Timing decide_timing(Kind& k);
-  std::uint32_t kind_of(const char* op);  // kMaxKinds when full
-  void count(const Pending& p);
-  void record_timed(const Pending& p, const Details& d, Clock::time_point end,
+  void count(std::uint32_t kind, std::uint64_t bytes) {
+    // finished() is the only writer and its calls never overlap: plain
+    // stores, no read-modify-write.
+    Kind& k = kinds_[kind];
+    k.count.store(k.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    k.bytes.store(k.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  }
+  // The gap to the next timed operation of kind `kind`: 1 .. 2
+  // sample_every - 1, the same sequence on every rank.
+  std::uint32_t next_gap(std::uint32_t kind, std::uint64_t every);
+  void finished_timed(std::uint64_t seq, std::uint64_t word, const char* algorithm,
+                      const char* transport);
+  void record_timed(std::uint32_t kind, const Details& d, Clock::time_point end,
                     const char* algorithm, const char* transport);
-  // Reads the clock at the end of `seq` when the next operation is timed
+  OpStats& ops_entry(std::uint32_t kind);  // under mu_
+  // Reads the clock at the end of an operation when the next one is timed
   // and already waits: it starts when this one ends.
-  void note_end_if_next_timed(std::uint64_t seq);
+  void note_end_before_timed();
 
+  // Threads with an UnrecordedOnThisThread alive: posting looks at its
+  // thread's flag only while one is.
+  static inline std::atomic<int> unrecorded_threads_{0};
   std::atomic<bool> on_{false};
   std::string trace_at_destroy_;
   bool traced_always_ = false;  // set once, in the constructor
@@ -229,26 +322,10 @@ class CommProfiler {
   // The end of the last operation whose end was timed (steady clock, ns).
   std::atomic<std::int64_t> last_end_ns_{0};
   std::array<Kind, kMaxKinds> kinds_{};
-  std::atomic<std::uint32_t> kinds_used_{0};
-  // Operations posted and not finished, by sequence number modulo the
-  // ring's size: one still pending when 4096 later ones have been posted
-  // is not counted (docs/profiling.md). A slot is written by its posting
-  // thread alone and read, seqlock-style, at the end: no lock and no
-  // read-modify-write on either side.
-  static constexpr std::size_t kRing = 4096;
-  // 24 bytes a slot: the ring's lines an 8-byte all-reduce loop cycles
-  // through stay in the first-level cache; the timed operations' details
-  // live apart, at the same index.
-  struct Slot {
-    std::atomic<std::uint64_t> seq_plus_one{0};  // 0 while being written
-    Pending p{};
-  };
-  std::vector<Slot> ring_ = std::vector<Slot>(kRing);
-  // Whether `p`, read from `slot`, is still operation seq's and of this
-  // window (the seqlock's second look).
-  bool still_posted(const Slot& slot, std::uint64_t seq, const Pending& p) const;
+  std::vector<std::atomic<std::uint64_t>> ring_ = std::vector<std::atomic<std::uint64_t>>(kRing);
   std::vector<Details> details_ = std::vector<Details>(kRing);
-  std::vector<OpStats> ops_;  // the timed calls' statistics (counts: kinds_)
+  std::array<std::int16_t, kMaxKinds> ops_index_;  // kind -> ops_ (-1: none); under mu_
+  std::vector<OpStats> ops_;                       // the timed calls' statistics (counts: kinds_)
   std::vector<Interval> intervals_;
   std::vector<TraceEvent> trace_;  // reserved lazily, up to kMaxTraceEvents
   std::uint64_t trace_dropped_ = 0;

@@ -251,24 +251,44 @@ double share_of_others(int p) {
   }();
   return p > 0 && p < 65 ? table[static_cast<std::size_t>(p)] : (p - 1.0) / p;
 }
+
+// The profiler's kind of each collective, numbered once for the process
+// (its posting then does no lookup).
+std::uint32_t profiler_kind(coll::Collective c) {
+  static const auto kinds = [] {
+    std::array<std::uint32_t, coll::kCollectiveCount> k{};
+    for (int i = 0; i < coll::kCollectiveCount; ++i)
+      k[static_cast<std::size_t>(i)] =
+          CommProfiler::kind_id(coll::collective_name(static_cast<coll::Collective>(i)));
+    return k;
+  }();
+  return kinds[static_cast<std::size_t>(c)];
+}
 }  // namespace
 
 void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int peer,
                                         bool is_send) noexcept {
   if (profiler_.on()) {
-    double factor = 1.0;  // broadcast, reduce, send, receive
-    if (peer < 0 && call.collective == coll::Collective::kAllReduce)
-      factor = 2 * share_of_others(layout_.size);
-    if (peer < 0 && (call.collective == coll::Collective::kAllGather ||
-                     call.collective == coll::Collective::kReduceScatter ||
-                     call.collective == coll::Collective::kAllToAll))
-      factor = share_of_others(layout_.size);
-    profiler_.posted(seq,
-                     peer >= 0 ? (call.p2p_name ? call.p2p_name : is_send ? "send" : "recv")
-                               : coll::collective_name(call.collective),
-                     call.count * kernels::dtype_size(call.dtype), factor,
-                     peer >= 0 ? (call.p2p_path ? call.p2p_path : "host") : nullptr,
-                     peer >= 0 ? transport_to_peer(peer) : nullptr, peer, call.dtype);
+    const char* const p2p = peer >= 0 ? (call.p2p_name ? call.p2p_name
+                                         : is_send     ? "send"
+                                                       : "recv")
+                                      : nullptr;
+    const std::uint64_t bytes = call.count * kernels::dtype_size(call.dtype);
+    const std::uint32_t kind =
+        p2p != nullptr ? CommProfiler::kind_id(p2p) : profiler_kind(call.collective);
+    if (!profiler_.post_counted(seq, kind, bytes)) [[unlikely]] {
+      // One the profiler may time: the bus factor, its path and link.
+      double factor = 1.0;  // broadcast, reduce, send, receive
+      if (peer < 0 && call.collective == coll::Collective::kAllReduce)
+        factor = 2 * share_of_others(layout_.size);
+      if (peer < 0 && (call.collective == coll::Collective::kAllGather ||
+                       call.collective == coll::Collective::kReduceScatter ||
+                       call.collective == coll::Collective::kAllToAll))
+        factor = share_of_others(layout_.size);
+      profiler_.posted(seq, kind, bytes, factor,
+                       peer >= 0 ? (call.p2p_path ? call.p2p_path : "host") : nullptr,
+                       peer >= 0 ? transport_to_peer(peer) : nullptr, peer, call.dtype);
+    }
   }
   if (peer >= 0) {
     flight_.posted(seq, -1, call.p2p_name ? call.p2p_name : is_send ? "send" : "recv", call.count,
