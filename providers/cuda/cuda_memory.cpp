@@ -3,9 +3,6 @@
 // host memory, the synchronous memset/memcpy, and IPC handles (a small
 // validated header around the driver's 64-byte cuIpcMemHandle: the one of
 // wia_common/ipc_header.hpp, shared with hip and ze).
-#include <unistd.h>
-
-#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 
@@ -71,8 +68,7 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
         return p.fail_cu(r, dev, "cuMemHostAlloc(%" PRIu64 " bytes, PORTABLE)", size);
     }
     try {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      p.allocations[reinterpret_cast<std::uintptr_t>(out)] = Allocation{dev, kind, size};
+      p.memory.add(out, Allocation{dev, kind, size});
     } catch (...) {
       if (kind == WIA_MEM_DEVICE)
         p.driver.cuMemFree(dptr_of(out));
@@ -89,28 +85,8 @@ wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
   return guarded(ctx, "mem_free", [&](Provider& p) -> wia_status_t {
     if (const wia_status_t st = p.check_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
     Allocation a;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto key = reinterpret_cast<std::uintptr_t>(ptr);
-      const auto it = p.allocations.find(key);
-      if (it == p.allocations.end()) {
-        if (p.imports.count(key) != 0)
-          return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                        "mem_free on CUDA device %d: %p was mapped by ipc_open_handle; release it "
-                        "with ipc_close_handle",
-                        dev, ptr);
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "mem_free on CUDA device %d: %p is not a live allocation (already freed, "
-                      "or not from mem_alloc)",
-                      dev, ptr);
-      }
-      if (it->second.device != dev)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "mem_free on CUDA device %d: %p belongs to CUDA device %d", dev, ptr,
-                      it->second.device);
-      a = it->second;
-      p.allocations.erase(it);
-    }
+    if (const std::string why = p.memory.take(ptr, dev, &a); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_free on CUDA device %d: %s", dev, why.c_str());
     if (const wia_status_t st = p.use_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
     const wia_CUresult r =
         a.kind == WIA_MEM_DEVICE ? p.driver.cuMemFree(dptr_of(ptr)) : p.driver.cuMemFreeHost(ptr);
@@ -123,25 +99,22 @@ wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
 }
 
 void release_all_memory(Provider& p) noexcept {
-  std::lock_guard<std::mutex> lk(p.memory_mu);
-  if (!p.allocations.empty())
-    p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", p.allocations.size());
-  for (const auto& [addr, a] : p.allocations) {
-    wia_CUcontext c = p.devices[static_cast<std::size_t>(a.device)]->ctx.load();
-    if (c == nullptr || p.driver.cuCtxSetCurrent(c) != WIA_CUDA_SUCCESS) continue;
-    if (a.kind == WIA_MEM_DEVICE)
-      p.driver.cuMemFree(static_cast<wia_CUdeviceptr>(addr));
-    else
-      p.driver.cuMemFreeHost(reinterpret_cast<void*>(addr));
-  }
-  p.allocations.clear();
-  for (const auto& [addr, import] : p.imports) {
-    wia_CUcontext c = p.devices[static_cast<std::size_t>(import.device)]->ctx.load();
-    if (c != nullptr && p.driver.cuCtxSetCurrent(c) == WIA_CUDA_SUCCESS)
-      for (std::uint32_t i = 0; i < import.opens; ++i)
-        p.driver.cuIpcCloseMemHandle(static_cast<wia_CUdeviceptr>(addr));
-  }
-  p.imports.clear();
+  const std::size_t leaked = p.memory.release_all(
+      [&](std::uintptr_t addr, const Allocation& a) {
+        wia_CUcontext c = p.devices[static_cast<std::size_t>(a.device)]->ctx.load();
+        if (c == nullptr || p.driver.cuCtxSetCurrent(c) != WIA_CUDA_SUCCESS) return;
+        if (a.kind == WIA_MEM_DEVICE)
+          p.driver.cuMemFree(static_cast<wia_CUdeviceptr>(addr));
+        else
+          p.driver.cuMemFreeHost(reinterpret_cast<void*>(addr));
+      },
+      [&](std::uintptr_t addr, std::int32_t device, std::uint32_t opens) {
+        wia_CUcontext c = p.devices[static_cast<std::size_t>(device)]->ctx.load();
+        if (c != nullptr && p.driver.cuCtxSetCurrent(c) == WIA_CUDA_SUCCESS)
+          for (std::uint32_t i = 0; i < opens; ++i)
+            p.driver.cuIpcCloseMemHandle(static_cast<wia_CUdeviceptr>(addr));
+      });
+  if (leaked != 0) p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", leaked);
 }
 
 // --------------------------------------------------------------------------
@@ -195,11 +168,9 @@ wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src
 wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint64_t size,
                                std::int32_t* fd, std::uint64_t* offset) noexcept {
   return guarded(ctx, "mem_export_dmabuf", [&](Provider& p) -> wia_status_t {
-    if (fd == nullptr || offset == nullptr)
+    if (const char* null = common::reset_dmabuf_out(fd, offset))
       return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_export_dmabuf on CUDA device %d: %s is NULL",
-                    dev, fd == nullptr ? "fd" : "offset");
-    *fd = -1;
-    *offset = 0;
+                    dev, null);
     if (const wia_status_t st = p.check_device(dev, "mem_export_dmabuf"); st != WIA_SUCCESS)
       return st;
     if (p.driver.cuMemGetHandleForAddressRange == nullptr)
@@ -207,25 +178,10 @@ wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint
                     "mem_export_dmabuf on CUDA device %d: the driver has no "
                     "cuMemGetHandleForAddressRange (CUDA 11.7 or later exports dma-bufs)",
                     dev);
-    const auto at = reinterpret_cast<std::uintptr_t>(ptr);
-    std::uintptr_t base = 0;
-    Allocation a;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      auto it = p.allocations.upper_bound(at);
-      const bool inside = it != p.allocations.begin() &&
-                          (--it, it->second.device == dev && it->second.kind == WIA_MEM_DEVICE &&
-                                     at - it->first < std::max<std::uint64_t>(it->second.size, 1) &&
-                                     size <= it->second.size - (at - it->first));
-      if (!inside)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "mem_export_dmabuf on CUDA device %d: [%p, +%" PRIu64
-                      ") is not inside one live device allocation of this device (only "
-                      "mem_alloc(WIA_MEM_DEVICE) memory exports)",
-                      dev, ptr, size);
-      base = it->first;
-      a = it->second;
-    }
+    common::DmabufRange range;
+    if (const std::string why = p.memory.find_dmabuf_range(ptr, size, dev, &range); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_export_dmabuf on CUDA device %d: %s", dev,
+                    why.c_str());
     int supported = 0;
     if (p.driver.cuDeviceGetAttribute(&supported, WIA_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
                                       p.devices[static_cast<std::size_t>(dev)]->cu) !=
@@ -239,17 +195,15 @@ wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint
                     dev, p.devices[static_cast<std::size_t>(dev)]->name.c_str());
     if (const wia_status_t st = p.use_device(dev, "mem_export_dmabuf"); st != WIA_SUCCESS)
       return st;
-    const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-    const std::uint64_t span = (std::max<std::uint64_t>(a.size, 1) + page - 1) / page * page;
     int out = -1;
     const wia_CUresult r = p.driver.cuMemGetHandleForAddressRange(
-        &out, dptr_of(ptr_of(base)), static_cast<std::size_t>(span),
+        &out, static_cast<wia_CUdeviceptr>(range.base), static_cast<std::size_t>(range.span),
         WIA_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
     if (r != WIA_CUDA_SUCCESS)
       return p.fail_cu(r, dev, "cuMemGetHandleForAddressRange(%p, %" PRIu64 " bytes, DMA_BUF_FD)",
-                       ptr_of(base), span);
+                       reinterpret_cast<void*>(range.base), range.span);
     *fd = out;
-    *offset = at - base;
+    *offset = range.offset;
     return WIA_SUCCESS;
   });
 }
@@ -265,17 +219,9 @@ wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
                     dev);
     if (const wia_status_t st = p.check_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
     Allocation a;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto it = p.allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-      if (it == p.allocations.end() || it->second.device != dev ||
-          it->second.kind != WIA_MEM_DEVICE)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "ipc_get_handle on CUDA device %d: %p is not the start of a live device "
-                      "allocation of this device (only mem_alloc(WIA_MEM_DEVICE) memory exports)",
-                      dev, ptr);
-      a = it->second;
-    }
+    if (const std::string why = p.memory.find_device_start(ptr, dev, &a); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on CUDA device %d: %s", dev,
+                    why.c_str());
     if (const wia_status_t st = p.use_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
     wia_CUipcMemHandle cuda_handle{};
     const wia_CUresult r = p.driver.cuIpcGetMemHandle(&cuda_handle, dptr_of(ptr));
@@ -314,10 +260,7 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
                        "%d)",
                        h.size, h.exporter_pid, h.exporter_device);
     try {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      Provider::Import& import = p.imports[static_cast<std::uintptr_t>(d)];
-      import.device = dev;
-      ++import.opens;
+      p.memory.add_import(ptr_of(d), dev);
     } catch (...) {
       p.driver.cuIpcCloseMemHandle(d);
       throw;
@@ -331,16 +274,9 @@ wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
   return guarded(ctx, "ipc_close_handle", [&](Provider& p) -> wia_status_t {
     if (const wia_status_t st = p.check_device(dev, "ipc_close_handle"); st != WIA_SUCCESS)
       return st;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto it = p.imports.find(reinterpret_cast<std::uintptr_t>(ptr));
-      if (it == p.imports.end() || it->second.device != dev)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "ipc_close_handle on CUDA device %d: %p was not opened by ipc_open_handle "
-                      "on this device",
-                      dev, ptr);
-      if (--it->second.opens == 0) p.imports.erase(it);
-    }
+    if (const std::string why = p.memory.release_import(ptr, dev); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_close_handle on CUDA device %d: %s", dev,
+                    why.c_str());
     if (const wia_status_t st = p.use_device(dev, "ipc_close_handle"); st != WIA_SUCCESS) return st;
     const wia_CUresult r = p.driver.cuIpcCloseMemHandle(dptr_of(ptr));
     if (r != WIA_CUDA_SUCCESS) return p.fail_cu(r, dev, "cuIpcCloseMemHandle(%p)", ptr);

@@ -11,7 +11,6 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -22,6 +21,8 @@
 #include <vector>
 
 #include "cuda_driver_api.h"
+#include "wia_common/entry_guard.hpp"
+#include "wia_common/memory_registry.hpp"
 
 namespace wia::cuda {
 
@@ -95,13 +96,9 @@ struct Event {
   std::atomic<bool> recorded{false};
 };
 
-// What mem_alloc handed out: mem_free tells device from pinned memory by it,
-// and ipc_get_handle carries the size to the importer.
-struct Allocation {
-  std::int32_t device = 0;
-  std::uint32_t kind = WIA_MEM_DEVICE;
-  std::uint64_t size = 0;  // bytes asked for (0 allocates 1)
-};
+// What mem_alloc handed out (wia_common/memory_registry.hpp, shared with
+// hip and ze).
+using common::Allocation;
 
 // --------------------------------------------------------------------------
 // The provider context returned by init().
@@ -115,17 +112,8 @@ class Provider {
   Driver driver;
   std::vector<std::unique_ptr<Device>> devices;
 
-  std::mutex memory_mu;
-  // By start address, ordered: mem_export_dmabuf finds the allocation
-  // holding an interior pointer.
-  std::map<std::uintptr_t, Allocation> allocations;
-  // ipc_open_handle -> device and open count: the driver returns the same
-  // pointer for a handle opened twice and counts, so we count too.
-  struct Import {
-    std::int32_t device = 0;
-    std::uint32_t opens = 0;
-  };
-  std::unordered_map<std::uintptr_t, Import> imports;
+  // mem_alloc's allocations and ipc_open_handle's mappings.
+  common::MemoryRegistry memory{"CUDA"};
 
   std::shared_mutex handles_mu;
   std::unordered_set<const Stream*> streams;
@@ -192,21 +180,11 @@ class CurrentContextKeeper {
 
 // Runs one entry point: validates ctx, keeps the caller's current context,
 // and turns any exception into a status with a message, so nothing unwinds
-// across the C boundary.
+// across the C boundary (wia_common/entry_guard.hpp, shared with hip and ze).
 template <class F>
 wia_status_t guarded(void* ctx, const char* call, F&& body) noexcept {
-  auto* p = static_cast<Provider*>(ctx);
-  if (p == nullptr || p->magic != Provider::kMagic) return WIA_ERROR_INVALID_ARGUMENT;
-  const CurrentContextKeeper keep(p->driver);
-  try {
-    return body(*p);
-  } catch (const std::bad_alloc&) {
-    return p->fail(WIA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", call);
-  } catch (const std::exception& e) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception: %s", call, e.what());
-  } catch (...) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception", call);
-  }
+  return common::guarded_entry<Provider>(
+      ctx, call, [](Provider& p) { return CurrentContextKeeper(p.driver); }, std::forward<F>(body));
 }
 
 // --------------------------------------------------------------------------

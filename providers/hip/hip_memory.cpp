@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Memory of the `hip` provider: mem_alloc/mem_free of device and pinned
-// host memory, the synchronous memset/memcpy, and IPC handles (a small
-// validated header around the runtime's 64-byte hipIpcMemHandle_t).
-// The IPC header is wia_common/ipc_header.hpp, shared with cuda and ze.
+// host memory, the synchronous memset/memcpy, the dma-buf export, and IPC
+// handles (a small validated header around the runtime's 64-byte
+// hipIpcMemHandle_t). The IPC header is wia_common/ipc_header.hpp and the
+// table of what was handed out wia_common/memory_registry.hpp, both shared
+// with cuda and ze.
 
 #include <cinttypes>
 #include <cstring>
@@ -64,8 +66,7 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
                     "mem_alloc on HIP device %d: the runtime returned NULL for %zu bytes", dev,
                     bytes);
     try {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      p.allocations[reinterpret_cast<std::uintptr_t>(out)] = Allocation{dev, kind, size};
+      p.memory.add(out, Allocation{dev, kind, size});
     } catch (...) {
       if (kind == WIA_MEM_DEVICE)
         p.rt.hipFree(out);
@@ -82,28 +83,8 @@ wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
   return guarded(ctx, "mem_free", [&](Provider& p) -> wia_status_t {
     if (const wia_status_t st = p.check_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
     Allocation a;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto key = reinterpret_cast<std::uintptr_t>(ptr);
-      const auto it = p.allocations.find(key);
-      if (it == p.allocations.end()) {
-        if (p.imports.count(key) != 0)
-          return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                        "mem_free on HIP device %d: %p was mapped by ipc_open_handle; release it "
-                        "with ipc_close_handle",
-                        dev, ptr);
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "mem_free on HIP device %d: %p is not a live allocation (already freed, "
-                      "or not from mem_alloc)",
-                      dev, ptr);
-      }
-      if (it->second.device != dev)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "mem_free on HIP device %d: %p belongs to HIP device %d", dev, ptr,
-                      it->second.device);
-      a = it->second;
-      p.allocations.erase(it);
-    }
+    if (const std::string why = p.memory.take(ptr, dev, &a); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_free on HIP device %d: %s", dev, why.c_str());
     if (const wia_status_t st = p.use_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
     const wia_hipError_t r = a.kind == WIA_MEM_DEVICE ? p.rt.hipFree(ptr) : p.rt.hipHostFree(ptr);
     if (r != WIA_hipSuccess)
@@ -115,23 +96,20 @@ wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
 }
 
 void release_all_memory(Provider& p) noexcept {
-  std::lock_guard<std::mutex> lk(p.memory_mu);
-  if (!p.allocations.empty())
-    p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", p.allocations.size());
-  for (const auto& [addr, a] : p.allocations) {
-    if (p.rt.hipSetDevice(a.device) != WIA_hipSuccess) continue;
-    if (a.kind == WIA_MEM_DEVICE)
-      p.rt.hipFree(reinterpret_cast<void*>(addr));
-    else
-      p.rt.hipHostFree(reinterpret_cast<void*>(addr));
-  }
-  p.allocations.clear();
-  for (const auto& [addr, import] : p.imports) {
-    if (p.rt.hipSetDevice(import.device) == WIA_hipSuccess)
-      for (std::uint32_t i = 0; i < import.opens; ++i)
-        p.rt.hipIpcCloseMemHandle(reinterpret_cast<void*>(addr));
-  }
-  p.imports.clear();
+  const std::size_t leaked = p.memory.release_all(
+      [&](std::uintptr_t addr, const Allocation& a) {
+        if (p.rt.hipSetDevice(a.device) != WIA_hipSuccess) return;
+        if (a.kind == WIA_MEM_DEVICE)
+          p.rt.hipFree(reinterpret_cast<void*>(addr));
+        else
+          p.rt.hipHostFree(reinterpret_cast<void*>(addr));
+      },
+      [&](std::uintptr_t addr, std::int32_t device, std::uint32_t opens) {
+        if (p.rt.hipSetDevice(device) == WIA_hipSuccess)
+          for (std::uint32_t i = 0; i < opens; ++i)
+            p.rt.hipIpcCloseMemHandle(reinterpret_cast<void*>(addr));
+      });
+  if (leaked != 0) p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", leaked);
 }
 
 // --------------------------------------------------------------------------
@@ -178,6 +156,47 @@ wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src
 }
 
 // --------------------------------------------------------------------------
+// dma-buf export, for a NIC to reach device memory (ibv_reg_dmabuf_mr
+// without a peer-memory kernel module). As cuda: the runtime exports
+// page-aligned ranges, so the dma-buf covers the allocation holding ptr,
+// from its start (hipMalloc hands out page-aligned memory) rounded up to a
+// page, and *offset says where ptr lies in it.
+
+wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint64_t size,
+                               std::int32_t* fd, std::uint64_t* offset) noexcept {
+  return guarded(ctx, "mem_export_dmabuf", [&](Provider& p) -> wia_status_t {
+    if (const char* null = common::reset_dmabuf_out(fd, offset))
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_export_dmabuf on HIP device %d: %s is NULL",
+                    dev, null);
+    if (const wia_status_t st = p.check_device(dev, "mem_export_dmabuf"); st != WIA_SUCCESS)
+      return st;
+    if (p.rt.hipMemGetHandleForAddressRange == nullptr)
+      return p.fail(
+          WIA_ERROR_NOT_SUPPORTED,
+          "mem_export_dmabuf on HIP device %d: the HIP runtime (%s) has no "
+          "hipMemGetHandleForAddressRange (ROCm 5.2 has none: newer runtimes export dma-bufs); "
+          "stage through host memory",
+          dev, p.rt.path.c_str());
+    common::DmabufRange range;
+    if (const std::string why = p.memory.find_dmabuf_range(ptr, size, dev, &range); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_export_dmabuf on HIP device %d: %s", dev,
+                    why.c_str());
+    if (const wia_status_t st = p.use_device(dev, "mem_export_dmabuf"); st != WIA_SUCCESS)
+      return st;
+    int out = -1;
+    const wia_hipError_t r = p.rt.hipMemGetHandleForAddressRange(
+        &out, reinterpret_cast<void*>(range.base), static_cast<std::size_t>(range.span),
+        WIA_hipMemRangeHandleTypeDmaBufFd, 0);
+    if (r != WIA_hipSuccess)
+      return p.fail_hip(r, dev, "hipMemGetHandleForAddressRange(%p, %" PRIu64 " bytes, DmaBufFd)",
+                        reinterpret_cast<void*>(range.base), range.span);
+    *fd = out;
+    *offset = range.offset;
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
 // IPC
 
 wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
@@ -188,17 +207,9 @@ wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
                     dev);
     if (const wia_status_t st = p.check_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
     Allocation a;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto it = p.allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-      if (it == p.allocations.end() || it->second.device != dev ||
-          it->second.kind != WIA_MEM_DEVICE)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "ipc_get_handle on HIP device %d: %p is not the start of a live device "
-                      "allocation of this device (only mem_alloc(WIA_MEM_DEVICE) memory exports)",
-                      dev, ptr);
-      a = it->second;
-    }
+    if (const std::string why = p.memory.find_device_start(ptr, dev, &a); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on HIP device %d: %s", dev,
+                    why.c_str());
     if (const wia_status_t st = p.use_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
     wia_hipIpcMemHandle_t hip_handle{};
     const wia_hipError_t r = p.rt.hipIpcGetMemHandle(&hip_handle, ptr);
@@ -237,10 +248,7 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
                         "%d)",
                         h.size, h.exporter_pid, h.exporter_device);
     try {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      Provider::Import& import = p.imports[reinterpret_cast<std::uintptr_t>(d)];
-      import.device = dev;
-      ++import.opens;
+      p.memory.add_import(d, dev);
     } catch (...) {
       p.rt.hipIpcCloseMemHandle(d);
       throw;
@@ -254,16 +262,9 @@ wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
   return guarded(ctx, "ipc_close_handle", [&](Provider& p) -> wia_status_t {
     if (const wia_status_t st = p.check_device(dev, "ipc_close_handle"); st != WIA_SUCCESS)
       return st;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto it = p.imports.find(reinterpret_cast<std::uintptr_t>(ptr));
-      if (it == p.imports.end() || it->second.device != dev)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "ipc_close_handle on HIP device %d: %p was not opened by ipc_open_handle "
-                      "on this device",
-                      dev, ptr);
-      if (--it->second.opens == 0) p.imports.erase(it);
-    }
+    if (const std::string why = p.memory.release_import(ptr, dev); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_close_handle on HIP device %d: %s", dev,
+                    why.c_str());
     if (const wia_status_t st = p.use_device(dev, "ipc_close_handle"); st != WIA_SUCCESS) return st;
     const wia_hipError_t r = p.rt.hipIpcCloseMemHandle(ptr);
     if (r != WIA_hipSuccess) return p.fail_hip(r, dev, "hipIpcCloseMemHandle(%p)", ptr);

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "hip_runtime_api.h"
+#include "wia_common/entry_guard.hpp"
+#include "wia_common/memory_registry.hpp"
 
 namespace wia::hip {
 
@@ -31,6 +33,7 @@ struct Runtime {
 #define WIA_HIP_DECLARE_MEMBER(ret, name, params) wia_PFN_##name name = nullptr;
   WIA_HIP_RUNTIME_ENTRIES(WIA_HIP_DECLARE_MEMBER)
   WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(WIA_HIP_DECLARE_MEMBER)
+  WIA_HIP_RUNTIME_NEWER_ENTRIES(WIA_HIP_DECLARE_MEMBER)
 #undef WIA_HIP_DECLARE_MEMBER
   // Queues fn(data) on the stream after the work before it, as the ABI's
   // launch_host_func: hipLaunchHostFunc, or hipStreamAddCallback where the
@@ -67,11 +70,9 @@ struct Event {
   std::atomic<bool> recorded{false};  // the ABI: a never-recorded event is complete
 };
 
-struct Allocation {
-  std::int32_t device = 0;
-  std::uint32_t kind = WIA_MEM_DEVICE;
-  std::uint64_t size = 0;
-};
+// What mem_alloc handed out (wia_common/memory_registry.hpp, shared with
+// cuda and ze).
+using common::Allocation;
 
 class Provider {
  public:
@@ -82,13 +83,8 @@ class Provider {
   Runtime rt;
   std::vector<std::unique_ptr<Device>> devices;
 
-  std::mutex memory_mu;
-  std::unordered_map<std::uintptr_t, Allocation> allocations;
-  struct Import {
-    std::int32_t device = 0;
-    std::uint32_t opens = 0;
-  };
-  std::unordered_map<std::uintptr_t, Import> imports;
+  // mem_alloc's allocations and ipc_open_handle's mappings.
+  common::MemoryRegistry memory{"HIP"};
 
   std::shared_mutex handles_mu;
   std::unordered_set<const Stream*> streams;
@@ -137,21 +133,12 @@ class CurrentDeviceKeeper {
 };
 
 // Runs one entry point: validates ctx, keeps the caller's current device,
-// turns any exception into a status with a message.
+// turns any exception into a status with a message
+// (wia_common/entry_guard.hpp, shared with cuda and ze).
 template <class F>
 wia_status_t guarded(void* ctx, const char* call, F&& body) noexcept {
-  auto* p = static_cast<Provider*>(ctx);
-  if (p == nullptr || p->magic != Provider::kMagic) return WIA_ERROR_INVALID_ARGUMENT;
-  const CurrentDeviceKeeper keep(p->rt);
-  try {
-    return body(*p);
-  } catch (const std::bad_alloc&) {
-    return p->fail(WIA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", call);
-  } catch (const std::exception& e) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception: %s", call, e.what());
-  } catch (...) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception", call);
-  }
+  return common::guarded_entry<Provider>(
+      ctx, call, [](Provider& p) { return CurrentDeviceKeeper(p.rt); }, std::forward<F>(body));
 }
 
 // hip_runtime.cpp: dlopen + dlsym of every entry + hipInit; then devices.
@@ -166,6 +153,10 @@ wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t va
                          std::uint64_t size) noexcept;
 wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
                          std::uint64_t size) noexcept;
+// A dma-buf of the page-aligned allocation holding [ptr, ptr + size)
+// (hipMemGetHandleForAddressRange, where the runtime has it; WIA_DEVICE_CAP_DMABUF).
+wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint64_t size,
+                               std::int32_t* fd, std::uint64_t* offset) noexcept;
 wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
                             wia_ipc_handle_t* handle) noexcept;
 wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,

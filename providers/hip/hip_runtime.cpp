@@ -152,6 +152,7 @@ wia_status_t runtime_open(Provider& p, const std::string& library) {
 #define WIA_HIP_RESOLVE_OPTIONAL(ret, name, params) \
   rt.name = reinterpret_cast<wia_PFN_##name>(::dlsym(rt.library, #name));
   WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(WIA_HIP_RESOLVE_OPTIONAL)
+  WIA_HIP_RUNTIME_NEWER_ENTRIES(WIA_HIP_RESOLVE_OPTIONAL)
 #undef WIA_HIP_RESOLVE_OPTIONAL
   if (missing != nullptr) {
     // Before hipInit nothing of the runtime runs yet: unloading is safe.

@@ -62,6 +62,8 @@ typedef struct wia_hipIpcMemHandle {
 #define WIA_hipStreamNonBlocking 0x1
 #define WIA_hipEventDefault 0x0
 #define WIA_hipHostMallocPortable 0x1
+/* hipMemRangeHandleType (ROCm 7 headers; not in ROCm 5.2's or 6.4's). */
+#define WIA_hipMemRangeHandleTypeDmaBufFd 1
 /* hipIpcOpenMemHandle's only flag was 0 in ROCm 5 and is 0x01 from ROCm 6
  * on (each runtime refuses the other's value): pass
  * wia_hip_ipc_lazy_flag(hipRuntimeGetVersion's answer). */
@@ -123,9 +125,20 @@ static inline unsigned int wia_hip_ipc_lazy_flag(int runtime_version) {
 #define WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(X) \
   X(wia_hipError_t, hipLaunchHostFunc, (wia_hipStream_t stream, wia_hipHostFn_t fn, void* data))
 
+/* Optional entries newer than the ROCm headers of Debian 12 (5.2), so
+ * hip_runtime_api_matches checks them only against a header that declares
+ * them (HIP 7): hipMemGetHandleForAddressRange, the dma-buf export of
+ * mem_export_dmabuf (handle_type is hipMemRangeHandleType, dptr
+ * hipDeviceptr_t = void*). Where the runtime lacks it, mem_export_dmabuf
+ * answers NOT_SUPPORTED naming it. */
+#define WIA_HIP_RUNTIME_NEWER_ENTRIES(X)            \
+  X(wia_hipError_t, hipMemGetHandleForAddressRange, \
+    (void* handle, void* dptr, size_t size, int handle_type, unsigned long long flags))
+
 #define WIA_HIP_DECLARE_PFN(ret, name, params) typedef ret(*wia_PFN_##name) params;
 WIA_HIP_RUNTIME_ENTRIES(WIA_HIP_DECLARE_PFN)
 WIA_HIP_RUNTIME_OPTIONAL_ENTRIES(WIA_HIP_DECLARE_PFN)
+WIA_HIP_RUNTIME_NEWER_ENTRIES(WIA_HIP_DECLARE_PFN)
 #undef WIA_HIP_DECLARE_PFN
 
 #ifdef __cplusplus

@@ -73,6 +73,11 @@ typedef struct wia_ze_event* wia_ze_event_handle_t;
 #define WIA_ZE_STRUCTURE_TYPE_EVENT_DESC 0x11u
 #define WIA_ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC 0x15u
 #define WIA_ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC 0x16u
+/* External memory (API 1.0): the dma-buf export of mem_export_dmabuf. */
+#define WIA_ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES 0xcu
+#define WIA_ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES 0x17u
+#define WIA_ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC 0x18u
+#define WIA_ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD 0x1au
 /* Asked for so that timerResolution is in cycles per second (API >= 1.2). */
 #define WIA_ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2 0x00020006u
 
@@ -85,6 +90,8 @@ typedef struct wia_ze_event* wia_ze_event_handle_t;
 #define WIA_ZE_COMMAND_QUEUE_PRIORITY_NORMAL 0u
 #define WIA_ZE_EVENT_POOL_FLAG_HOST_VISIBLE 0x1u
 #define WIA_ZE_EVENT_SCOPE_FLAG_HOST 0x4u
+#define WIA_ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF 0x2u
+#define WIA_ZE_MEMORY_TYPE_DEVICE 2u
 #define WIA_ZE_MAX_IPC_HANDLE_SIZE 64
 #define WIA_ZE_MAX_DEVICE_NAME 256
 #define WIA_ZE_MAX_DEVICE_UUID_SIZE 16
@@ -167,6 +174,42 @@ typedef struct wia_ze_host_mem_alloc_desc {
   uint32_t flags;
 } wia_ze_host_mem_alloc_desc_t;
 
+/* zeDeviceGetExternalMemoryProperties: which handle types a device's
+ * allocations can be exported as (flags of ze_external_memory_type_flags_t). */
+typedef struct wia_ze_device_external_memory_properties {
+  wia_ze_structure_type_t stype;
+  void* pNext;
+  uint32_t memoryAllocationImportTypes;
+  uint32_t memoryAllocationExportTypes;
+  uint32_t imageImportTypes;
+  uint32_t imageExportTypes;
+} wia_ze_device_external_memory_properties_t;
+
+/* Chained into zeMemAllocDevice's descriptor: the allocation may be
+ * exported as `flags` later (Level Zero asks for it at allocation). */
+typedef struct wia_ze_external_memory_export_desc {
+  wia_ze_structure_type_t stype;
+  const void* pNext;
+  uint32_t flags;
+} wia_ze_external_memory_export_desc_t;
+
+/* Chained into zeMemGetAllocProperties' result: the driver fills `fd` with
+ * a new descriptor of the allocation, of type `flags`. */
+typedef struct wia_ze_external_memory_export_fd {
+  wia_ze_structure_type_t stype;
+  const void* pNext;
+  uint32_t flags;
+  int fd;
+} wia_ze_external_memory_export_fd_t;
+
+typedef struct wia_ze_memory_allocation_properties {
+  wia_ze_structure_type_t stype;
+  void* pNext;
+  uint32_t type; /* ze_memory_type_t */
+  uint64_t id;
+  uint64_t pageSize;
+} wia_ze_memory_allocation_properties_t;
+
 typedef struct wia_ze_ipc_mem_handle {
   char data[WIA_ZE_MAX_IPC_HANDLE_SIZE];
 } wia_ze_ipc_mem_handle_t;
@@ -181,6 +224,8 @@ typedef struct wia_ze_ipc_mem_handle {
   X(zeDeviceGetProperties, (wia_ze_device_handle_t dev, wia_ze_device_properties_t * props))       \
   X(zeDeviceGetMemoryProperties,                                                                   \
     (wia_ze_device_handle_t dev, uint32_t * count, wia_ze_device_memory_properties_t * props))     \
+  X(zeDeviceGetExternalMemoryProperties,                                                           \
+    (wia_ze_device_handle_t dev, wia_ze_device_external_memory_properties_t * props))              \
   X(zeDeviceCanAccessPeer,                                                                         \
     (wia_ze_device_handle_t dev, wia_ze_device_handle_t peer, wia_ze_bool_t * value))              \
   X(zeContextCreate, (wia_ze_driver_handle_t driver, const wia_ze_context_desc_t* desc,            \
@@ -220,6 +265,9 @@ typedef struct wia_ze_ipc_mem_handle {
   X(zeMemAllocHost, (wia_ze_context_handle_t context, const wia_ze_host_mem_alloc_desc_t* desc,    \
                      size_t size, size_t alignment, void** ptr))                                   \
   X(zeMemFree, (wia_ze_context_handle_t context, void* ptr))                                       \
+  X(zeMemGetAllocProperties,                                                                       \
+    (wia_ze_context_handle_t context, const void* ptr,                                             \
+     wia_ze_memory_allocation_properties_t* props, wia_ze_device_handle_t* dev))                   \
   X(zeMemGetIpcHandle,                                                                             \
     (wia_ze_context_handle_t context, const void* ptr, wia_ze_ipc_mem_handle_t* handle))           \
   X(zeMemOpenIpcHandle, (wia_ze_context_handle_t context, wia_ze_device_handle_t dev,              \

@@ -368,6 +368,12 @@ wia_status_t discover_devices(Provider& p) {
           for (std::uint32_t m = 0; m < nmem && m < mem.size(); ++m)
             d->total_memory += mem[m].totalSize;
       }
+      // A device that cannot say is taken as one that cannot export.
+      wia_ze_device_external_memory_properties_t ext{};
+      ext.stype = WIA_ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES;
+      d->dmabuf_export =
+          rt.zeDeviceGetExternalMemoryProperties(d->h, &ext) == WIA_ZE_RESULT_SUCCESS &&
+          (ext.memoryAllocationExportTypes & WIA_ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) != 0;
       p.devices.push_back(std::move(d));
     }
   }

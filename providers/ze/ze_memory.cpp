@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Memory of the `ze` provider: mem_alloc/mem_free of USM device and host
 // memory, the synchronous memset/memcpy (on a synchronous immediate command
-// list per device), and IPC handles (a small validated header around
-// Level Zero's 64-byte ze_ipc_mem_handle_t).
+// list per device), the dma-buf export of device allocations, and IPC
+// handles (a small validated header around Level Zero's 64-byte
+// ze_ipc_mem_handle_t). What was handed out is kept in
+// wia_common/memory_registry.hpp, shared with cuda and hip.
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -85,8 +87,14 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
     const std::size_t bytes = size == 0 ? 1 : static_cast<std::size_t>(size);
     void* out = nullptr;
     if (kind == WIA_MEM_DEVICE) {
+      // Level Zero exports only what was allocated exportable: every device
+      // allocation is, where the device can export dma-bufs at all, since
+      // mem_export_dmabuf is asked later, of memory already allocated.
+      const wia_ze_external_memory_export_desc_t exportable{
+          WIA_ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC, nullptr,
+          WIA_ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF};
       const wia_ze_device_mem_alloc_desc_t desc{WIA_ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC,
-                                                nullptr, 0, 0};
+                                                d.dmabuf_export ? &exportable : nullptr, 0, 0};
       const wia_ze_result_t r =
           p.rt.zeMemAllocDevice(d.driver->context, &desc, bytes, kAlignment, d.h, &out);
       if (r != WIA_ZE_RESULT_SUCCESS)
@@ -106,8 +114,7 @@ wia_status_t mem_alloc(void* ctx, std::int32_t dev, std::uint64_t size, std::uin
                     "mem_alloc on Level Zero device %d: the driver returned NULL for %zu bytes",
                     dev, bytes);
     try {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      p.allocations[reinterpret_cast<std::uintptr_t>(out)] = Allocation{dev, kind, size};
+      p.memory.add(out, Allocation{dev, kind, size});
     } catch (...) {
       p.rt.zeMemFree(d.driver->context, out);
       throw;
@@ -121,28 +128,9 @@ wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
   return guarded(ctx, "mem_free", [&](Provider& p) -> wia_status_t {
     if (const wia_status_t st = p.check_device(dev, "mem_free"); st != WIA_SUCCESS) return st;
     Allocation a;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto key = reinterpret_cast<std::uintptr_t>(ptr);
-      const auto it = p.allocations.find(key);
-      if (it == p.allocations.end()) {
-        if (p.imports.count(key) != 0)
-          return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                        "mem_free on Level Zero device %d: %p was mapped by ipc_open_handle; "
-                        "release it with ipc_close_handle",
-                        dev, ptr);
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "mem_free on Level Zero device %d: %p is not a live allocation (already "
-                      "freed, or not from mem_alloc)",
-                      dev, ptr);
-      }
-      if (it->second.device != dev)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "mem_free on Level Zero device %d: %p belongs to device %d", dev, ptr,
-                      it->second.device);
-      a = it->second;
-      p.allocations.erase(it);
-    }
+    if (const std::string why = p.memory.take(ptr, dev, &a); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_free on Level Zero device %d: %s", dev,
+                    why.c_str());
     const wia_ze_result_t r = p.rt.zeMemFree(p.device(dev).driver->context, ptr);
     if (r != WIA_ZE_RESULT_SUCCESS)
       return p.fail_ze(r, dev, "zeMemFree(%p, %s memory of %" PRIu64 " bytes)", ptr,
@@ -152,17 +140,15 @@ wia_status_t mem_free(void* ctx, std::int32_t dev, void* ptr) noexcept {
 }
 
 void release_all_memory(Provider& p) noexcept {
-  std::lock_guard<std::mutex> lk(p.memory_mu);
-  if (!p.allocations.empty())
-    p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", p.allocations.size());
-  for (const auto& [addr, a] : p.allocations)
-    p.rt.zeMemFree(p.device(a.device).driver->context, reinterpret_cast<void*>(addr));
-  p.allocations.clear();
-  for (const auto& [addr, import] : p.imports)
-    for (std::uint32_t i = 0; i < import.opens; ++i)
-      p.rt.zeMemCloseIpcHandle(p.device(import.device).driver->context,
-                               reinterpret_cast<void*>(addr));
-  p.imports.clear();
+  const std::size_t leaked = p.memory.release_all(
+      [&](std::uintptr_t addr, const Allocation& a) {
+        p.rt.zeMemFree(p.device(a.device).driver->context, reinterpret_cast<void*>(addr));
+      },
+      [&](std::uintptr_t addr, std::int32_t device, std::uint32_t opens) {
+        for (std::uint32_t i = 0; i < opens; ++i)
+          p.rt.zeMemCloseIpcHandle(p.device(device).driver->context, reinterpret_cast<void*>(addr));
+      });
+  if (leaked != 0) p.log(WIA_LOG_WARN, "fini: freeing %zu allocation(s) never freed", leaked);
 }
 
 // --------------------------------------------------------------------------
@@ -210,6 +196,58 @@ wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src
 }
 
 // --------------------------------------------------------------------------
+// dma-buf export, for a NIC to reach device memory (ibv_reg_dmabuf_mr).
+// Level Zero exports whole allocations: zeMemGetAllocProperties of the
+// allocation's start with a chained ze_external_memory_export_fd_t gives a
+// new descriptor of it, and *offset says where ptr lies in it. The
+// allocation's start comes from our own table (it also refuses memory that
+// is not a device allocation of this device, as cuda and hip do).
+
+wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint64_t size,
+                               std::int32_t* fd, std::uint64_t* offset) noexcept {
+  return guarded(ctx, "mem_export_dmabuf", [&](Provider& p) -> wia_status_t {
+    if (const char* null = common::reset_dmabuf_out(fd, offset))
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "mem_export_dmabuf on Level Zero device %d: %s is NULL", dev, null);
+    if (const wia_status_t st = p.check_device(dev, "mem_export_dmabuf"); st != WIA_SUCCESS)
+      return st;
+    common::DmabufRange range;
+    if (const std::string why = p.memory.find_dmabuf_range(ptr, size, dev, &range); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "mem_export_dmabuf on Level Zero device %d: %s",
+                    dev, why.c_str());
+    Device& d = p.device(dev);
+    if (!d.dmabuf_export)
+      return p.fail(WIA_ERROR_NOT_SUPPORTED,
+                    "mem_export_dmabuf on Level Zero device %d (%s): the device does not export "
+                    "dma-bufs (zeDeviceGetExternalMemoryProperties: memoryAllocationExportTypes "
+                    "lacks ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF); stage through host memory",
+                    dev, d.name.c_str());
+    wia_ze_external_memory_export_fd_t export_fd{WIA_ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD,
+                                                 nullptr, WIA_ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF,
+                                                 -1};
+    wia_ze_memory_allocation_properties_t props{WIA_ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES,
+                                                &export_fd, 0, 0, 0};
+    void* base = reinterpret_cast<void*>(range.base);
+    const wia_ze_result_t r =
+        p.rt.zeMemGetAllocProperties(d.driver->context, base, &props, nullptr);
+    if (r != WIA_ZE_RESULT_SUCCESS)
+      return p.fail_ze(r, dev, "zeMemGetAllocProperties(%p, %" PRIu64 " bytes, export fd DMA_BUF)",
+                       base, range.allocation.size);
+    if (export_fd.fd < 0 || props.type != WIA_ZE_MEMORY_TYPE_DEVICE) {
+      if (export_fd.fd >= 0) ::close(export_fd.fd);
+      return p.fail(WIA_ERROR_INTERNAL,
+                    "mem_export_dmabuf on Level Zero device %d: zeMemGetAllocProperties(%p) "
+                    "returned %s",
+                    dev, base,
+                    export_fd.fd < 0 ? "no descriptor" : "memory that is not device memory");
+    }
+    *fd = export_fd.fd;
+    *offset = range.offset;
+    return WIA_SUCCESS;
+  });
+}
+
+// --------------------------------------------------------------------------
 // IPC
 
 wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
@@ -220,18 +258,9 @@ wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
                     "ipc_get_handle on Level Zero device %d: handle is NULL", dev);
     if (const wia_status_t st = p.check_device(dev, "ipc_get_handle"); st != WIA_SUCCESS) return st;
     Allocation a;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto it = p.allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-      if (it == p.allocations.end() || it->second.device != dev ||
-          it->second.kind != WIA_MEM_DEVICE)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "ipc_get_handle on Level Zero device %d: %p is not the start of a live "
-                      "device allocation of this device (only mem_alloc(WIA_MEM_DEVICE) memory "
-                      "exports)",
-                      dev, ptr);
-      a = it->second;
-    }
+    if (const std::string why = p.memory.find_device_start(ptr, dev, &a); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_get_handle on Level Zero device %d: %s", dev,
+                    why.c_str());
     ZeIpcPart part{};
     const wia_ze_result_t r =
         p.rt.zeMemGetIpcHandle(p.device(dev).driver->context, ptr, &part.ze_handle);
@@ -289,10 +318,7 @@ wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t
           r, dev, "zeMemOpenIpcHandle(%" PRIu64 " bytes exported by pid %u from its device %d)",
           h.size, h.exporter_pid, h.exporter_device);
     try {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      Provider::Import& import = p.imports[reinterpret_cast<std::uintptr_t>(out)];
-      import.device = dev;
-      ++import.opens;
+      p.memory.add_import(out, dev);
     } catch (...) {
       p.rt.zeMemCloseIpcHandle(d.driver->context, out);
       throw;
@@ -306,16 +332,9 @@ wia_status_t ipc_close_handle(void* ctx, std::int32_t dev, void* ptr) noexcept {
   return guarded(ctx, "ipc_close_handle", [&](Provider& p) -> wia_status_t {
     if (const wia_status_t st = p.check_device(dev, "ipc_close_handle"); st != WIA_SUCCESS)
       return st;
-    {
-      std::lock_guard<std::mutex> lk(p.memory_mu);
-      const auto it = p.imports.find(reinterpret_cast<std::uintptr_t>(ptr));
-      if (it == p.imports.end() || it->second.device != dev)
-        return p.fail(WIA_ERROR_INVALID_ARGUMENT,
-                      "ipc_close_handle on Level Zero device %d: %p was not opened by "
-                      "ipc_open_handle on this device",
-                      dev, ptr);
-      if (--it->second.opens == 0) p.imports.erase(it);
-    }
+    if (const std::string why = p.memory.release_import(ptr, dev); !why.empty())
+      return p.fail(WIA_ERROR_INVALID_ARGUMENT, "ipc_close_handle on Level Zero device %d: %s", dev,
+                    why.c_str());
     const wia_ze_result_t r = p.rt.zeMemCloseIpcHandle(p.device(dev).driver->context, ptr);
     if (r != WIA_ZE_RESULT_SUCCESS) return p.fail_ze(r, dev, "zeMemCloseIpcHandle(%p)", ptr);
     return WIA_SUCCESS;

@@ -173,9 +173,12 @@ wia_device_ops_v1_t make_device_ops() {
   ops.struct_size = sizeof(wia_device_ops_v1_t);
   ops.abi_version = WIA_PROVIDER_ABI_VERSION;
   // No SCALE and no KERNEL: both need device code (SPIR-V), which this
-  // provider does not build (docs/provider-ze.md).
+  // provider does not build (docs/provider-ze.md). DMABUF is per device
+  // (external memory properties): mem_export_dmabuf answers NOT_SUPPORTED
+  // with the reason on a device that cannot export.
   ops.caps = WIA_DEVICE_CAP_HOST_FUNC | WIA_DEVICE_CAP_EVENT_TIMING | WIA_DEVICE_CAP_PEER |
-             WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST;
+             WIA_DEVICE_CAP_IPC | WIA_DEVICE_CAP_REDUCE | WIA_DEVICE_CAP_PINNED_HOST |
+             WIA_DEVICE_CAP_DMABUF;
   ops.must_understand = 0;
   ops.device_count = device_count;
   ops.device_props = device_props;
@@ -204,6 +207,7 @@ wia_device_ops_v1_t make_device_ops() {
   ops.ipc_open_handle = ipc_open_handle;
   ops.ipc_close_handle = ipc_close_handle;
   ops.reduce_async = reduce_async;
+  ops.mem_export_dmabuf = mem_export_dmabuf;
   return ops;
 }
 

@@ -22,6 +22,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "wia_common/entry_guard.hpp"
+#include "wia_common/memory_registry.hpp"
 #include "ze_api.h"
 
 namespace wia::ze {
@@ -114,6 +116,9 @@ struct Device {
   std::uint64_t total_memory = 0;
   std::uint64_t timer_hz = 0;        // device timestamp ticks per second
   std::uint64_t timestamp_mask = 0;  // timestampValidBits as a mask
+  // memoryAllocationExportTypes has DMA_BUF: device allocations are made
+  // exportable as dma-bufs (mem_alloc) and mem_export_dmabuf exports them.
+  bool dmabuf_export = false;
   // Synchronous immediate list of the blocking memset/memcpy, made on
   // first use and used under its mutex.
   std::mutex sync_mu;
@@ -156,11 +161,9 @@ struct Event {
   ZeEvent* current = nullptr;  // the latest record; NULL: never recorded
 };
 
-struct Allocation {
-  std::int32_t device = 0;
-  std::uint32_t kind = WIA_MEM_DEVICE;
-  std::uint64_t size = 0;
-};
+// What mem_alloc handed out (wia_common/memory_registry.hpp, shared with
+// cuda and hip).
+using common::Allocation;
 
 class Provider {
  public:
@@ -172,13 +175,8 @@ class Provider {
   std::vector<std::unique_ptr<Driver>> drivers;
   std::vector<std::unique_ptr<Device>> devices;
 
-  std::mutex memory_mu;
-  std::unordered_map<std::uintptr_t, Allocation> allocations;
-  struct Import {
-    std::int32_t device = 0;
-    std::uint32_t opens = 0;
-  };
-  std::unordered_map<std::uintptr_t, Import> imports;
+  // mem_alloc's allocations and ipc_open_handle's mappings.
+  common::MemoryRegistry memory{"Level Zero"};
 
   std::shared_mutex handles_mu;
   std::unordered_set<const Stream*> streams;
@@ -213,20 +211,12 @@ class Provider {
 };
 
 // Runs one entry point: validates ctx, turns any exception into a status
-// with a message. Level Zero has no current device: nothing to restore.
+// with a message (wia_common/entry_guard.hpp, shared with cuda and hip).
+// Level Zero has no current device: nothing to restore.
 template <class F>
 wia_status_t guarded(void* ctx, const char* call, F&& body) noexcept {
-  auto* p = static_cast<Provider*>(ctx);
-  if (p == nullptr || p->magic != Provider::kMagic) return WIA_ERROR_INVALID_ARGUMENT;
-  try {
-    return body(*p);
-  } catch (const std::bad_alloc&) {
-    return p->fail(WIA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", call);
-  } catch (const std::exception& e) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception: %s", call, e.what());
-  } catch (...) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception", call);
-  }
+  return common::guarded_entry<Provider>(
+      ctx, call, [](Provider&) { return common::NoKeeper{}; }, std::forward<F>(body));
 }
 
 // ze_loader.cpp: dlopen + dlsym of every entry + zeInit; then drivers,
@@ -243,6 +233,10 @@ wia_status_t memset_sync(void* ctx, std::int32_t dev, void* ptr, std::int32_t va
                          std::uint64_t size) noexcept;
 wia_status_t memcpy_sync(void* ctx, std::int32_t dev, void* dst, const void* src,
                          std::uint64_t size) noexcept;
+// A dma-buf of the allocation holding [ptr, ptr + size): zeMemGetAllocProperties
+// with a chained ze_external_memory_export_fd_t (WIA_DEVICE_CAP_DMABUF).
+wia_status_t mem_export_dmabuf(void* ctx, std::int32_t dev, void* ptr, std::uint64_t size,
+                               std::int32_t* fd, std::uint64_t* offset) noexcept;
 wia_status_t ipc_get_handle(void* ctx, std::int32_t dev, void* ptr,
                             wia_ipc_handle_t* handle) noexcept;
 wia_status_t ipc_open_handle(void* ctx, std::int32_t dev, const wia_ipc_handle_t* handle,

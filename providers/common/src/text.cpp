@@ -4,6 +4,8 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -27,6 +29,15 @@ bool fail(std::string* why, std::string reason) {
 }
 
 }  // namespace
+
+std::string format(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
 
 bool parse_size(std::string_view text, std::uint64_t* bytes, std::string* why) {
   text = trim(text);

@@ -689,6 +689,35 @@ FAKE_API Err hipIpcCloseMemHandle(void* ptr) {
   return WIA_hipSuccess;
 }
 
+// dma-buf export (newer runtimes than 5.2; not in the rocm52 variant): a
+// new descriptor of the allocation's memfd. Like the real call the range
+// must be page-aligned; unlike it, only a whole allocation from its start
+// exports (a memfd cannot stand for part of itself), so a provider that
+// exports an interior range fails here.
+#ifndef FAKE_HIP_ROCM52
+FAKE_API Err hipMemGetHandleForAddressRange(void* handle, void* dptr, std::size_t size,
+                                            int handle_type, unsigned long long flags) {
+  GATE();
+  if (handle == nullptr || dptr == nullptr || size == 0 || flags != 0 ||
+      handle_type != WIA_hipMemRangeHandleTypeDmaBufFd)
+    return WIA_hipErrorInvalidValue;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<std::uintptr_t>(dptr);
+  if (start % page != 0 || size % page != 0) return WIA_hipErrorInvalidValue;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  const auto it = s.allocations.find(start);
+  if (it == s.allocations.end() || it->second.fd < 0 || size > it->second.mapped)
+    return WIA_hipErrorInvalidValue;
+  const int fd = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return WIA_hipErrorOutOfMemory;
+  std::memcpy(handle, &fd, sizeof(fd));
+  return WIA_hipSuccess;
+}
+static_assert(std::is_same_v<decltype(&::hipMemGetHandleForAddressRange),
+                             wia_PFN_hipMemGetHandleForAddressRange>);
+#endif
+
 // Every entry the provider resolves exists here with exactly its type.
 #define WIA_FAKE_HIP_CHECK(ret, name, params) \
   static_assert(std::is_same_v<decltype(&::name), wia_PFN_##name>, #name " differs");

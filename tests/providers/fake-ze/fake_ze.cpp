@@ -75,6 +75,8 @@ struct Allocation {
   int fd = -1;  // device memory: its memfd; host memory: -1
   int device = 0;
   std::uint64_t inode = 0;
+  bool dmabuf_exportable = false;  // allocated with an export desc asking DMA_BUF
+  std::uint64_t id = 0;
 };
 
 struct Import {
@@ -113,6 +115,7 @@ struct State {
   std::map<std::uintptr_t, Allocation> allocations;  // by base address
   std::map<std::uintptr_t, Import> imports;
   std::uint64_t used[kMaxDevices] = {};
+  std::uint64_t next_id = 1;
   bool stream_fault_fired = false;
 
   State() {
@@ -377,6 +380,22 @@ FAKE_API Err zeDeviceGetMemoryProperties(wia_ze_device_handle_t dev, std::uint32
   return WIA_ZE_RESULT_SUCCESS;
 }
 
+// Device allocations export as dma-bufs (here: their memfd), except under
+// the no_dmabuf fault.
+FAKE_API Err zeDeviceGetExternalMemoryProperties(
+    wia_ze_device_handle_t dev, wia_ze_device_external_memory_properties_t* props) {
+  if (device_index(dev) < 0) return WIA_ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (props == nullptr) return WIA_ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  if (props->stype != WIA_ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES)
+    return WIA_ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  props->memoryAllocationImportTypes = 0;
+  props->memoryAllocationExportTypes =
+      state().fault == "no_dmabuf" ? 0u : WIA_ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF;
+  props->imageImportTypes = 0;
+  props->imageExportTypes = 0;
+  return WIA_ZE_RESULT_SUCCESS;
+}
+
 FAKE_API Err zeDeviceCanAccessPeer(wia_ze_device_handle_t dev, wia_ze_device_handle_t peer,
                                    wia_ze_bool_t* value) {
   if (device_index(dev) < 0 || device_index(peer) < 0)
@@ -618,6 +637,19 @@ FAKE_API Err zeMemAllocDevice(wia_ze_context_handle_t context,
   if (desc->stype != WIA_ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC)
     return WIA_ZE_RESULT_ERROR_INVALID_ARGUMENT;
   *ptr = nullptr;
+  // The chain: an export desc may ask for DMA_BUF, and only where the
+  // device offers it; anything else chained is not known here.
+  bool exportable = false;
+  for (const auto* next = static_cast<const wia_ze_external_memory_export_desc_t*>(desc->pNext);
+       next != nullptr;
+       next = static_cast<const wia_ze_external_memory_export_desc_t*>(next->pNext)) {
+    if (next->stype != WIA_ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC)
+      return WIA_ZE_RESULT_ERROR_INVALID_ARGUMENT;
+    if ((next->flags & ~WIA_ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF) != 0 ||
+        state().fault == "no_dmabuf")
+      return WIA_ZE_RESULT_ERROR_INVALID_ENUMERATION;
+    exportable = next->flags != 0;
+  }
   if (size == 0) return WIA_ZE_RESULT_ERROR_UNSUPPORTED_SIZE;
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
   if (alignment != 0 && ((alignment & (alignment - 1)) != 0 || alignment > page))
@@ -650,8 +682,8 @@ FAKE_API Err zeMemAllocDevice(wia_ze_context_handle_t context,
   struct stat sb {};
   ::fstat(fd, &sb);
   std::lock_guard<std::mutex> lk(s.mu);
-  s.allocations[reinterpret_cast<std::uintptr_t>(p)] =
-      Allocation{size, mapped, fd, d, static_cast<std::uint64_t>(sb.st_ino)};
+  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{
+      size, mapped, fd, d, static_cast<std::uint64_t>(sb.st_ino), exportable, s.next_id++};
   s.used[d] += mapped;
   *ptr = p;
   return WIA_ZE_RESULT_SUCCESS;
@@ -674,7 +706,8 @@ FAKE_API Err zeMemAllocHost(wia_ze_context_handle_t context,
   if (p == nullptr) return WIA_ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
-  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{size, rounded, -1, 0, 0};
+  s.allocations[reinterpret_cast<std::uintptr_t>(p)] =
+      Allocation{size, rounded, -1, 0, 0, false, s.next_id++};
   *ptr = p;
   return WIA_ZE_RESULT_SUCCESS;
 }
@@ -698,6 +731,45 @@ FAKE_API Err zeMemFree(wia_ze_context_handle_t context, void* ptr) {
   } else {
     std::free(ptr);
   }
+  return WIA_ZE_RESULT_SUCCESS;
+}
+
+// The allocation holding `ptr` (any pointer inside it), as Level Zero
+// answers; memory of no allocation is ZE_MEMORY_TYPE_UNKNOWN. A chained
+// ze_external_memory_export_fd_t asking DMA_BUF gets a new descriptor of
+// the allocation's memfd (the caller closes it), only for a device
+// allocation made exportable and only from its start: the double cannot
+// tell a driver's whole-allocation export from part of one, so a provider
+// that passes an interior pointer fails here.
+FAKE_API Err zeMemGetAllocProperties(wia_ze_context_handle_t context, const void* ptr,
+                                     wia_ze_memory_allocation_properties_t* props,
+                                     wia_ze_device_handle_t* dev) {
+  if (!live_context(context)) return WIA_ZE_RESULT_ERROR_INVALID_NULL_HANDLE;
+  if (ptr == nullptr || props == nullptr) return WIA_ZE_RESULT_ERROR_INVALID_NULL_POINTER;
+  if (props->stype != WIA_ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES)
+    return WIA_ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  auto* export_fd = static_cast<wia_ze_external_memory_export_fd_t*>(props->pNext);
+  if (export_fd != nullptr &&
+      (export_fd->stype != WIA_ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD ||
+       export_fd->pNext != nullptr))
+    return WIA_ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  State& s = state();
+  std::lock_guard<std::mutex> lk(s.mu);
+  const auto at = reinterpret_cast<std::uintptr_t>(ptr);
+  auto it = s.allocations.upper_bound(at);
+  const bool known = it != s.allocations.begin() && (--it, at - it->first < it->second.size);
+  props->type = !known ? 0u : it->second.fd >= 0 ? WIA_ZE_MEMORY_TYPE_DEVICE : 1u;
+  props->id = known ? it->second.id : 0;
+  props->pageSize = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (dev != nullptr) *dev = known && it->second.fd >= 0 ? &s.device[it->second.device] : nullptr;
+  if (export_fd == nullptr) return WIA_ZE_RESULT_SUCCESS;
+  if (export_fd->flags != WIA_ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF)
+    return WIA_ZE_RESULT_ERROR_INVALID_ENUMERATION;
+  if (!known || it->second.fd < 0 || !it->second.dmabuf_exportable || at != it->first)
+    return WIA_ZE_RESULT_ERROR_INVALID_ARGUMENT;
+  const int fd = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return WIA_ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+  export_fd->fd = fd;
   return WIA_ZE_RESULT_SUCCESS;
 }
 

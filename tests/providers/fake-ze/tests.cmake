@@ -3,7 +3,10 @@
 # of the ze provider against it, all through wia-conformance (the provider
 # only through its ABI):
 #  - conformance_ze_fake: L0-L3 must pass (L3 includes IPC opened by a
-#    forked process);
+#    forked process, and L3.dmabuf.export through zeMemGetAllocProperties);
+#  - conformance_ze_fake_no_dmabuf: a device that cannot export dma-bufs:
+#    its allocations are not made exportable and the export is a SKIP with
+#    the reason;
 #  - conformance_ze_fake_stream_error: a device lost on a stream is
 #    reported by the provider's stream_synchronize, naming the call;
 #  - conformance_ze_fake_oom: zeMemAllocDevice out of memory is
@@ -36,11 +39,25 @@ add_dependencies(wia-conformance wia-provider-ze wia_fake_ze)
 add_test(NAME conformance_ze_fake
   COMMAND /bin/sh -c "\"$0\" --provider \"$1\" --param library=\"$3\" --level 3 \
 --junit \"$2\" > \"$2.log\" 2>&1; rc=$?; cat \"$2.log\"; \
-[ $rc -eq 0 ] && grep -q 'highest level fully passed: L3' \"$2.log\""
+[ $rc -eq 0 ] && grep -q 'highest level fully passed: L3' \"$2.log\" && \
+grep -q '^PASS  L3.dmabuf.export' \"$2.log\""
     $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-ze>
     ${CMAKE_CURRENT_BINARY_DIR}/conformance-ze-fake.xml ${WIA_FAKE_ZE_FILE})
 set_tests_properties(conformance_ze_fake PROPERTIES TIMEOUT 600
   ENVIRONMENT "WIA_LOG_LEVEL=warn")
+
+# A device whose external memory properties offer no DMA_BUF export: the
+# export is a SKIP with the provider's reason. The double refuses an
+# allocation that asks to be exportable there, so the test's own mem_alloc
+# would FAIL it if the provider asked anyway.
+add_test(NAME conformance_ze_fake_no_dmabuf
+  COMMAND /bin/sh -c "\"$0\" --provider \"$1\" --param library=\"$2\" \
+--filter L3.dmabuf.export > \"$3\" 2>&1; rc=$?; cat \"$3\"; [ $rc -eq 0 ] && \
+grep -q '^SKIP  L3.dmabuf.export .*the device does not export dma-bufs (zeDeviceGetExternalMemoryProperties' \"$3\""
+    $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-ze> ${WIA_FAKE_ZE_FILE}
+    ${CMAKE_CURRENT_BINARY_DIR}/conformance-ze-fake-no-dmabuf.log)
+set_tests_properties(conformance_ze_fake_no_dmabuf PROPERTIES TIMEOUT 120
+  ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_FAKE_ZE_FAULT=no_dmabuf")
 
 # The device is lost while a stream runs the staged reduction: the test
 # FAILS with the provider's message, neither passing nor hanging.

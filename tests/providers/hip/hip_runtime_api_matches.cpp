@@ -126,6 +126,26 @@ constexpr int kEntries =
 static_assert(kChecked == kEntries,
               "an entry of WIA_HIP_RUNTIME_ENTRIES or _OPTIONAL_ENTRIES is not checked here");
 
+// WIA_HIP_RUNTIME_NEWER_ENTRIES: only a header that declares them can
+// check them (ROCm 7; Debian 12's 5.2 does not).
+#if HIP_VERSION_MAJOR >= 7
+static_assert(WIA_hipMemRangeHandleTypeDmaBufFd == hipMemRangeHandleTypeDmaBufFd,
+              "hipMemRangeHandleTypeDmaBufFd differs");
+// Ours passes the enum as int and hipDeviceptr_t as void*.
+static_assert(std::is_same_v<hipDeviceptr_t, void*> && sizeof(hipMemRangeHandleType) == sizeof(int),
+              "hipMemGetHandleForAddressRange's types are not passed as hip_runtime_api.h does");
+static_assert(std::is_same_v<wia_PFN_hipMemGetHandleForAddressRange,
+                             wia_hipError_t (*)(void*, void*, size_t, int, unsigned long long)>);
+static_assert(std::is_same_v<decltype(&hipMemGetHandleForAddressRange),
+                             hipError_t (*)(void*, void*, size_t, hipMemRangeHandleType,
+                                            unsigned long long)>,
+              "ROCm's hipMemGetHandleForAddressRange is not the one declared in "
+              "hip_runtime_api.h (handle, dptr, size, handle type, flags)");
+constexpr bool kNewerChecked = true;
+#else
+constexpr bool kNewerChecked = false;
+#endif
+
 }  // namespace
 
 TEST_CASE("hip_runtime_api.h matches ROCm's hip/hip_runtime_api.h (checked while compiling)") {
@@ -133,4 +153,7 @@ TEST_CASE("hip_runtime_api.h matches ROCm's hip/hip_runtime_api.h (checked while
                      << HIP_VERSION_MINOR);
   CHECK(kEntries > 0);
   CHECK(sizeof(wia_hipIpcMemHandle_t) == sizeof(hipIpcMemHandle_t));
+  if (!kNewerChecked)
+    MESSAGE("hipMemGetHandleForAddressRange not checked: HIP " << HIP_VERSION_MAJOR
+                                                               << " does not declare it");
 }

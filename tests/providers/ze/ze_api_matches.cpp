@@ -54,6 +54,12 @@ WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_EVENT_DESC)
 WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC)
 WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC)
 WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES_1_2)
+WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_DEVICE_EXTERNAL_MEMORY_PROPERTIES)
+WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES)
+WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC)
+WIA_SAME_CONSTANT(ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD)
+WIA_SAME_CONSTANT(ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF)
+WIA_SAME_CONSTANT(ZE_MEMORY_TYPE_DEVICE)
 WIA_SAME_CONSTANT(ZE_DEVICE_TYPE_GPU)
 WIA_SAME_CONSTANT(ZE_DEVICE_TYPE_CPU)
 WIA_SAME_CONSTANT(ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS)
@@ -115,6 +121,27 @@ WIA_SAME_STRUCT(wia_ze_host_mem_alloc_desc_t, ze_host_mem_alloc_desc_t)
 #define F(field) WIA_SAME_FIELD(wia_ze_host_mem_alloc_desc_t, ze_host_mem_alloc_desc_t, field)
 F(stype) F(pNext) F(flags)
 #undef F
+WIA_SAME_STRUCT(wia_ze_device_external_memory_properties_t, ze_device_external_memory_properties_t)
+#define F(field) WIA_SAME_FIELD(wia_ze_device_external_memory_properties_t, \
+                                ze_device_external_memory_properties_t, field)
+F(stype) F(pNext) F(memoryAllocationImportTypes) F(memoryAllocationExportTypes)
+F(imageImportTypes) F(imageExportTypes)
+#undef F
+WIA_SAME_STRUCT(wia_ze_external_memory_export_desc_t, ze_external_memory_export_desc_t)
+#define F(field) \
+  WIA_SAME_FIELD(wia_ze_external_memory_export_desc_t, ze_external_memory_export_desc_t, field)
+F(stype) F(pNext) F(flags)
+#undef F
+WIA_SAME_STRUCT(wia_ze_external_memory_export_fd_t, ze_external_memory_export_fd_t)
+#define F(field) \
+  WIA_SAME_FIELD(wia_ze_external_memory_export_fd_t, ze_external_memory_export_fd_t, field)
+F(stype) F(pNext) F(flags) F(fd)
+#undef F
+WIA_SAME_STRUCT(wia_ze_memory_allocation_properties_t, ze_memory_allocation_properties_t)
+#define F(field) \
+  WIA_SAME_FIELD(wia_ze_memory_allocation_properties_t, ze_memory_allocation_properties_t, field)
+F(stype) F(pNext) F(type) F(id) F(pageSize)
+#undef F
 WIA_SAME_STRUCT(wia_ze_ipc_mem_handle_t, ze_ipc_mem_handle_t)
 WIA_SAME_FIELD(wia_ze_ipc_mem_handle_t, ze_ipc_mem_handle_t, data)
 // clang-format on
@@ -159,6 +186,10 @@ WIA_CANON_AS(wia_ze_device_mem_alloc_desc_t, StructTag<7>)
 WIA_CANON_AS(ze_device_mem_alloc_desc_t, StructTag<7>)
 WIA_CANON_AS(wia_ze_host_mem_alloc_desc_t, StructTag<8>)
 WIA_CANON_AS(ze_host_mem_alloc_desc_t, StructTag<8>)
+WIA_CANON_AS(wia_ze_device_external_memory_properties_t, StructTag<9>)
+WIA_CANON_AS(ze_device_external_memory_properties_t, StructTag<9>)
+WIA_CANON_AS(wia_ze_memory_allocation_properties_t, StructTag<10>)
+WIA_CANON_AS(ze_memory_allocation_properties_t, StructTag<10>)
 WIA_CANON_AS(ze_result_t, std::uint32_t)
 WIA_CANON_AS(ze_api_version_t, std::uint32_t)
 #undef WIA_CANON_AS
@@ -199,7 +230,9 @@ constexpr int kChecked = 0 WIA_SAME_ENTRY(zeInit) WIA_SAME_ENTRY(zeDriverGet) WI
                                             WIA_SAME_ENTRY(zeMemAllocHost) WIA_SAME_ENTRY(zeMemFree)
                                                 WIA_SAME_ENTRY(zeMemGetIpcHandle)
                                                     WIA_SAME_ENTRY(zeMemOpenIpcHandle)
-                                                        WIA_SAME_ENTRY(zeMemCloseIpcHandle);
+                                                        WIA_SAME_ENTRY(zeMemCloseIpcHandle)
+    // Added for mem_export_dmabuf.
+    WIA_SAME_ENTRY(zeDeviceGetExternalMemoryProperties) WIA_SAME_ENTRY(zeMemGetAllocProperties);
 #undef WIA_SAME_ENTRY
 
 #define WIA_COUNT_ENTRY(name, params) +1

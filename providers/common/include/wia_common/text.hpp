@@ -22,6 +22,9 @@ namespace wia::common {
 // caller to put after the key or parameter it names.
 bool parse_size(std::string_view text, std::uint64_t* bytes, std::string* why = nullptr);
 
+// printf into a std::string (cut at 1023 bytes).
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
 // strerror_r(err) followed by " (errno N)". Thread safe.
 std::string errno_text(int err);
 
