@@ -24,15 +24,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "p2p_common.hpp"
 #include "process_harness.hpp"
 
 namespace {
 using namespace wia::test::processes;
+using namespace wia::test::p2p;
 
 // Byte i of the message from `src` to `dst` with `tag` and `size`: every
 // message differs, so a message delivered to the wrong receive fails.
@@ -169,19 +169,6 @@ std::uint16_t free_port() {
   REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
   close(fd);
   return ntohs(a.sin_port);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-const wia_collective_profile_t* entry(const wia_comm_profile_report_t* r, const char* name) {
-  for (int i = 0; r && i < r->num_collectives; ++i)
-    if (std::string(r->collectives[i].name) == name) return &r->collectives[i];
-  return nullptr;
 }
 
 }  // namespace
@@ -534,22 +521,6 @@ TEST_CASE("a receive whose sender never sends times out naming it") {
 }
 
 #ifdef WIA_FAKE_CUDA_FILE
-namespace {
-
-// The first device of `provider` ("host", "cuda"), or -1.
-int device_of(const char* provider) {
-  int n = 0;
-  wia_get_device_count(&n);
-  for (int d = 0; d < n; ++d) {
-    wia_device_properties_t p;
-    if (wia_get_device_properties(d, &p) == WIA_SUCCESS && std::string(p.provider) == provider)
-      return d;
-  }
-  return -1;
-}
-
-}  // namespace
-
 TEST_CASE(
     "device buffers of the CUDA double are staged through pinned host memory, data "
     "checked, the path in the log and the profile") {
