@@ -23,15 +23,15 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "p2p_common.hpp"
 #include "process_harness.hpp"
 
 namespace {
 using namespace wia::test::processes;
+using namespace wia::test::p2p;
 
 std::uint8_t pattern(int round, std::size_t i) {
   std::uint64_t x = i * 2654435761u ^ static_cast<std::uint64_t>(round) * 0x9E3779B97F4A7C15ull;
@@ -42,24 +42,6 @@ std::uint8_t pattern(int round, std::size_t i) {
 int fail(int rank, const char* what) {
   std::fprintf(stderr, "rank %d: %s: %s\n", rank, what, wia_get_last_error());
   return kApiError;
-}
-
-int device_of(const char* provider) {
-  int n = 0;
-  wia_get_device_count(&n);
-  for (int d = 0; d < n; ++d) {
-    wia_device_properties_t p;
-    if (wia_get_device_properties(d, &p) == WIA_SUCCESS && std::string(p.provider) == provider)
-      return d;
-  }
-  return -1;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 // The libibverbs double's counters in this process (the verbs provider
@@ -136,12 +118,6 @@ int host_to_device(int rank, void* dev, std::size_t size, std::size_t off, std::
     }
   }
   return kOk;
-}
-
-const wia_collective_profile_t* entry(const wia_comm_profile_report_t* r, const char* name) {
-  for (int i = 0; r && i < r->num_collectives; ++i)
-    if (std::string(r->collectives[i].name) == name) return &r->collectives[i];
-  return nullptr;
 }
 
 // Runs 2 ranks with stderr in <log_base>.<rank>; returns their statuses.
