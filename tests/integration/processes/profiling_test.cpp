@@ -635,8 +635,8 @@ int transport_suggested(int rank, int nranks) {
 // Sampling: 300 all-reduces of 8 B and 3 broadcasts are counted exactly
 // (count, bytes, avg = total / count) whatever profiling.sample_every says;
 // the timeline holds the timed ones only: all 303 at TEST_SAMPLE_EVERY 1,
-// at the default 64 the first 16 all-reduces, a few more, and every
-// broadcast.
+// at the default 64 the first 16 all-reduces, a few more (the same calls
+// on every rank), and every broadcast.
 int sampled(int rank, int nranks) {
   wia_communicator_t comm = join(rank, nranks);
   if (!comm) return kApiError;
@@ -670,7 +670,6 @@ int sampled(int rank, int nranks) {
   const std::string path =
       std::string(std::getenv("TEST_TRACE_DIR")) + "/sampled." + std::to_string(rank) + ".json";
   EXPECT_R(wia_profile_write_trace(comm, path.c_str()) == WIA_SUCCESS);
-  wia_destroy_communicator(comm);
   std::string json;
   if (FILE* f = std::fopen(path.c_str(), "r")) {
     char chunk[4096];
@@ -686,6 +685,16 @@ int sampled(int rank, int nranks) {
   const int ar_events = occurrences("\"name\":\"allreduce\"");
   std::fprintf(stderr, "rank %d: sample_every %d: %d all-reduce events on the timeline\n", rank,
                every, ar_events);
+  // Every rank drew the same gaps, so timed the same calls: as many
+  // events on each rank (the largest and the smallest count agree).
+  std::int32_t span[2] = {ar_events, -ar_events};
+  wia_collective_config_t max{};
+  max.datatype = WIA_INT32;
+  max.reduction_op = WIA_REDUCE_MAX;
+  EXPECT_R(wia_all_reduce(comm, span, span, 2, &max, nullptr) == WIA_SUCCESS &&
+           wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  EXPECT_R(span[0] == -span[1]);
+  wia_destroy_communicator(comm);
   EXPECT_R(occurrences("\"name\":\"broadcast\"") == 3);
   EXPECT_R(json.find("\"sample_every\":" + std::to_string(every) + ",") != std::string::npos);
   if (every == 1)
