@@ -267,10 +267,17 @@ class Loader : private YamlFile {
   int next_process_ = 0;             // first global process id of the next node
 };
 
-// A double-quoted YAML scalar.
+// A double-quoted YAML scalar. Control characters are escaped (\xNN):
+// written raw, a NUL or a line break in a name the loader accepted came
+// back as another name (fuzz_topology's round trip).
 std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+      continue;
+    }
     if (c == '"' || c == '\\') out += '\\';
     out += c;
   }
@@ -320,7 +327,9 @@ void export_yaml(const Topology& t, const std::string& path) {
     if (!t.numa_of.empty()) out += fmt::format("    numa: [{}]\n", numa);
     out += fmt::format("    processes: [{}]\n", procs);
   }
-  out += "links:\n";
+  // One device has no pair: an empty list, which load_yaml accepts (a bare
+  // "links:" is null, not a list, and the file did not load again).
+  out += t.n < 2 ? "links: []\n" : "links:\n";
   auto entry = [&](int i, int j, bool directed) {
     const auto k = t.at(i, j);
     out += fmt::format(
