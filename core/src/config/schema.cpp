@@ -188,7 +188,7 @@ constexpr KeySpec kCoreSchema[] = {
                     "empty = no dump"},
     {.key = "profiling.sample_every",
      .type = ValueType::kInt,
-     .default_value = "64",
+     .default_value = "128",
      .description = "Communication profiling counts every operation but times the first 16 "
                     "of each kind in a window, then about one in this many (1 = every one; "
                     "docs/profiling.md, \"Sampling\")",
