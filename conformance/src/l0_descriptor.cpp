@@ -326,6 +326,8 @@ void device_props(Context& c) {
     c.expect(p.numa_node >= -1, which + ".numa_node >= -1", std::to_string(p.numa_node));
     c.expect((p.flags & ~7u) == 0, which + ".flags within WIA_DEVICE_FLAG_*",
              std::to_string(p.flags));
+    c.expect(p.mem_iface <= WIA_MEM_IFACE_ZE, which + ".mem_iface a WIA_MEM_IFACE_* value",
+             std::to_string(p.mem_iface));
   }
   for (const int bad : {n, n + 7, -1}) {
     wia_device_props_v1_t p{};

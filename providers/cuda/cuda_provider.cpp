@@ -64,6 +64,7 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
     full.numa_node = d.numa_node;
     full.flags = WIA_DEVICE_FLAG_UNIFIED_ADDRESS;
     full.alignment = 256;  // cuMemAlloc's documented minimum
+    full.mem_iface = WIA_MEM_IFACE_CUDA;
     std::memcpy(props, &full, std::min<std::size_t>(caller_size, sizeof(full)));
     return WIA_SUCCESS;
   });

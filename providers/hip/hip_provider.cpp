@@ -57,6 +57,7 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
     full.numa_node = -1;  // no ROCm 5/6-stable query; 0 topology hints beat wrong ones
     full.flags = WIA_DEVICE_FLAG_UNIFIED_ADDRESS;
     full.alignment = 256;  // hipMalloc's documented minimum
+    full.mem_iface = WIA_MEM_IFACE_ROCM;
     std::memcpy(props, &full, std::min<std::size_t>(caller_size, sizeof(full)));
     return WIA_SUCCESS;
   });

@@ -58,6 +58,7 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
     // holds up no other stream.
     full.flags = WIA_DEVICE_FLAG_UNIFIED_ADDRESS | WIA_DEVICE_FLAG_WAITING_HOST_FUNC;
     full.alignment = 256;  // what mem_alloc asks zeMemAlloc* for
+    full.mem_iface = WIA_MEM_IFACE_ZE;
     std::memcpy(props, &full, std::min<std::size_t>(caller_size, sizeof(full)));
     return WIA_SUCCESS;
   });

@@ -120,13 +120,6 @@ const char* path_label(Path p) {
   return p == Path::kStaged ? "staged" : p == Path::kDirect ? "direct" : "host";
 }
 
-std::uint32_t iface_of(const std::string& provider) {
-  if (provider == "cuda") return WIA_MEM_IFACE_CUDA;
-  if (provider == "hip") return WIA_MEM_IFACE_ROCM;
-  if (provider == "ze") return WIA_MEM_IFACE_ZE;
-  return WIA_MEM_IFACE_HOST;
-}
-
 struct Route {
   Path path = Path::kHost;
   const Device* device = nullptr;  // the buffer's, when not host-addressable
@@ -151,13 +144,16 @@ Route route(const comm::ProcessCommunicator& c, int peer, const void* buf, std::
   const Device& d = Runtime::get().device(a->device);
   if (a->kind != WIA_MEM_DEVICE || (d.props.flags & WIA_DEVICE_FLAG_HOST_ACCESSIBLE)) return r;
   r.device = &d;
-  const std::uint32_t iface = iface_of(d.provider->name());
+  // The provider says which interface its memory registers as
+  // (wia_device_props_v1_t.mem_iface): the core names no vendor.
+  const std::uint32_t iface = d.props.mem_iface;
   if (!g.enable_rdma) {
     r.path = Path::kStaged;
     r.why = "wia_gpudirect_config_t.enable_rdma is false";
   } else if (iface == WIA_MEM_IFACE_HOST) {
     r.path = Path::kStaged;
-    r.why = fmt::format("provider {} names no memory interface a transport could register",
+    r.why = fmt::format("provider {} names no memory interface a transport could register "
+                        "(its devices' mem_iface is 0)",
                         d.provider->name());
   } else {
     using DevicePath = comm::ProcessCommunicator::DeviceMemoryPath;

@@ -183,7 +183,12 @@ typedef struct wia_device_props_v1 {
   int32_t numa_node;     /* -1 when unknown                           */
   uint32_t flags;        /* WIA_DEVICE_FLAG_*                         */
   uint32_t alignment;    /* every allocation is aligned to this       */
-  uint32_t reserved;
+  /* WIA_MEM_IFACE_* (below) a transport registers this device's memory as:
+   * CUDA, ROCM or ZE. 0 (WIA_MEM_IFACE_HOST) for host-accessible devices,
+   * and what a provider written before this field (then `reserved`, left
+   * 0) reports: its device memory is then staged, never handed to a
+   * transport. The core names no vendor: this is how it knows. */
+  uint32_t mem_iface;
 } wia_device_props_v1_t;
 
 /* Memory kinds for mem_alloc. */
