@@ -11,7 +11,9 @@ Python 3.11) cannot parse its own default --redirects/--tee, and with
 has exited (seen once in six runs here), which would make a test hang on
 the launcher rather than on the code under test. Exit status: 0 when every
 rank exited 0; otherwise 1, and every rank still running is killed."""
+import errno
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -19,14 +21,44 @@ import threading
 import time
 
 
+def free_port():
+    """A port for the TCPStore that rank 0 binds later. Not one the kernel
+    hands out itself (bind to 0): in the time between asking and torch's
+    bind, another test's connection can be given the same ephemeral port
+    (torch_ddp_4 once failed so: "Address already in use"). So a random
+    port below the ephemeral range, checked free on every address."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10000, max(lo, 10001))
+        try:
+            with socket.socket(socket.AF_INET) as s4:
+                s4.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+        try:
+            with socket.socket(socket.AF_INET6) as s6:
+                s6.bind(("::", port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                continue  # (no IPv6 on this machine is no reason to refuse)
+        return port
+    with socket.socket() as s:  # no luck: the kernel's choice
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main(argv):
     timeout = 240.0
     if argv[:1] == ["--timeout"]:
         timeout, argv = float(argv[1]), argv[2:]
     n, script, args = int(argv[0]), argv[1], argv[2:]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for r in range(n):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
