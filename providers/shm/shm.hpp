@@ -64,8 +64,7 @@ inline std::uint64_t monotonic_ns() {
 
 using common::errno_text;
 
-// printf into a std::string (at most 511 characters).
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+using common::format;  // printf into a std::string
 
 struct Provider {
   const wia_host_services_v1_t* host = nullptr;

@@ -33,7 +33,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -47,15 +46,6 @@
 namespace wia::shm {
 
 volatile std::uint64_t g_cma_probe_word = 0;
-
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 namespace {
 
