@@ -19,7 +19,10 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include "wia_common/entry_guard.hpp"
 
 namespace wia::host {
 
@@ -233,21 +236,12 @@ class Provider {
 };
 
 // Runs one entry point: validates ctx, and turns any exception into a
-// status with a message, so nothing unwinds across the C boundary.
+// status with a message, so nothing unwinds across the C boundary (the
+// accelerator providers' guard, wia_common/entry_guard.hpp).
 template <class F>
 wia_status_t guarded(void* ctx, const char* call, F&& body) noexcept {
-  auto* p = static_cast<Provider*>(ctx);
-  // A NULL or foreign ctx leaves no host table to report through.
-  if (p == nullptr || p->magic != Provider::kMagic) return WIA_ERROR_INVALID_ARGUMENT;
-  try {
-    return body(*p);
-  } catch (const std::bad_alloc&) {
-    return p->fail(WIA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", call);
-  } catch (const std::exception& e) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception: %s", call, e.what());
-  } catch (...) {
-    return p->fail(WIA_ERROR_INTERNAL, "%s: unexpected exception", call);
-  }
+  return common::guarded_entry<Provider>(
+      ctx, call, [](Provider&) { return common::NoKeeper{}; }, std::forward<F>(body));
 }
 
 // Stream and event entry points (host_stream.cpp), for the ops table.

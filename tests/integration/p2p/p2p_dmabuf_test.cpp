@@ -153,8 +153,10 @@ struct Logs {
   }
 };
 
-// Joins, turns GPUDirect and profiling on; nullptr after a message.
-wia_communicator_t start(int rank, int n, int* gpu) {
+// Joins, turns GPUDirect and profiling on, finds the cuda device and the
+// libibverbs double's counters (loaded by the verbs provider at init);
+// nullptr after a message.
+wia_communicator_t start(int rank, int n, int* gpu, NicCounters* nic) {
   *gpu = device_of("cuda");
   const int host = device_of("host");
   if (host < 0 || *gpu < 0 || wia_set_device(host) != WIA_SUCCESS) {
@@ -176,6 +178,11 @@ wia_communicator_t start(int rank, int n, int* gpu) {
     fail(rank, "gpudirect or profiling");
     return nullptr;
   }
+  if (!nic->load()) {
+    std::fprintf(stderr, "rank %d: the libibverbs double %s is not loaded: %s\n", rank,
+                 WIA_FAKE_IBVERBS_FILE, dlerror());
+    return nullptr;
+  }
   return comm;
 }
 
@@ -190,14 +197,9 @@ TEST_CASE(
       logs.base,
       [](int rank, int n) {
         int gpu = -1;
-        wia_communicator_t comm = start(rank, n, &gpu);
-        if (!comm) return kApiError;
         NicCounters nic;
-        if (!nic.load()) {
-          std::fprintf(stderr, "rank %d: the libibverbs double %s is not loaded: %s\n", rank,
-                       WIA_FAKE_IBVERBS_FILE, dlerror());
-          return kApiError;
-        }
+        wia_communicator_t comm = start(rank, n, &gpu, &nic);
+        if (!comm) return kApiError;
         const std::uint64_t calls0 = nic.calls(), host_calls0 = nic.host_calls();
         const std::size_t size = (1u << 20) + 8192;
         void* dev = nullptr;
@@ -260,10 +262,9 @@ TEST_CASE(
       logs.base,
       [](int rank, int n) {
         int gpu = -1;
-        wia_communicator_t comm = start(rank, n, &gpu);
-        if (!comm) return kApiError;
         NicCounters nic;
-        if (!nic.load()) return kApiError;
+        wia_communicator_t comm = start(rank, n, &gpu, &nic);
+        if (!comm) return kApiError;
         const std::uint64_t calls0 = nic.calls();
         const std::size_t size = 16384;
         void* dev = nullptr;
@@ -306,10 +307,9 @@ TEST_CASE("a device that cannot export a dma-buf is staged through host memory, 
       logs.base,
       [](int rank, int n) {
         int gpu = -1;
-        wia_communicator_t comm = start(rank, n, &gpu);
-        if (!comm) return kApiError;
         NicCounters nic;
-        if (!nic.load()) return kApiError;
+        wia_communicator_t comm = start(rank, n, &gpu, &nic);
+        if (!comm) return kApiError;
         const std::uint64_t calls0 = nic.calls();
         const std::size_t size = 300000;
         void* dev = nullptr;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The guard around every entry point of the accelerator providers (cuda,
-// hip, ze), which each wrote out the same way: check the context, keep what
-// must outlive the body (cuda: the caller's current context, hip: its
-// current device, ze: nothing), and turn any exception into a status with
-// a message, so that none crosses the ABI.
+// The guard around every entry point of the device providers (cuda, hip,
+// ze, host), which each wrote out the same way: check the context, keep
+// what must outlive the body (cuda: the caller's current context, hip: its
+// current device, ze and host: nothing), and turn any exception into a
+// status with a message, so that none crosses the ABI.
 #pragma once
 
 #include <wia/provider.h>
