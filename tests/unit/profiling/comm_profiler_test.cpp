@@ -219,7 +219,9 @@ TEST_CASE("profiler: ending races with posting 4096 later: what is counted is ex
     REQUIRE(send != nullptr);
     REQUIRE(recv != nullptr);
     CHECK(send->count + recv->count <= kOps);
-    CHECK(send->count + recv->count >= kOps / 2);  // most end before their slot is reused
+    // How many end before their slot is reused depends on the two threads'
+    // timing (49.6 % once under ASan on a loaded machine): some do.
+    CHECK(send->count + recv->count > 0);
     CHECK(send->bytes == send->count * 1000);
     CHECK(recv->bytes == recv->count * 24);
     for (const std::uint64_t b : send->call_bytes) CHECK(b == 1000);
