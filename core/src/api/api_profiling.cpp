@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
 #include "compress/codec.hpp"
+#include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
 #include "tuner/cost_model.hpp"
 
@@ -43,10 +45,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using comm::CommProfiler;
 
-// Host functions run while any communicator profiles, per device.
+// A host function that ran while some communicator profiled.
+struct ComputeRun {
+  wia_device_t device;
+  std::uint32_t stream;  // wia_stream_s::track(): the timeline's track
+  CommProfiler::Interval interval;
+};
+// Host functions run while any communicator profiles.
 struct ComputeLog {
   std::mutex mu;
-  std::vector<std::pair<wia_device_t, CommProfiler::Interval>> runs;
+  std::vector<ComputeRun> runs;
   std::atomic<int> profiling{0};  // communicators profiling now
 };
 ComputeLog& compute_log() {
@@ -59,6 +67,7 @@ struct Timed {
   wia_host_fn_t fn;
   void* user_data;
   wia_device_t device;
+  std::uint32_t stream;
 };
 
 void timed_host_fn(void* arg) {
@@ -69,7 +78,7 @@ void timed_host_fn(void* arg) {
   const auto end = Clock::now();
   ComputeLog& log = compute_log();
   std::lock_guard lock(log.mu);
-  if (log.runs.size() < kMaxRuns) log.runs.push_back({t.device, {start, end}});
+  if (log.runs.size() < kMaxRuns) log.runs.push_back({t.device, t.stream, {start, end}});
 }
 
 CommProfiler& profiler_of(comm::CommunicatorBase& c) {
@@ -117,9 +126,10 @@ void forget_profiling(comm::CommunicatorBase& c) noexcept {
 
 // The trampoline wia_launch_host_func uses while a communicator profiles
 // (api_stream.cpp); returns false (fn untouched) otherwise.
-bool profile_host_fn(wia_device_t device, void (**fn)(void*), void** user_data) {
+bool profile_host_fn(wia_device_t device, std::uint32_t stream, void (**fn)(void*),
+                     void** user_data) {
   if (compute_log().profiling.load(std::memory_order_relaxed) == 0) return false;
-  *user_data = new Timed{*fn, *user_data, device};
+  *user_data = new Timed{*fn, *user_data, device, stream};
   *fn = timed_host_fn;
   return true;
 }
@@ -153,9 +163,11 @@ struct Track {
   int pid = 0;
   int tid = 0;  // the communicator's number in this process
   int nranks = 0;
-  std::string process_name, thread_name;
+  std::string process_name;
+  std::string thread_name;  // a device communicator's own track (a process one has none)
   std::string other;  // otherData members naming it, each followed by ','
   std::vector<int> device_of_rank;  // a device communicator's: its ranks' own tracks
+  int device = -1;                  // a process communicator's (its streams' tracks)
 };
 
 // The tid of rank r's own track (a device communicator's sends and
@@ -168,8 +180,8 @@ Track track_of(const comm::CommunicatorBase& c) {
   if (const auto* pc = dynamic_cast<const comm::ProcessCommunicator*>(&c)) {
     t.pid = pc->rank();
     t.tid = pc->index_in_process();
+    t.device = pc->device();
     t.process_name = fmt::format("rank {}", t.pid);
-    t.thread_name = fmt::format("communicator {} ({} ranks)", t.tid, t.nranks);
     t.other = fmt::format("\"rank\":{},", t.pid);
     return t;
   }
@@ -189,17 +201,38 @@ Track track_of(const comm::CommunicatorBase& c) {
   return t;
 }
 
+// The tid of a stream's track: one per stream (wia_stream_s::ordinal),
+// apart from the communicator's and its ranks' numbers; 0 for operations
+// posted outside any stream.
+constexpr int kStreamTidBase = 1 << 20;
+int stream_tid(std::uint32_t stream) {
+  return stream == 0 ? 0
+                     : kStreamTidBase + static_cast<int>(stream & ~wia_stream_s::kDefaultStreamBit);
+}
+std::string stream_track_name(std::uint32_t stream, int device) {
+  if (stream == 0) return "outside any stream";
+  const std::uint32_t ordinal = stream & ~wia_stream_s::kDefaultStreamBit;
+  if (stream & wia_stream_s::kDefaultStreamBit)
+    return fmt::format("stream {} (device {}'s default stream)", ordinal, device);
+  return fmt::format("stream {} (device {})", ordinal, device);
+}
+
 // Chrome/Perfetto trace JSON (docs/profiling.md): one complete event per
-// operation on track (pid = rank, or the process of a device communicator;
-// tid = the communicator's number in this process). ts counts
-// microseconds from 00:00 UTC of the day of the first event, by the wall
-// clock, so the files of all ranks line up when loaded together; not from
-// the Unix epoch, because readers parse ts as a double, which at 1.8e15 us
-// keeps only quarter-microsecond steps.
-std::string trace_json(const CommProfiler::Trace& t, const Track& track) {
+// operation. A process communicator's go on one track per stream they
+// were posted on (pid = rank); a device communicator's on its own track
+// (tid = its number in this process) and, as each rank saw them, on the
+// ranks' tracks. Host functions timed as compute (`compute`: this
+// communicator's devices', from the window's start) go on their streams'
+// tracks. ts counts microseconds from 00:00 UTC of the day of the first
+// event, by the wall clock, so the files of all ranks line up when loaded
+// together; not from the Unix epoch, because readers parse ts as a
+// double, which at 1.8e15 us keeps only quarter-microsecond steps.
+std::string trace_json(const CommProfiler::Trace& t, const Track& track,
+                       const std::vector<ComputeRun>& compute, std::uint64_t compute_dropped) {
   using std::chrono::nanoseconds;
   const int rank = track.pid;
   const int tid = track.tid;
+  const bool device_comm = !track.device_of_rank.empty();
   // The steady clock times the operations; the wall clock places them.
   const auto steady_now = Clock::now();
   const std::int64_t wall_now_ns =
@@ -209,54 +242,111 @@ std::string trace_json(const CommProfiler::Trace& t, const Track& track) {
     return wall_now_ns + std::chrono::duration_cast<nanoseconds>(tp - steady_now).count();
   };
   constexpr std::int64_t kDayNs = 86'400'000'000'000;
-  const std::int64_t first_ns = t.events.empty() ? wall_now_ns : wall_ns(t.events.front().start);
+  Clock::time_point first = t.events.empty() ? steady_now : t.events.front().start;
+  if (!compute.empty()) first = std::min(first, compute.front().interval.start);
+  const std::int64_t first_ns = wall_ns(first);
   const std::int64_t origin_ns = first_ns - first_ns % kDayNs;
   auto ts_us = [&](Clock::time_point tp) {
     return static_cast<double>(wall_ns(tp) - origin_ns) / 1e3;
   };
+  auto dur_us = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
   std::string out = "{\"traceEvents\":[\n";
   out += fmt::format(
       "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":{1},"
-      "\"args\":{{\"name\":\"{2}\"}}}},\n"
-      "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":{1},"
-      "\"args\":{{\"name\":\"{3}\"}}}}",
-      rank, tid, json_escape(track.process_name.c_str()), json_escape(track.thread_name.c_str()));
-  std::vector<bool> rank_track_named(static_cast<std::size_t>(std::max(track.nranks, 0)));
-  for (const CommProfiler::TraceEvent& e : t.events) {
-    const auto r = static_cast<std::size_t>(e.track);
-    if (e.track < 0 || r >= rank_track_named.size() || rank_track_named[r]) continue;
-    rank_track_named[r] = true;
-    const int device = r < track.device_of_rank.size() ? track.device_of_rank[r] : -1;
+      "\"args\":{{\"name\":\"{2}\"}}}}",
+      rank, tid, json_escape(track.process_name.c_str()));
+  auto name_track = [&](int id, const std::string& name) {
     out += fmt::format(
         ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},"
-        "\"args\":{{\"name\":\"device {}: rank {}'s sends and receives (device communicator "
-        "{})\"}}}}",
-        rank, rank_track_tid(track, e.track), device, e.track, tid);
+        "\"args\":{{\"name\":\"{}\"}}}}",
+        rank, id, json_escape(name.c_str()));
+  };
+  // Each track named once: the communicator's (a device communicator's),
+  // the ranks', the streams'.
+  if (device_comm) name_track(tid, track.thread_name);
+  std::vector<bool> rank_track_named(static_cast<std::size_t>(std::max(track.nranks, 0)));
+  std::set<int> streams_named;
+  auto name_stream = [&](std::uint32_t stream, int device) {
+    if (streams_named.insert(stream_tid(stream)).second)
+      name_track(stream_tid(stream),
+                 stream == 0 ? fmt::format("communicator {}: outside any stream", tid)
+                             : stream_track_name(stream, device));
+  };
+  for (const CommProfiler::TraceEvent& e : t.events) {
+    const auto r = static_cast<std::size_t>(e.track);
+    if (e.track >= 0 && r < rank_track_named.size() && !rank_track_named[r]) {
+      rank_track_named[r] = true;
+      const int device = r < track.device_of_rank.size() ? track.device_of_rank[r] : -1;
+      name_track(rank_track_tid(track, e.track),
+                 fmt::format("device {}: rank {} (device communicator {})", device, e.track, tid));
+    } else if (e.track < 0 && !device_comm) {
+      name_stream(e.stream, track.device);
+    }
   }
+  for (const ComputeRun& c : compute) name_stream(c.stream, c.device);
   for (const CommProfiler::TraceEvent& e : t.events) {
     const bool p2p = e.peer >= 0;
+    const int on = e.track >= 0 ? rank_track_tid(track, e.track)
+                   : device_comm ? tid
+                                 : stream_tid(e.stream);
     out += fmt::format(
         ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
         "\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"algorithm\":\"{}\","
-        "\"transport\":\"{}\",\"{}\":{}}}}}",
-        json_escape(e.name), p2p ? "p2p" : "collective", ts_us(e.start),
-        std::chrono::duration<double, std::micro>(e.end - e.start).count(), rank,
-        e.track >= 0 ? rank_track_tid(track, e.track) : tid, e.bytes, json_escape(e.algorithm),
-        json_escape(e.transport), p2p ? "peer" : "nranks", p2p ? e.peer : track.nranks);
+        "\"transport\":\"{}\",\"{}\":{}{}}}}}",
+        json_escape(e.name), p2p ? "p2p" : "collective", ts_us(e.start), dur_us(e.start, e.end),
+        rank, on, e.bytes, json_escape(e.algorithm), json_escape(e.transport),
+        p2p ? "peer" : "nranks", p2p ? e.peer : track.nranks,
+        !p2p && e.track >= 0 ? fmt::format(",\"rank\":{}", e.track) : std::string());
   }
+  for (const ComputeRun& c : compute)
+    out += fmt::format(
+        ",\n{{\"name\":\"host function\",\"cat\":\"compute\",\"ph\":\"X\",\"ts\":{:.3f},"
+        "\"dur\":{:.3f},\"pid\":{},\"tid\":{},\"args\":{{\"device\":{}}}}}",
+        ts_us(c.interval.start), dur_us(c.interval.start, c.interval.end), rank,
+        stream_tid(c.stream), c.device);
   out += fmt::format(
       "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{{}\"nranks\":{},"
       "\"communicator\":{},\"events\":{},\"dropped_events\":{},\"max_events\":{},"
+      "\"compute_events\":{},\"dropped_compute_events\":{},"
       "\"sample_every\":{},\"ts_origin_unix_us\":{}}}}}\n",
       track.other, track.nranks, tid, t.events.size(), t.dropped, CommProfiler::kMaxTraceEvents,
-      t.sample_every, origin_ns / 1000);
+      compute.size(), compute_dropped, t.sample_every, origin_ns / 1000);
   return out;
+}
+
+// The host functions timed as compute on `c`'s devices since the trace's
+// window started, in start order, at most kMaxTraceEvents (`dropped`
+// counts the later ones).
+std::vector<ComputeRun> compute_for_trace(const comm::CommunicatorBase& c,
+                                          Clock::time_point since, std::uint64_t& dropped) {
+  std::vector<ComputeRun> runs;
+  dropped = 0;
+  {
+    ComputeLog& log = compute_log();
+    std::lock_guard lock(log.mu);
+    for (const ComputeRun& run : log.runs)
+      if (run.interval.end > since && c.rank_of_device(run.device) >= 0) runs.push_back(run);
+  }
+  std::sort(runs.begin(), runs.end(), [](const ComputeRun& a, const ComputeRun& b) {
+    return a.interval.start < b.interval.start;
+  });
+  if (runs.size() > CommProfiler::kMaxTraceEvents) {
+    dropped = runs.size() - CommProfiler::kMaxTraceEvents;
+    runs.resize(CommProfiler::kMaxTraceEvents);
+  }
+  return runs;
 }
 
 void write_trace(comm::CommunicatorBase& c, const std::string& path) {
   CommProfiler& p = profiler_of(c);
   if (auto* dc = dynamic_cast<comm::DeviceCommunicator*>(&c)) dc->settle_profile();
-  const std::string json = trace_json(p.trace(), track_of(c));
+  const CommProfiler::Trace trace = p.trace();
+  std::uint64_t compute_dropped = 0;
+  const std::vector<ComputeRun> compute =
+      compute_for_trace(c, trace.window_start, compute_dropped);
+  const std::string json = trace_json(trace, track_of(c), compute, compute_dropped);
   // Written whole to a temporary name, then renamed: a reader never sees
   // half a trace.
   const std::string tmp = path + ".tmp";
@@ -395,8 +485,9 @@ void overlap(const CommProfiler::Snapshot& s, const comm::CommunicatorBase& pc,
   {
     ComputeLog& log = compute_log();
     std::lock_guard lock(log.mu);
-    for (const auto& [dev, iv] : log.runs)
-      if (pc.rank_of_device(dev) >= 0 && iv.end > s.window_start) runs.push_back(iv);
+    for (const ComputeRun& run : log.runs)
+      if (pc.rank_of_device(run.device) >= 0 && run.interval.end > s.window_start)
+        runs.push_back(run.interval);
   }
   std::sort(runs.begin(), runs.end(),
             [](const auto& a, const auto& b) { return a.start < b.start; });

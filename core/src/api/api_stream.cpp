@@ -253,7 +253,7 @@ WIA_API wia_status_t wia_launch_host_func(wia_stream_t stream, wia_host_fn_t fn,
                   fmt::format("provider {} cannot run host functions on a stream",
                               d.provider->name()));
     // While a communicator profiles, host functions are compute: timed.
-    const bool timed = api::profile_host_fn(s->device, &fn, &user_data);
+    const bool timed = api::profile_host_fn(s->device, s->track(), &fn, &user_data);
     try {
       device_call(d, "launch_host_func", [&](const wia_device_ops_v1_t& o, void* ctx) {
         return o.launch_host_func(ctx, s->ps, fn, user_data);

@@ -64,9 +64,11 @@ E checked_enum(const E& e, std::int32_t count, const char* what) {
 void destroy_communicator(struct wia_communicator_s* comm);
 void destroy_all_communicators() noexcept;
 // Profiling (api_profiling.cpp): while a communicator profiles, wraps a host
-// function so its run is timed as compute (true when it did); the wrapper's
+// function so its run is timed as compute (true when it did), on the
+// timeline's track of `stream` (wia_stream_s::track()); the wrapper's
 // state when posting it failed.
-bool profile_host_fn(wia_device_t device, void (**fn)(void*), void** user_data);
+bool profile_host_fn(wia_device_t device, std::uint32_t stream, void (**fn)(void*),
+                     void** user_data);
 void discard_profiled_host_fn(void* user_data) noexcept;
 // A communicator going away stops counting in that switch.
 }  // namespace wia::api

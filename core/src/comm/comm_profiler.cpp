@@ -31,10 +31,6 @@ constexpr std::size_t kMaxAddresses = 4 * CommProfiler::kMaxKinds;
 std::array<std::atomic<const char*>, kMaxAddresses> g_addresses{};
 std::array<std::atomic<std::uint32_t>, kMaxAddresses> g_address_kinds{};
 std::atomic<std::uint32_t> g_addresses_used{0};
-
-std::int64_t ns_of(CommProfiler::Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
 }  // namespace
 
 CommProfiler::UnrecordedOnThisThread::UnrecordedOnThisThread() : was_(t_unrecorded) {
@@ -159,6 +155,7 @@ void CommProfiler::store_details(Details& to, const Details& d) {
   std::atomic_ref(to.prefix).store(d.prefix, std::memory_order_relaxed);
   std::atomic_ref(to.peer).store(d.peer, std::memory_order_relaxed);
   std::atomic_ref(to.dtype).store(d.dtype, std::memory_order_relaxed);
+  std::atomic_ref(to.stream).store(d.stream, std::memory_order_relaxed);
 }
 
 CommProfiler::Details CommProfiler::load_details(const Details& from) {
@@ -172,12 +169,13 @@ CommProfiler::Details CommProfiler::load_details(const Details& from) {
                  std::atomic_ref(f.epoch).load(std::memory_order_relaxed),
                  std::atomic_ref(f.prefix).load(std::memory_order_relaxed),
                  std::atomic_ref(f.peer).load(std::memory_order_relaxed),
-                 std::atomic_ref(f.dtype).load(std::memory_order_relaxed)};
+                 std::atomic_ref(f.dtype).load(std::memory_order_relaxed),
+                 std::atomic_ref(f.stream).load(std::memory_order_relaxed)};
 }
 
 void CommProfiler::posted(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes,
                           double busbw_factor, const char* algorithm, const char* transport,
-                          std::int32_t peer, wia_datatype_t dtype) {
+                          std::int32_t peer, wia_datatype_t dtype, std::uint32_t stream) {
   if (!on()) return;
   std::atomic<std::uint64_t>& word = ring_[seq % kRing];
   if (kind >= kMaxKinds ||
@@ -213,7 +211,7 @@ void CommProfiler::posted(std::uint64_t seq, std::uint32_t kind, std::uint64_t b
   store_details(details_[seq % kRing],
                 Details{bytes, ns_of(Clock::now()), busbw_factor, algorithm, transport,
                         epoch_.load(std::memory_order_relaxed), prefix ? 1u : 0u, peer,
-                        static_cast<std::int32_t>(dtype)});
+                        static_cast<std::int32_t>(dtype), stream});
   word.store(word_of(seq, kind, bytes, true), std::memory_order_release);
 }
 
@@ -222,7 +220,7 @@ void CommProfiler::note_end_before_timed() {
 }
 
 void CommProfiler::finished_timed(std::uint64_t seq, std::uint64_t word, const char* algorithm,
-                                  const char* transport) {
+                                  const char* transport, RankEnds rank_ends) {
   if (!on()) return;
   const Details d = load_details(details_[seq % kRing]);
   const Clock::time_point now = Clock::now();
@@ -235,7 +233,7 @@ void CommProfiler::finished_timed(std::uint64_t seq, std::uint64_t word, const c
 #endif
   const auto kind = static_cast<std::uint32_t>((word >> kWordKindShift) & kWordKindMask);
   if (d.epoch == epoch_.load(std::memory_order_relaxed)) {
-    record_timed(kind, d, now, algorithm, transport);
+    record_timed(kind, d, now, algorithm, transport, rank_ends);
   } else if (on_.load(std::memory_order_relaxed)) {
     count(kind, d.bytes);  // posted before a reset: counted, as an untimed one, not timed
   }
@@ -252,7 +250,8 @@ CommProfiler::OpStats& CommProfiler::ops_entry(std::uint32_t kind) {
 }
 
 void CommProfiler::record_timed(std::uint32_t kind, const Details& d, Clock::time_point now,
-                                const char* algorithm, const char* transport) {
+                                const char* algorithm, const char* transport,
+                                RankEnds rank_ends) {
   std::lock_guard lock(mu_);
   // Operations run one after another: one queued behind another starts
   // when that one ends, not when it was posted.
@@ -261,12 +260,18 @@ void CommProfiler::record_timed(std::uint32_t kind, const Details& d, Clock::tim
   last_end_ns_.store(ns_of(now), std::memory_order_relaxed);
   const char* const algo = d.algorithm != nullptr ? d.algorithm : algorithm;
   const char* const via = d.transport != nullptr ? d.transport : transport;
-  if (trace_.size() < kMaxTraceEvents) {
-    if (trace_.capacity() == 0) trace_.reserve(1024);
-    trace_.push_back({start, now, kind_name(kind), algo != nullptr ? algo : "",
-                      via != nullptr ? via : "", d.bytes, d.peer, -1});
-  } else {
-    ++trace_dropped_;
+  const TraceEvent event{start, now, kind_name(kind), algo != nullptr ? algo : "",
+                         via != nullptr ? via : "", d.bytes, d.peer, -1, d.stream};
+  push_trace(event);
+  // A device communicator's collective as each rank saw it: from the
+  // collective's start to that rank's end, on the rank's device's track.
+  for (int r = 0; r < rank_ends.count; ++r) {
+    const std::int64_t end_ns = rank_ends.ns[r].load(std::memory_order_acquire);
+    if (end_ns == 0) continue;
+    TraceEvent mine = event;
+    mine.end = std::clamp(Clock::time_point{std::chrono::nanoseconds(end_ns)}, start, now);
+    mine.track = r;
+    push_trace(mine);
   }
   if (!on_.load(std::memory_order_relaxed)) return;  // the timeline only (WIA_TRACE)
   const double s = std::chrono::duration<double>(now - start).count();
@@ -299,12 +304,7 @@ void CommProfiler::record_beside(const char* op, std::uint64_t bytes, Clock::tim
   const char* const algo = algorithm != nullptr ? algorithm : "";
   const char* const via = transport != nullptr ? transport : "";
   std::lock_guard lock(mu_);
-  if (trace_.size() < kMaxTraceEvents) {
-    if (trace_.capacity() == 0) trace_.reserve(1024);
-    trace_.push_back({start, end, op, algo, via, bytes, peer, rank});
-  } else {
-    ++trace_dropped_;
-  }
+  push_trace({start, end, op, algo, via, bytes, peer, rank});
   if (!on_.load(std::memory_order_relaxed)) return;  // the timeline only (WIA_TRACE)
   OpStats& o = ops_entry(kind);
   const double s = std::chrono::duration<double>(end - start).count();
@@ -320,6 +320,15 @@ void CommProfiler::record_beside(const char* op, std::uint64_t bytes, Clock::tim
   o.algorithm = algo;
   o.transport = via;
   count(kind, bytes);  // under the lock
+}
+
+void CommProfiler::push_trace(const TraceEvent& e) {
+  if (trace_.size() < kMaxTraceEvents) {
+    if (trace_.capacity() == 0) trace_.reserve(1024);
+    trace_.push_back(e);
+  } else {
+    ++trace_dropped_;
+  }
 }
 
 CommProfiler::Snapshot CommProfiler::snapshot() const {
@@ -349,7 +358,8 @@ CommProfiler::Snapshot CommProfiler::snapshot() const {
 CommProfiler::Trace CommProfiler::trace() const {
   std::lock_guard lock(mu_);
   return Trace{trace_, trace_dropped_,
-               traced_always_ ? 1u : sample_every_.load(std::memory_order_relaxed)};
+               traced_always_ ? 1u : sample_every_.load(std::memory_order_relaxed),
+               window_start_};
 }
 
 const char* CommProfiler::intern_transport(const std::string& name) {

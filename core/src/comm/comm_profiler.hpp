@@ -79,12 +79,21 @@ class CommProfiler {
     const char* transport;  // static storage
     std::uint64_t bytes;
     std::int32_t peer;        // point to point: the other rank; collectives: -1
-    std::int32_t track = -1;  // -1: the communicator's; r: rank r's device (record_beside)
+    std::int32_t track = -1;  // -1: the communicator's; r: rank r's device (record_beside,
+                              // and a device communicator's collective as rank r saw it)
+    std::uint32_t stream = 0;  // wia_stream_s::track() it was posted on; 0: none known
+  };
+  // Each rank's end of a device communicator's collective (steady clock,
+  // ns; 0: not seen), for one event per rank on its device's track.
+  struct RankEnds {
+    const std::atomic<std::int64_t>* ns;
+    int count;
   };
   struct Trace {
     std::vector<TraceEvent> events;  // in end order (and start order: operations run in turn)
     std::uint64_t dropped = 0;       // operations that ended with the buffer full
     std::uint32_t sample_every = 1;  // events are the timed operations only when > 1
+    Clock::time_point window_start;  // of the statistics (wia_reset_comm_profile)
   };
   // Events kept: 65536 (about 3.5 MiB). Later operations are counted as
   // dropped, not recorded: the start of a run is kept whole.
@@ -172,9 +181,11 @@ class CommProfiler {
   // `peer`: point to point's other rank, for the timeline; `dtype`: the
   // elements' type (the compression suggestion looks for float data).
   // May be called by several threads at once (each its own seq).
+  // `stream`: the wia_stream_s::track() it was posted on (0: none), the
+  // timeline's track.
   void posted(std::uint64_t seq, std::uint32_t kind, std::uint64_t bytes, double busbw_factor,
               const char* algorithm = nullptr, const char* transport = nullptr,
-              std::int32_t peer = -1, wia_datatype_t dtype = WIA_UINT8);
+              std::int32_t peer = -1, wia_datatype_t dtype = WIA_UINT8, std::uint32_t stream = 0);
   // Both, for callers off the fast path (a device communicator): `op`'s
   // kind looked up on every call.
   void posted(std::uint64_t seq, const char* op, std::uint64_t bytes, double busbw_factor,
@@ -183,7 +194,15 @@ class CommProfiler {
     if (!on()) return;
     const std::uint32_t kind = kind_id(op);
     if (!post_counted(seq, kind, bytes))
-      posted(seq, kind, bytes, busbw_factor, algorithm, transport, peer, dtype);
+      posted(seq, kind, bytes, busbw_factor, algorithm, transport, peer, dtype, 0);
+  }
+  // The stream reached operation `seq`, posted behind other work on it: a
+  // timed one starts no earlier than now (not at its posting), so the wait
+  // for that work is neither its time nor overlap with it.
+  void reached(std::uint64_t seq) {
+    if (!timed(seq)) return;
+    std::atomic_ref(details_[seq % kRing].posted_ns)
+        .store(ns_of(Clock::now()), std::memory_order_relaxed);
   }
   // Whether operation `seq` is timed: its caller need only work out
   // finished()'s algorithm and transport then (nullptr otherwise).
@@ -198,10 +217,12 @@ class CommProfiler {
   // another, each before the next can end (the fast path relies on it).
   // Inline for an operation that is only counted: one load of its ring
   // word, two counters, and one load of the next operation's word.
-  void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr) {
+  // `rank_ends`: a device communicator's per-rank ends (timeline only).
+  void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr,
+                RankEnds rank_ends = {nullptr, 0}) {
     const std::uint64_t w = ring_[seq % kRing].load(std::memory_order_acquire);
     if ((w & ~kWordPayloadMask) != tag_of(seq)) return;  // posted while off, or 4096 before
-    if ((w & kWordTimed) != 0) return finished_timed(seq, w, algorithm, transport);
+    if ((w & kWordTimed) != 0) return finished_timed(seq, w, algorithm, transport, rank_ends);
     if (!on_.load(std::memory_order_relaxed)) return;  // disabled since
     count(static_cast<std::uint32_t>((w >> kWordKindShift) & kWordKindMask), w & kWordBytesMask);
     // The next operation, when timed and already waiting, starts now.
@@ -270,6 +291,7 @@ class CommProfiler {
     std::uint32_t prefix;  // 1: timed as one of the first of its kind (OpStats::prefix)
     std::int32_t peer;
     std::int32_t dtype;  // wia_datatype_t
+    std::uint32_t stream;  // TraceEvent::stream
   };
   static void store_details(Details& to, const Details& d);
   static Details load_details(const Details& from);
@@ -300,10 +322,14 @@ class CommProfiler {
   // sample_every - 1, the same sequence on every rank.
   std::uint32_t next_gap(std::uint32_t kind, std::uint64_t every);
   void finished_timed(std::uint64_t seq, std::uint64_t word, const char* algorithm,
-                      const char* transport);
+                      const char* transport, RankEnds rank_ends);
   void record_timed(std::uint32_t kind, const Details& d, Clock::time_point end,
-                    const char* algorithm, const char* transport);
+                    const char* algorithm, const char* transport, RankEnds rank_ends);
+  static std::int64_t ns_of(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
   OpStats& ops_entry(std::uint32_t kind);  // under mu_
+  void push_trace(const TraceEvent& e);    // under mu_: kept, or counted as dropped
   // Reads the clock at the end of an operation when the next one is timed
   // and already waits: it starts when this one ends.
   void note_end_before_timed();

@@ -209,6 +209,7 @@ std::shared_ptr<Operation> DeviceCommunicator::new_operation(std::uint64_t seq) 
   op->posted.assign(devices_.size(), false);
   op->task_arrived.reset(new std::atomic<std::uint8_t>[devices_.size()]());
   op->rank_done.reset(new std::atomic<std::uint8_t>[devices_.size()]());
+  op->rank_end_ns.reset(new std::atomic<std::int64_t>[devices_.size()]());
   return op;
 }
 
@@ -392,6 +393,7 @@ void DeviceCommunicator::run_stream_task(StreamTask& g) {
     g.stream->set_async_error(status, message);
     record_async_error(status, message);
   }
+  if (profiler_.on()) op.note_rank_end(rank);
   const bool last = op.finished.fetch_add(1) + 1 == size();
   // Before this rank's stream moves on: a report taken after every
   // stream was synchronized has the collective.
@@ -456,7 +458,8 @@ void DeviceCommunicator::record_start(const Operation& op) {
 }
 
 void DeviceCommunicator::record_end(const Operation& op) {
-  if (profiler_.on()) profiler_.finished(op.seq, nullptr, nullptr);
+  if (profiler_.on())
+    profiler_.finished(op.seq, nullptr, nullptr, {op.rank_end_ns.get(), size()});
 }
 
 double DeviceCommunicator::slowest_link_gbps() const {

@@ -66,6 +66,16 @@ struct Operation {
   std::atomic<int> arrived{0};
   std::unique_ptr<std::atomic<std::uint8_t>[]> task_arrived;
   std::unique_ptr<std::atomic<std::uint8_t>[]> rank_done;
+  // When each rank's part ended (steady clock, ns; 0: not yet), for the
+  // profiler's per-device tracks: its stream task saw its program complete
+  // (inline engine), or the completion thread its done event (device).
+  std::unique_ptr<std::atomic<std::int64_t>[]> rank_end_ns;
+  void note_rank_end(int rank) {
+    rank_end_ns[rank].store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count(),
+                            std::memory_order_release);
+  }
   std::atomic<int> finished{0};
   std::chrono::steady_clock::time_point deadline;
   // Inline engine: stream tasks about to arrive; the last one tells the

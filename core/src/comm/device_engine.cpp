@@ -114,6 +114,7 @@ void DeviceCommunicator::completion_loop() {
       op->sync.fail(e.status(), message);
       record_device_failure(e.status(), message, rank);
     }
+    if (profiler_.on()) op->note_rank_end(rank);
     // Ranks are queued in order, so the last one ends the collective.
     if (rank == size() - 1 && op->enqueued.load(std::memory_order_acquire) && !op->sync.failed())
       record_end(*op);

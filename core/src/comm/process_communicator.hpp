@@ -132,6 +132,7 @@ class ProcessCommunicator final : public CommunicatorBase {
 
   int size() const override { return layout_.size; }
   int rank() const { return layout_.rank; }
+  wia_device_t device() const { return device_; }
   // The n-th process communicator of this process (1, 2, ...).
   int index_in_process() const { return comm_index_; }
   int rank_of_device(wia_device_t device) const override {
@@ -576,7 +577,9 @@ class ProcessCommunicator final : public CommunicatorBase {
 
  private:
   // Records operation `seq` as posted.
-  void record_posted(std::uint64_t seq, const Call& call, int peer, bool is_send) noexcept;
+  // `stream`: what it was posted on (nullptr: none), the timeline's track.
+  void record_posted(std::uint64_t seq, const Call& call, int peer, bool is_send,
+                     const wia_stream_s* stream) noexcept;
 
   // The profile's `transport` of a collective run as `plan` through
   // `windows` or links ("shm", "shm+tcp", "windows", "host" without peers),

@@ -71,7 +71,7 @@ bool ProcessCommunicator::try_post_inline(Call& call, wia_stream_s* stream, int 
   // Claim the next sequence number only if every earlier one has run.
   std::uint64_t seq = executed_.load(std::memory_order_acquire);
   if (!next_seq_.compare_exchange_strong(seq, seq + 1)) return false;
-  record_posted(seq, call, peer, is_send);
+  record_posted(seq, call, peer, is_send, stream);
   const std::uint32_t timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   std::string error;
   wia_status_t st = WIA_SUCCESS;
@@ -104,7 +104,7 @@ bool ProcessCommunicator::try_post_repeat(int rank, const Call& call, wia_stream
       device_ops_->stream_query(device_ctx_, stream->ps) != WIA_SUCCESS ||
       !next_seq_.compare_exchange_strong(seq, seq + 1))
     return false;  // post() waits or queues
-  record_posted(seq, call, -1, false);
+  record_posted(seq, call, -1, false, stream);
   // The turn is ours: no other thread touches the spare RunningOperation now.
   const auto timeout =
       std::chrono::milliseconds(call.timeout_ms ? call.timeout_ms : default_timeout_ms_);
@@ -183,7 +183,7 @@ void ProcessCommunicator::post_stream_task(Call call, wia_stream_s* stream, int 
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
   }
-  record_posted(seq, call, peer, is_send);
+  record_posted(seq, call, peer, is_send, stream);
   const bool large = call.count * kernels::dtype_size(call.dtype) > post_progress_max_bytes_;
   auto* task = new StreamTask{this, seq, std::move(call), stream, peer, is_send, nullptr, large};
   in_flight_.fetch_add(1);
@@ -218,6 +218,9 @@ void ProcessCommunicator::run_stream_task(StreamTask& task) {
     recycle(std::move(task.running));
     release_turn(task.seq);
   } else {
+    // Its stream reached it only now (work posted before it ran first):
+    // its time starts here, not at its posting.
+    if (profiler_.on()) profiler_.reached(task.seq);
     st = execute(task.seq, task.call, task.peer, task.is_send, error);
   }
   if (st != WIA_SUCCESS) task.stream->set_async_error(unless_aborted(st), error);
@@ -267,7 +270,7 @@ std::uint32_t profiler_kind(coll::Collective c) {
 }  // namespace
 
 void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int peer,
-                                        bool is_send) noexcept {
+                                        bool is_send, const wia_stream_s* stream) noexcept {
   if (profiler_.on()) {
     const char* const p2p = peer >= 0 ? (call.p2p_name ? call.p2p_name
                                          : is_send     ? "send"
@@ -287,7 +290,8 @@ void ProcessCommunicator::record_posted(std::uint64_t seq, const Call& call, int
         factor = share_of_others(layout_.size);
       profiler_.posted(seq, kind, bytes, factor,
                        peer >= 0 ? (call.p2p_path ? call.p2p_path : "host") : nullptr,
-                       peer >= 0 ? transport_to_peer(peer) : nullptr, peer, call.dtype);
+                       peer >= 0 ? transport_to_peer(peer) : nullptr, peer, call.dtype,
+                       stream != nullptr ? stream->track() : 0);
     }
   }
   if (peer >= 0) {
@@ -356,7 +360,7 @@ void ProcessCommunicator::run_now(Call call) {
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
   }
-  record_posted(seq, call, -1, false);
+  record_posted(seq, call, -1, false, nullptr);
   std::string error;
   const wia_status_t st = execute(seq, call, -1, false, error);
   if (st != WIA_SUCCESS) throw Error(st, error);

@@ -21,10 +21,24 @@
 
 #include "runtime/runtime.hpp"
 
+namespace wia {
+// Streams are numbered in creation order, 1, 2, ... for the whole process:
+// the profiler's timeline has one track per stream (docs/profiling.md).
+inline std::uint32_t next_stream_ordinal() {
+  static std::atomic<std::uint32_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+}  // namespace wia
+
 struct wia_stream_s {
   wia_device_t device = -1;
   wia_provider_stream_t ps = nullptr;
   bool is_default = false;
+  const std::uint32_t ordinal = wia::next_stream_ordinal();
+  // The timeline's name of this stream (CommProfiler::TraceEvent::stream):
+  // its ordinal, with kDefaultStreamBit for a device's default stream.
+  static constexpr std::uint32_t kDefaultStreamBit = 1u << 31;
+  std::uint32_t track() const { return ordinal | (is_default ? kDefaultStreamBit : 0u); }
   // Pinned bounce buffer for host-staged peer copies on this stream. Safe to
   // reuse across chunks because work on one stream runs in order.
   void* staging = nullptr;

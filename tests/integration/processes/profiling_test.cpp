@@ -27,6 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 void sleep_20ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
 void sleep_400ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); }
+void sleep_300ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
+void sleep_100ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }
 
 #define EXPECT_R(cond)                                                               \
   do {                                                                               \
@@ -222,6 +224,47 @@ int trace_explicit(int rank, int nranks) {
   const std::string why = wia_get_last_error();
   EXPECT_R(why.find(bad) != std::string::npos);
   EXPECT_R(why.find(std::strerror(ENOENT)) != std::string::npos);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
+// Streams on the timeline, and a collective queued behind other work on
+// its stream: on a second stream `work`, a 300 ms host function, then a
+// 1 MiB all-reduce (timed from when its stream reaches it, so well under
+// 300 ms and not overlapped with the host function it waited for); then a
+// 100 ms host function on the default stream while another all-reduce
+// runs on `work`. The trace, TEST_TRACE_DIR/streams.<rank>.json, is
+// checked by the test case (kStreamTraceCheck).
+int streams_on_timeline(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const std::string dir = std::getenv("TEST_TRACE_DIR");
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  std::vector<float> buf(1 << 18, 1.0f);  // 1 MiB
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  wia_stream_t work = nullptr;
+  EXPECT_R(wia_create_stream(&work) == WIA_SUCCESS);
+  EXPECT_R(wia_launch_host_func(work, sleep_300ms, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, work) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(work) == WIA_SUCCESS);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr && r->num_collectives == 1 && r->collectives[0].invocation_count == 1);
+  std::fprintf(stderr, "rank %d: queued all-reduce %.4f s, compute %.4f s, overlap %.3f\n", rank,
+               r->collectives[0].total_time, r->total_compute_time, r->overlap_efficiency);
+  EXPECT_R(r->total_compute_time >= 0.299);
+  EXPECT_R(r->collectives[0].total_time < 0.2);  // not the 300 ms it queued behind
+  EXPECT_R(r->overlap_efficiency < 0.5);
+  wia_free_comm_profile(r);
+
+  EXPECT_R(wia_launch_host_func(nullptr, sleep_100ms, nullptr) == WIA_SUCCESS);
+  EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, work) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(work) == WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  const std::string path = dir + "/streams." + std::to_string(rank) + ".json";
+  EXPECT_R(wia_profile_write_trace(comm, path.c_str()) == WIA_SUCCESS);
+  wia_destroy_stream(work);
   wia_destroy_communicator(comm);
   return kOk;
 }
@@ -748,19 +791,59 @@ std::string check_trace(const std::string& dir, const std::string& file, int ran
                      " 2 " + std::to_string(dropped) + " " + counts + " 2>&1");
 }
 
-// A device communicator's trace: one track (this process, the
-// communicator), the events of each name, nranks, the devices.
+// streams_on_timeline's trace: one track per stream, named; the two
+// all-reduces on `work`'s, the host functions on their streams' (`work`,
+// the default stream), the queued all-reduce starting after the 300 ms
+// host function before it on its stream has ended.
+constexpr const char* kStreamTraceCheck = R"PY(
+import json, sys
+t = json.load(open(sys.argv[1]))
+names = {e['tid']: e['args']['name'] for e in t['traceEvents']
+         if e['ph'] == 'M' and e['name'] == 'thread_name'}
+work = [tid for tid, n in names.items() if n.startswith('stream ') and '(device 0)' in n]
+default = [tid for tid, n in names.items() if "(device 0's default stream)" in n]
+assert len(work) == 1 and len(default) == 1, names
+work, default = work[0], default[0]
+ev = [e for e in t['traceEvents'] if e['ph'] == 'X']
+ar = [e for e in ev if e['name'] == 'allreduce']
+host = [e for e in ev if e['cat'] == 'compute']
+assert len(ar) == 2 and all(e['tid'] == work for e in ar), ar
+assert all(e['name'] == 'host function' and e['args']['device'] == 0 for e in host), host
+long = [e for e in host if e['dur'] >= 299e3]
+short = [e for e in host if 99e3 <= e['dur'] < 299e3]
+assert len(host) == 2 and len(long) == 1 and len(short) == 1, host
+assert long[0]['tid'] == work and short[0]['tid'] == default, host
+assert ar[0]['ts'] >= long[0]['ts'] + long[0]['dur'] - 1, ('queued all-reduce', ar[0], long[0])
+o = t['otherData']
+assert o['events'] == 2 and o['compute_events'] == 2 and o['dropped_compute_events'] == 0, o
+print('OK')
+)PY";
+
+// A device communicator's trace: the communicator's track (this process,
+// tid = its number 1) with the events of each name, nranks, the devices;
+// and each rank's track (tid 1000 + rank + 1) with the same collectives as
+// that rank saw them: each starting with the communicator's event and
+// ending within it.
 constexpr const char* kDeviceTraceCheck = R"PY(
 import json, sys
 path, pid, nranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 want = dict(a.split('=') for a in sys.argv[4:])
 t = json.load(open(path))
-ev = [e for e in t['traceEvents'] if e['ph'] == 'X']
-got = {}
-for e in ev:
-    got[e['name']] = got.get(e['name'], 0) + 1
-assert got == {k: int(v) for k, v in want.items()}, ('counts', got, want)
-assert len({(e['pid'], e['tid']) for e in ev}) == 1, 'one track'
+all_ev = [e for e in t['traceEvents'] if e['ph'] == 'X']
+ev = [e for e in all_ev if e['tid'] == 1]
+def counts(events):
+    got = {}
+    for e in events:
+        got[e['name']] = got.get(e['name'], 0) + 1
+    return got
+assert counts(ev) == {k: int(v) for k, v in want.items()}, ('counts', counts(ev), want)
+assert {e['tid'] for e in all_ev} == {1} | {1001 + r for r in range(nranks)}, 'tracks'
+for r in range(nranks):
+    mine = [e for e in all_ev if e['tid'] == 1001 + r]
+    assert counts(mine) == counts(ev), ('rank', r, counts(mine))
+    for e, c in zip(mine, ev):
+        assert e['args']['rank'] == r and e['name'] == c['name'], (e, c)
+        assert abs(e['ts'] - c['ts']) < 2e-3 and e['dur'] <= c['dur'] + 2e-3, (e, c)
 last_end = 0
 for e in ev:
     assert e['pid'] == pid and e['cat'] == 'collective' and e['dur'] > 0, e
@@ -772,10 +855,14 @@ for e in ev:
     assert a['nranks'] == nranks, e
 o = t['otherData']
 assert o['devices'] == list(range(nranks)) and o['nranks'] == nranks, o
-assert o['events'] == len(ev) and o['dropped_events'] == 0, o
+assert o['events'] == len(all_ev) and o['dropped_events'] == 0, o
 assert o['ts_origin_unix_us'] % 86400000000 == 0 and o['ts_origin_unix_us'] > 1.5e15, o
 names = [e for e in t['traceEvents'] if e['ph'] == 'M']
 assert any(e['name'] == 'thread_name' and 'device communicator' in e['args']['name'] for e in names)
+for r in range(nranks):
+    assert any(e['name'] == 'thread_name' and e['tid'] == 1001 + r and
+               e['args']['name'] == 'device %d: rank %d (device communicator 1)' % (r, r)
+               for e in names), ('rank track name', r)
 print('OK')
 )PY";
 
@@ -1031,14 +1118,16 @@ int device_p2p_profiled(int, int) {
     return n;
   };
   // Device communicator 1 of this process: tracks 1 (the communicator's),
-  // 1001 (rank 0's device) and 1002 (rank 1's).
+  // 1001 (rank 0's device) and 1002 (rank 1's), ...; the all-reduce on the
+  // communicator's and, as each of the 4 ranks saw it, on the ranks' tracks.
   EXPECT_D(occurrences("\"name\":\"send\",\"cat\":\"p2p\"") == 3);
   EXPECT_D(occurrences("\"name\":\"recv\",\"cat\":\"p2p\"") == 3);
   EXPECT_D(occurrences("\"tid\":1001,\"args\":{\"bytes\":1024") == 3);
   EXPECT_D(occurrences("\"tid\":1002,\"args\":{\"bytes\":1024") == 3);
-  EXPECT_D(occurrences("\"name\":\"allreduce\",\"cat\":\"collective\"") == 1);
-  EXPECT_D(occurrences("device 0: rank 0's sends and receives") == 1);
-  EXPECT_D(occurrences("device 1: rank 1's sends and receives") == 1);
+  EXPECT_D(occurrences("\"name\":\"allreduce\",\"cat\":\"collective\"") == 1 + 4);
+  EXPECT_D(occurrences("\"tid\":1,\"args\":{\"bytes\":") == 1);
+  EXPECT_D(occurrences("device 0: rank 0 (device communicator 1)") == 1);
+  EXPECT_D(occurrences("device 1: rank 1 (device communicator 1)") == 1);
   return kOk;
 }
 
@@ -1102,6 +1191,21 @@ TEST_CASE("profiling: the timeline trace is Chrome/Perfetto JSON, one event per 
             "OK\n");
     }
   }
+}
+
+TEST_CASE("profiling: one track per stream, host functions on theirs, queued collectives") {
+  const ScratchDir scratch("streams");
+  const std::string& dir = scratch.path;
+  check_all(run_ranks(2, base_yaml(), streams_on_timeline,
+                      {{"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", dir}}));
+  const std::string script = dir + "/check_streams.py";
+  if (FILE* f = std::fopen(script.c_str(), "w")) {
+    std::fputs(kStreamTraceCheck, f);
+    std::fclose(f);
+  }
+  for (int r = 0; r < 2; ++r)
+    CHECK(run_command("python3 " + script + " " + dir + "/streams." + std::to_string(r) +
+                      ".json 2>&1") == "OK\n");
 }
 
 TEST_CASE("profiling: suggestions carry the model's speedup and appear only where built for") {
