@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "api/communicators.hpp"
+#include "api/compress_job.hpp"
 #include "api/guard.hpp"
 #include "api/profile_suggestions.hpp"
 #include "coll/registry.hpp"
@@ -38,6 +39,7 @@
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
 #include "tuner/cost_model.hpp"
+#include "tuner/link_codec.hpp"
 
 namespace wia::api {
 namespace {
@@ -675,8 +677,71 @@ std::size_t wire_bytes(std::uint64_t count, wia_datatype_t dtype,
   return b;
 }
 
+// A process communicator of several hosts with equally many ranks, where
+// a plain float32 all-reduce can run dense inside hosts and compressed
+// between them (docs/compression.md, "Compression between hosts").
+struct HostsShape {
+  int hosts = 1, per_host = 0;  // per_host 0: not equally many
+  std::string link_codec = "none";  // what already asks for it (LinkCodecPolicy)
+};
+
+// Float32 all-reduces on such a communicator: costed by the estimate the
+// link codec itself decides with (tuner::choose_link_codec), so that the
+// suggestion promises what `compression.link_codec: auto` would do.
+// Returns the calls it costed (the flat suggestion leaves them out).
+double suggest_link_codec(const CommProfiler::OpStats& o, const tuner::LinkModel& links,
+                          const HostsShape& hosts, std::vector<std::string>& out) {
+  const auto min_bytes = static_cast<std::uint64_t>(
+      Runtime::get().config().get_int("compression.link_codec_min_bytes"));
+  double calls = 0, bytes = 0, measured_s = 0, plain_us = 0, coded_us = 0, between_gbps = 0;
+  std::string codecs;
+  for (std::size_t i = 0; i < o.call_bytes.size(); ++i) {
+    const wia_datatype_t t = i < o.call_dtype.size() ? o.call_dtype[i] : WIA_UINT8;
+    // Whatever this rank's own links were (a hierarchical schedule's
+    // other ranks use only their host's): the call crosses between hosts.
+    if (t != WIA_FLOAT32 || o.call_bytes[i] < min_bytes) continue;
+    tuner::LinkCodecCall call;
+    call.hosts = hosts.hosts;
+    call.per_host = hosts.per_host;
+    call.count = o.call_bytes[i] / 4;
+    const tuner::LinkCodecChoice choice = tuner::choose_link_codec(links, call);
+    const double weight = o.weight_at(i);
+    calls += weight;
+    bytes += weight * static_cast<double>(o.call_bytes[i]);
+    measured_s += weight * o.seconds[i];
+    plain_us += weight * choice.plain_us;
+    coded_us += weight * (choice.codec == tuner::LinkCodec::kInt8   ? choice.int8_us
+                          : choice.codec == tuner::LinkCodec::kBf16 ? choice.bf16_us
+                                                                    : choice.plain_us);
+    between_gbps = choice.between_gbps;
+    const std::string name = tuner::link_codec_name(choice.codec);
+    if (choice.codec != tuner::LinkCodec::kNone && codecs.find(name) == std::string::npos)
+      codecs += (codecs.empty() ? "" : " or ") + name;
+  }
+  // Already asked for (the link codec chose with the same estimate), or
+  // not worth it.
+  if (calls <= 0 || hosts.link_codec != "none" || codecs.empty() || coded_us <= 0 ||
+      plain_us < kMinSpeedup * coded_us)
+    return calls;
+  out.push_back(fmt::format(
+      "{}: {:.0f} calls of float32 data of {} or more (average {}, {:.3f} ms measured in all) "
+      "cross between {} hosts, over a slow link in the cost model ({:.3g} GB/s between "
+      "hosts): set compression.link_codec: auto (or a selector rule's compress key, or "
+      "WIA_NET_COMPRESS_AUTO) so that these plain all-reduces run dense inside each host and "
+      "{} between hosts: estimated {:.1f}x faster (cost model, {} hosts x {} ranks: {:.3f} ms "
+      "plain -> {:.3f} ms)",
+      o.name, calls, fmt_bytes(min_bytes), fmt_bytes(bytes / calls), measured_s * 1e3,
+      hosts.hosts, between_gbps, codecs, plain_us / coded_us, hosts.hosts, hosts.per_host,
+      plain_us / 1e3, coded_us / 1e3));
+  return calls;
+}
+
 void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel& links,
-                         std::vector<std::string>& out) {
+                         const HostsShape& hosts, std::vector<std::string>& out) {
+  // On several hosts, float32 calls compress between hosts by themselves
+  // once asked: that estimate, not the flat compressed call's.
+  const bool across_hosts = hosts.hosts >= 2 && hosts.per_host >= 1;
+  if (across_hosts) suggest_link_codec(o, links, hosts, out);
   const int p = links.nranks;
   double gbps = links.gbps, alpha_us = links.alpha_us;
   if (!links.gbps_matrix.empty()) {
@@ -717,7 +782,7 @@ void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel&
     const wia_datatype_t t = i < o.call_dtype.size() ? o.call_dtype[i] : WIA_UINT8;
     if (o.call_bytes[i] < kCompressionMinBytes ||
         (t != WIA_FLOAT32 && t != WIA_FLOAT16 && t != WIA_BFLOAT16) ||
-        memory_links(o.call_transport[i]))
+        (across_hosts && t == WIA_FLOAT32) || memory_links(o.call_transport[i]))
       continue;
     if (ns == nullptr) ns = &codec_ns();
     const double weight = o.weight_at(i);  // calls this timed call stands for
@@ -769,7 +834,8 @@ void suggest_compression(const CommProfiler::OpStats& o, const tuner::LinkModel&
 std::vector<std::string> suggestions(
     const CommProfiler::Snapshot& s, std::optional<tuner::LinkModel> m, int nranks,
     const MeasuredWindow& window,
-    const std::vector<comm::ProcessCommunicator::ForcedTransport>* forced) {
+    const std::vector<comm::ProcessCommunicator::ForcedTransport>* forced,
+    const HostsShape& hosts) {
   std::vector<std::string> out;
   if (!m || nranks < 2) return out;
   const tuner::LinkModel links = *m;
@@ -787,7 +853,7 @@ std::vector<std::string> suggestions(
       }
       if (c == coll::Collective::kAllReduce) {
         try {
-          suggest_compression(o, links, out);
+          suggest_compression(o, links, hosts, out);
         } catch (const Error& e) {
           log::debug("profile", "{}: no compression suggestion: {}", o.name, e.what());
         }
@@ -864,8 +930,15 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
   if (dc != nullptr) model = dc->cost_model();
   const MeasuredWindow window{s.settings.enable_overlap_analysis != 0, r.total_compute_time,
                               r.overlap_efficiency};
-  for (const std::string& text : suggestions(s, std::move(model), base.size(), window,
-                                             pc != nullptr ? &pc->forced_transports() : nullptr))
+  HostsShape hosts;
+  if (pc != nullptr) {
+    hosts.hosts = pc->node_count();
+    hosts.per_host = compressed::ranks_per_host(*pc);
+    hosts.link_codec = compressed::link_codec_policy(comm, *pc).policy;
+  }
+  for (const std::string& text :
+       suggestions(s, std::move(model), base.size(), window,
+                   pc != nullptr ? &pc->forced_transports() : nullptr, hosts))
     block->suggestions.push_back(block->strings.emplace_back(text).c_str());
   r.num_suggestions = static_cast<int>(block->suggestions.size());
   r.suggestions = block->suggestions.empty() ? nullptr : block->suggestions.data();

@@ -70,8 +70,8 @@ void check(wia_status_t st) {
   if (st != WIA_SUCCESS) throw Error(st, wia_get_last_error());
 }
 
-// The ranks on each host when c spans several hosts with equally many
-// (else the blocks would not line up across hosts); 0 otherwise.
+}  // namespace
+
 int ranks_per_host(const comm::CommunicatorBase& c) {
   const int hosts = c.node_count();
   if (hosts < 2) return 0;
@@ -81,6 +81,8 @@ int ranks_per_host(const comm::CommunicatorBase& c) {
     if (n != per_host[0]) return 0;
   return per_host[0];
 }
+
+namespace {
 
 Split split_of(wia_communicator_t comm, const comm::CommunicatorBase& c) {
   // Held across the split: two threads posting on one communicator must
@@ -194,28 +196,32 @@ void link_codec_auto(const void* comm) {
   g_auto[comm] = tuner::LinkCodec::kNone;
 }
 
+LinkCodecPolicy link_codec_policy(wia_communicator_t comm, const comm::ProcessCommunicator& c) {
+  LinkCodecPolicy p;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    p.automatic = g_auto.count(comm) > 0;
+  }
+  if (c.link_compress()) p.rule = &*c.link_compress();
+  p.policy = p.automatic ? "auto"
+             : p.rule    ? p.rule->method
+                         : Runtime::get().config().get_string("compression.link_codec");
+  return p;
+}
+
 // Compression as a property of the links between hosts
 // (docs/compression.md, "Compression between hosts"): policy "int8" or
 // "bf16" always, "auto" where tuner::choose_link_codec estimates it pays.
 bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void* recv,
                                 std::size_t count, const wia_collective_config_t& cfg,
                                 wia_stream_t stream) {
-  bool automatic = false;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    automatic = g_auto.count(comm) > 0;
-  }
   auto* pc = dynamic_cast<comm::ProcessCommunicator*>(&api::live(comm));
   // Ranks whose compression keys differ all know it: all run plain.
   if (pc == nullptr || !pc->compression_keys_differ().empty()) return false;
-  // Who asks, first that applies: WIA_NET_COMPRESS_AUTO at creation, the
-  // compress key of the selector rule of the links between nodes, the
-  // configuration.
-  const std::optional<selector::LinkCompress>& rule = pc->link_compress();
-  const std::string policy = automatic ? "auto"
-                             : rule    ? rule->method
-                                       : Runtime::get().config().get_string(
-                                          "compression.link_codec");
+  const LinkCodecPolicy asked = link_codec_policy(comm, *pc);
+  const std::string& policy = asked.policy;
+  const bool automatic = asked.automatic;
+  const selector::LinkCompress* rule = asked.rule;
   if (policy == "none") return false;
   const auto min_bytes = static_cast<std::uint64_t>(
       Runtime::get().config().get_int("compression.link_codec_min_bytes"));

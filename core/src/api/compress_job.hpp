@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "compress/codec.hpp"
@@ -24,6 +25,10 @@
 
 namespace wia::comm {
 class CommunicatorBase;
+class ProcessCommunicator;
+}  // namespace wia::comm
+namespace wia::selector {
+struct LinkCompress;
 }
 
 namespace wia::api::compressed {
@@ -128,6 +133,19 @@ bool all_reduce_with_link_codec(wia_communicator_t comm, const void* send, void*
                                 std::size_t count, const wia_collective_config_t& cfg,
                                 wia_stream_t stream);
 void link_codec_auto(const void* comm);
+// Who asks for compression between hosts on comm, first that applies:
+// WIA_NET_COMPRESS_AUTO at creation ("auto"), the compress key of the
+// selector rule of its links between nodes (`rule` set), the configuration
+// (compression.link_codec); "none" when nobody does.
+struct LinkCodecPolicy {
+  std::string policy = "none";  // "none", "int8", "bf16", "auto"
+  bool automatic = false;       // WIA_NET_COMPRESS_AUTO
+  const selector::LinkCompress* rule = nullptr;
+};
+LinkCodecPolicy link_codec_policy(wia_communicator_t comm, const comm::ProcessCommunicator& c);
+// The ranks on each host when c spans several hosts with equally many
+// (else the blocks would not line up across hosts); 0 otherwise.
+int ranks_per_host(const comm::CommunicatorBase& c);
 // The communicators it split from comm: destroyed with comm; their
 // compression state reset with comm's.
 void forget_across_hosts(const void* comm) noexcept;

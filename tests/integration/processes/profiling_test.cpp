@@ -228,6 +228,50 @@ int trace_explicit(int rank, int nranks) {
   return kOk;
 }
 
+// Two faked hosts of 2 ranks (WIA_HOSTID), a link file with a slow link
+// between them: 3 float32 all-reduces of 4 MiB get the suggestion to let
+// them compress between hosts (compression.link_codec: auto), costed by
+// the link codec's own estimate, and not the flat wia_all_reduce_compressed
+// one; none when TEST_EXPECT_LINK_CODEC is 0 (the configuration already
+// asks for it).
+int link_codec_suggested(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const bool expect = std::getenv("TEST_EXPECT_LINK_CODEC")[0] == '1';
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  std::vector<float> big(std::size_t{1} << 20, 1.0f);  // 4 MiB
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int i = 0; i < 3; ++i)
+    EXPECT_R(wia_all_reduce(comm, big.data(), big.data(), big.size(), &cfg, nullptr) ==
+             WIA_SUCCESS);
+  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr);
+  int across = 0, flat = 0;
+  for (int i = 0; i < r->num_suggestions; ++i) {
+    const std::string text = r->suggestions[i];
+    std::fprintf(stderr, "rank %d: %s\n", rank, text.c_str());
+    flat += text.find("wia_all_reduce_compressed") != std::string::npos;
+    if (text.find("compression.link_codec: auto") == std::string::npos) continue;
+    ++across;
+    EXPECT_R(text.find("allreduce: 3 calls of float32 data") == 0);
+    EXPECT_R(text.find("cross between 2 hosts") != std::string::npos);
+    EXPECT_R(text.find("and int8 between hosts") != std::string::npos);  // under 10 GB/s
+    EXPECT_R(text.find("2 hosts x 2 ranks") != std::string::npos);
+    const std::size_t at = text.find("estimated ");
+    EXPECT_R(at != std::string::npos);
+    const double speedup = std::strtod(text.c_str() + at + 10, nullptr);
+    EXPECT_R(speedup > 1.2 && std::isfinite(speedup));
+  }
+  EXPECT_R(across == (expect ? 1 : 0));
+  EXPECT_R(flat == 0);
+  wia_free_comm_profile(r);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
 // Streams on the timeline, and a collective queued behind other work on
 // its stream: on a second stream `work`, a 300 ms host function, then a
 // 1 MiB all-reduce (timed from when its stream reaches it, so well under
@@ -1275,6 +1319,33 @@ TEST_CASE("profiling: compression is suggested where the cost model's link is sl
   SUBCASE("shm, the transports' own figures: not suggested") {
     check_all(run_ranks(2, base_yaml(), compression_suggested,
                         {{"TEST_WIA_ID", unique_id_env()}, {"TEST_EXPECT_COMPRESSION", "0"}}));
+  }
+}
+
+TEST_CASE("profiling: across hosts, compression is costed as the link codec would run it") {
+  const ScratchDir scratch("link-codec");
+  const std::string links = scratch.path + "/links.yaml";
+  if (FILE* f = std::fopen(links.c_str(), "w")) {
+    std::fputs(
+        "nodes:\n  - {name: a, devices: [\"r0:host0\", \"r1:host0\"]}\n"
+        "  - {name: b, devices: [\"r2:host0\", \"r3:host0\"]}\n"
+        "links:\n  - {between: intra_node, type: shared_memory, bandwidth_gbps: 20, "
+        "latency_us: 1}\n"
+        "  - {between: inter_node, type: ethernet_100g, bandwidth_gbps: 0.125, latency_us: 50}\n",
+        f);
+    std::fclose(f);
+  }
+  const std::string yaml = base_yaml() + "tuner:\n  link_file: " + links + "\n";
+  const auto two_hosts = [](int r) { setenv("WIA_HOSTID", r < 2 ? "hostA" : "hostB", 1); };
+  SUBCASE("nothing asks for it: suggested, with the link codec's estimate") {
+    check_all(run_ranks(4, yaml, link_codec_suggested,
+                        {{"TEST_WIA_ID", unique_id_env()}, {"TEST_EXPECT_LINK_CODEC", "1"}}, {},
+                        120, two_hosts));
+  }
+  SUBCASE("compression.link_codec: auto already: not suggested") {
+    check_all(run_ranks(4, yaml + "compression:\n  link_codec: auto\n", link_codec_suggested,
+                        {{"TEST_WIA_ID", unique_id_env()}, {"TEST_EXPECT_LINK_CODEC", "0"}}, {},
+                        120, two_hosts));
   }
 }
 
