@@ -109,6 +109,10 @@ constexpr std::uint64_t data_tag(std::uint64_t id, std::uint64_t user) {
   return (id << kUserTagBits) | user;
 }
 constexpr std::uint64_t ctl_tag(std::uint64_t id) { return kCtlBit | (id << kUserTagBits); }
+// A send from an endpoint to itself that moves a message from a bounce
+// buffer into device memory: connection id 0, which no connection or
+// listener is ever given (Endpoint::new_id), with the bulk bit.
+constexpr std::uint64_t loop_tag(std::uint64_t seq) { return kBulkBit | (seq & kUserTagMask); }
 constexpr std::uint64_t listen_tag(std::uint64_t id) {
   return kCtlBit | kListenBit | (id << kUserTagBits);
 }
@@ -170,6 +174,7 @@ struct Params {
   std::int64_t connect_timeout_ms = 30000;
   std::int64_t liveness_ms = 100;
   std::string rendezvous = "auto";  // clear-to-send before payloads: auto (shm) | on | off
+  std::string hmem = "auto";        // device memory through FI_HMEM: auto | off
 };
 
 class Endpoint;
@@ -184,6 +189,9 @@ struct EndpointInfo {
   bool shm = false;
   bool loopback = false;
   bool rma = false;         // the fabric offered FI_RMA: put/get (WIA_TRANSPORT_FLAG_RMA)
+  // The fabric claimed FI_HMEM: device memory registered with its memory
+  // interface (WIA_TRANSPORT_FLAG_DEVICE_MEMORY, ofi_mr.cpp).
+  bool hmem = false;
   std::uint32_t flags = 0;  // WIA_TRANSPORT_FLAG_*
   std::uint64_t max_msg = 0;
   std::string pci_bus_id;
@@ -253,6 +261,14 @@ struct Request {
   std::uint64_t announced_size = 0;
   std::unique_ptr<char[]> scratch;
   std::unique_ptr<char[]> bounce;  // kBounceSize bytes
+  // Receives into device memory (a registration with a device interface):
+  // the CPU never touches the buffer. A message that arrived in the bounce
+  // buffer is moved in by the fabric, a send from the bounce to this
+  // endpoint itself (loop_send, the helper request) received straight into
+  // the buffer with the registration's descriptor (Endpoint::land_in_device).
+  bool device = false;
+  Request* loop_send = nullptr;    // the receive: its helper send, until it completes
+  Request* loop_target = nullptr;  // the helper send: the receive it feeds
   std::uint64_t owner_id = 0;
   // Announced sends under clear-to-send: the id the receiver's CTS names.
   std::uint64_t send_id = 0;
@@ -411,6 +427,11 @@ class Endpoint {
   void fill_ctl(CtlMsg& m, CtlKind kind, std::uint64_t conn_id, std::uint64_t cookie) const;
   void on_completion(Request* r, const fi_cq_tagged_entry& e);
   void on_data_recv(Request* r, const fi_cq_tagged_entry& e);
+  // A message of `len` bytes in r's bounce buffer at `from`, for a receive
+  // into device memory: handed to the fabric (ofi_data.cpp).
+  void land_in_device(Request* r, const char* from, std::uint64_t len);
+  void post_loop(Request* h);  // posts what of h's loop is not posted yet
+  void fail_loop(Request* h, const std::string& why);
   void on_error(Request* r, const fi_cq_err_entry& e);
   void on_ctl(Request* r);
   void on_connect_msg(Listener* l, const CtlMsg& m);
@@ -436,6 +457,11 @@ class Endpoint {
   std::vector<Request*> retry_;         // control posts that met -FI_EAGAIN
   std::deque<Request*> released_;       // CTS came; fi_tsend of the payload met -FI_EAGAIN
   std::uint64_t next_send_id_ = 1;
+  // This endpoint's own address in its AV (land_in_device), inserted at
+  // first use, and the sequence of those sends' tags.
+  fi_addr_t self_addr_ = FI_ADDR_UNSPEC;
+  std::uint64_t next_loop_seq_ = 0;
+  std::vector<Request*> loop_retry_;  // loop helpers whose posts met -FI_EAGAIN
   std::vector<std::unique_ptr<char[]>> bounce_pool_;
   std::map<std::tuple<std::uintptr_t, std::uint64_t, std::uint32_t, std::uint64_t>, MrEntry*>
       cache_;

@@ -80,7 +80,9 @@ void Endpoint::give_bounce(Request* r) {
 }
 
 void Endpoint::finish(Request* r) {
-  if (r->in_fabric) return;
+  // A receive into device memory also waits for its loop send, which
+  // reads its bounce buffer (land_in_device).
+  if (r->in_fabric || r->loop_send != nullptr) return;
   give_bounce(r);
   if (r->auto_mr != nullptr) {
     unreg(r->auto_mr);
@@ -398,6 +400,12 @@ void Endpoint::on_completion(Request* r, const fi_cq_tagged_entry& e) {
       finish(r);
       return;
     case Request::Kind::ctl_send:
+      if (r->loop_target != nullptr) {  // a loop send: its receive may be waiting for it
+        Request* t = r->loop_target;
+        t->loop_send = nullptr;
+        r->loop_target = nullptr;
+        finish(t);
+      }
       finish(r);
       return;
   }
@@ -441,6 +449,10 @@ void Endpoint::on_error(Request* r, const fi_cq_err_entry& entry) {
     finish(r);
     return;
   }
+  if (r->kind == Request::Kind::ctl_send && r->loop_target != nullptr) {
+    fail_loop(r, "the fabric's send of the message to this endpoint itself failed: " + detail);
+    return;
+  }
   if (r->kind == Request::Kind::ctl_send && e.err != FI_ECANCELED) {
     auto it = conns_.find(r->owner_id);
     if (it != conns_.end())
@@ -464,6 +476,11 @@ void Endpoint::progress() {
     std::vector<Request*> again;
     again.swap(retry_);
     for (Request* r : again) post_ctl(r);
+  }
+  if (!loop_retry_.empty()) {
+    std::vector<Request*> again;
+    again.swap(loop_retry_);
+    for (Request* h : again) post_loop(h);
   }
   if (!released_.empty()) send_released();
   // Each fi_cq_read that finds the queue empty makes the fabric progress

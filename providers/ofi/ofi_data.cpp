@@ -51,6 +51,9 @@ void Endpoint::on_data_recv(Request* r, const fi_cq_tagged_entry& e) {
   auto deliver = [&](const char* from, std::uint64_t len) {
     if (len > r->capacity) {
       fail_trunc(len);
+    } else if (r->device && len > 0) {
+      land_in_device(r, from, len);  // the CPU never writes device memory
+      return;
     } else {
       if (len > 0) std::memcpy(r->buf, from, len);
       r->state = Request::State::done;
@@ -121,6 +124,92 @@ void Endpoint::on_data_recv(Request* r, const fi_cq_tagged_entry& e) {
   if ((a.flags & kAnnounceWantsCts) != 0 &&
       send_ctl(c, c->addr, ctl_tag(c->peer_id), CtlKind::cts, a.send_id) != WIA_SUCCESS)
     fail_conn(c, "ofi: cannot send clear-to-send to " + c->peer_text);
+}
+
+// A message for a receive into device memory arrived in the bounce buffer
+// (every receive is posted into one: ofi.hpp). The fabric moves it in: a
+// receive of the exact size posted straight into the device buffer with its
+// registration's descriptor (FI_MR_HMEM), fed by a send of the bounce from
+// this endpoint to itself. libfabric copies with the device's own API (or
+// its NIC's DMA), which the CPU cannot do on device memory. The receive's
+// completion is the message's: it is marked announced, so on_data_recv
+// finishes it with that completion's size. Costs one local message per
+// small device receive; large ones are announced and their payload is
+// received straight into the device buffer (on_data_recv).
+void Endpoint::land_in_device(Request* r, const char* from, std::uint64_t len) {
+  if (self_addr_ == FI_ADDR_UNSPEC) {
+    const int rc = fi_av_insert(av, name, 1, &self_addr_, 0, nullptr);
+    if (rc != 1) {
+      self_addr_ = FI_ADDR_UNSPEC;
+      r->state = Request::State::failed;
+      r->status = WIA_ERROR_IO;
+      r->error = "ofi: cannot insert " + addr_text(name) + " (this endpoint) into its own AV to " +
+                 "move a " + size_text(len) + " message into device memory: " +
+                 ctx_->fi_error(rc < 0 ? rc : -FI_EINVAL);
+      finish(r);
+      return;
+    }
+  }
+  r->announced = true;
+  Request* h = new_request(Request::Kind::ctl_send, nullptr);
+  h->user_gone = true;
+  h->is_send = true;
+  h->loop_target = r;
+  h->buf = const_cast<char*>(from);
+  h->size = len;
+  h->tag = loop_tag(next_loop_seq_++);
+  r->loop_send = h;
+  post_loop(h);
+}
+
+void Endpoint::post_loop(Request* h) {
+  Request* r = h->loop_target;
+  // The receive was closed, cancelled or failed before its loop got
+  // going: nothing more to post (its buffer may be gone).
+  if (r->conn == nullptr || r->state != Request::State::pending) {
+    fail_loop(h, "");
+    return;
+  }
+  if (!r->in_fabric) {
+    const ssize_t rc = fi_trecv(ep, r->buf, h->size, r->desc, FI_ADDR_UNSPEC, h->tag, 0, &r->fctx);
+    if (rc == -FI_EAGAIN) {
+      loop_retry_.push_back(h);
+      return;
+    }
+    if (rc != 0) {
+      fail_loop(h, "fi_trecv into device memory: " + ctx_->fi_error(static_cast<int>(rc)));
+      return;
+    }
+    r->in_fabric = true;
+  }
+  const ssize_t rc = fi_tsend(ep, h->buf, h->size, nullptr, self_addr_, h->tag, &h->fctx);
+  if (rc == -FI_EAGAIN) {
+    loop_retry_.push_back(h);
+    return;
+  }
+  if (rc != 0) {
+    fail_loop(h, "fi_tsend to this endpoint itself: " + ctx_->fi_error(static_cast<int>(rc)));
+    return;
+  }
+  h->in_fabric = true;
+}
+
+void Endpoint::fail_loop(Request* h, const std::string& why) {
+  Request* r = h->loop_target;
+  h->loop_target = nullptr;
+  r->loop_send = nullptr;
+  if (!why.empty() && r->state == Request::State::pending) {
+    r->state = Request::State::failed;
+    r->status = WIA_ERROR_IO;
+    r->error = "ofi: moving a " + size_text(h->size) + " message from " +
+               (r->conn != nullptr ? r->conn->peer_text : std::string("a closed connection")) +
+               " into device memory (tag " + std::to_string(r->tag) + ") on " + info_->prov + "/" +
+               info_->domain + ": " + why;
+    // A posted receive ends with FI_ECANCELED (on_error keeps this error).
+    if (r->in_fabric) fi_cancel(&ep->fid, &r->fctx);
+  }
+  finish(h);
+  finish(r);
 }
 
 void Endpoint::on_cts(Conn* c, std::uint64_t send_id) {
@@ -200,9 +289,26 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   if (buf == nullptr && size > 0)
     return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT, "ofi: %s of %s at NULL", send ? "isend" : "irecv",
                       size_text(size).c_str());
+  // Device memory (a registration with a device interface, FI_HMEM): the
+  // CPU must not read or write it, so no inject, no framing in a bounce
+  // buffer, no copy out of one; the fabric gets the registration's
+  // descriptor with every transfer.
+  const bool device = mr != nullptr && mr->entry->iface != WIA_MEM_IFACE_HOST;
+  if (device) {
+    const auto at = reinterpret_cast<std::uintptr_t>(buf);
+    if (at < mr->entry->base || at - mr->entry->base > mr->entry->len ||
+        size > mr->entry->len - (at - mr->entry->base))
+      return ctx_->fail(WIA_ERROR_INVALID_ARGUMENT,
+                        "ofi: %s of %s at %p with %s: the buffer is not inside its device "
+                        "registration [%p, +%s)",
+                        send ? "isend" : "irecv", size_text(size).c_str(), buf,
+                        c->peer_text.c_str(), reinterpret_cast<void*>(mr->entry->base),
+                        size_text(mr->entry->len).c_str());
+  }
   // A small send whose wire message fits the fabric's inject size: no
   // registration, no bounce, no completion to reap (post_inject).
-  if (send && size <= kDirectMax && size + (rendezvous ? sizeof(Announce) : 0) <= inject_size)
+  if (send && !device && size <= kDirectMax &&
+      size + (rendezvous ? sizeof(Announce) : 0) <= inject_size)
     return post_inject(c, buf, size, tag, out);
   std::uint64_t len = send ? size : std::min(size, info_->max_msg);
   MrEntry* auto_mr = nullptr;
@@ -217,6 +323,7 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   r->auto_mr = auto_mr;
   r->buf = static_cast<char*>(buf);
   r->desc = desc;
+  r->device = device;
   void* into = buf;
   std::uint64_t into_len = len;
   // Rendezvous mode: every message carries the announce bit, and receives
@@ -233,8 +340,10 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
     into = r->bounce.get();
     into_len = rendezvous ? kBounceSize : kDirectMax;
     desc = nullptr;
-  } else if (rendezvous && size <= kDirectMax) {
+  } else if (rendezvous && size <= kDirectMax && !device) {
     // One framed message: the header, then the payload, from a bounce.
+    // (From device memory it is announced instead, below: the payload is
+    // not copied.)
     r->bounce = take_bounce();
     const Announce a{kAnnounceMagic, kAnnounceInline, size, 0};
     std::memcpy(r->bounce.get(), &a, sizeof(a));
@@ -243,7 +352,7 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
     len = size + sizeof(a);
     desc = nullptr;
   }
-  const bool announce = send && size > kDirectMax;
+  const bool announce = send && (size > kDirectMax || (device && rendezvous));
   auto give_up = [&](ssize_t rc) -> wia_status_t {
     if (common::log_enabled(ctx_->host, WIA_LOG_TRACE))
       ctx_->log(WIA_LOG_TRACE, "ofi: %s of %s (tag 0x%" PRIx64 ") with %s not taken: %s",
@@ -392,7 +501,7 @@ wia_status_t Endpoint::wait_fds(Conn* c, pollfd* fds, std::uint32_t capacity,
                                 std::uint32_t* count) {
   *count = 0;
   if (wait_fd < 0 || c->failed || !c->established || !retry_.empty() || !released_.empty() ||
-      capacity == 0)
+      !loop_retry_.empty() || capacity == 0)
     return WIA_IN_PROGRESS;
   fid* f = &cq->fid;
   if (fi_trywait(fabric, &f, 1) != 0) return WIA_IN_PROGRESS;  // completions are waiting

@@ -124,6 +124,7 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     p.connect_timeout_ms = std::atoll(param(host, "connect_timeout_ms", "30000"));
     p.liveness_ms = std::atoll(param(host, "liveness_ms", "100"));
     p.rendezvous = param(host, "rendezvous", "auto");
+    p.hmem = param(host, "hmem", "auto");
     if (p.enable != "auto" && p.enable != "on" && p.enable != "off")
       return ctx->fail(WIA_ERROR_CONFIG, "ofi.enable is '%s'; expected auto, on or off",
                        p.enable.c_str());
@@ -133,6 +134,8 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     if (p.rendezvous != "auto" && p.rendezvous != "on" && p.rendezvous != "off")
       return ctx->fail(WIA_ERROR_CONFIG, "ofi.rendezvous is '%s'; expected auto, on or off",
                        p.rendezvous.c_str());
+    if (p.hmem != "auto" && p.hmem != "off")
+      return ctx->fail(WIA_ERROR_CONFIG, "ofi.hmem is '%s'; expected auto or off", p.hmem.c_str());
     if (p.enable == "off")
       return ctx->fail(WIA_ERROR_UNAVAILABLE, "ofi: disabled by ofi.enable: off");
     const char* env = std::getenv("FI_PROVIDER");
@@ -197,6 +200,12 @@ wia_status_t endpoint_props(void* ctx, int32_t endpoint, wia_transport_props_v1_
     full.numa_node = -1;
     full.tag_bits = kUserTagBits;
     full.mem_ifaces = 1u << WIA_MEM_IFACE_HOST;
+    // FI_HMEM names no interface: which of CUDA, ROCr and Level Zero the
+    // library was built with shows only when a registration is refused,
+    // which reg_mr reports as WIA_ERROR_NOT_SUPPORTED (the core then stages).
+    if (e.hmem)
+      full.mem_ifaces |= (1u << WIA_MEM_IFACE_CUDA) | (1u << WIA_MEM_IFACE_ROCM) |
+                         (1u << WIA_MEM_IFACE_ZE);
     std::memcpy(props, &full, std::min<std::size_t>(props->struct_size, sizeof(full)));
     return WIA_SUCCESS;
   });
@@ -288,19 +297,33 @@ wia_status_t reg_mr(void* ctx, int32_t endpoint, const wia_mr_desc_v1_t* desc, w
     Endpoint* ep = nullptr;
     wia_status_t st = c.endpoint(endpoint, &ep);
     if (st != WIA_SUCCESS) return st;
-    // Device memory would need FI_HMEM (fi_mr_regattr with the device's
-    // interface); this version asks no fabric for it.
-    if (iface != WIA_MEM_IFACE_HOST)
+    // Device memory needs a fabric that claimed FI_HMEM (fi_mr_regattr
+    // with the device's interface, ofi_mr.cpp).
+    // WIA_MR_DEVICE with WIA_MEM_IFACE_HOST is memory of a host-accessible
+    // device: host memory to the fabric.
+    const bool device = iface != WIA_MEM_IFACE_HOST;
+    if (device && !ep->info().hmem)
       return c.fail(WIA_ERROR_NOT_SUPPORTED,
-                    "ofi: cannot register device memory (memory interface %u) on %s/%s: FI_HMEM "
-                    "is not used by this provider; stage through a host buffer",
-                    iface, ep->info().prov.c_str(), ep->info().domain.c_str());
+                    "ofi: cannot register device memory (memory interface %u) on %s/%s: the "
+                    "fabric does not claim FI_HMEM%s; stage through a host buffer",
+                    iface, ep->info().prov.c_str(), ep->info().domain.c_str(),
+                    c.params.hmem == "off" ? " (ofi.hmem: off)" : "");
+    if (device && iface != WIA_MEM_IFACE_CUDA && iface != WIA_MEM_IFACE_ROCM &&
+        iface != WIA_MEM_IFACE_ZE)
+      return c.fail(WIA_ERROR_INVALID_ARGUMENT,
+                    "ofi: reg_mr of device memory with memory interface %u (expected CUDA %u, "
+                    "ROCm %u or Level Zero %u)",
+                    iface, WIA_MEM_IFACE_CUDA, WIA_MEM_IFACE_ROCM, WIA_MEM_IFACE_ZE);
+    const std::uint64_t device_id =
+        device && WIA_ABI_HAS_FIELD(wia_mr_desc_v1_t, desc->struct_size, device_id)
+            ? desc->device_id
+            : 0;
     if (desc->ptr == nullptr && desc->size > 0)
       return c.fail(WIA_ERROR_INVALID_ARGUMENT, "ofi: reg_mr of %" PRIu64 " bytes at NULL",
                     desc->size);
     std::lock_guard<std::mutex> lk(ep->mu);
     MrEntry* e = nullptr;
-    st = ep->reg(desc->ptr, desc->size, iface, 0, &e);
+    st = ep->reg(desc->ptr, desc->size, iface, device_id, &e);
     if (st != WIA_SUCCESS) return st;
     *mr = reinterpret_cast<wia_mr_t>(new MrHandle{ep, e});
     return WIA_SUCCESS;
@@ -445,6 +468,10 @@ const wia_param_decl_v1_t kParams[] = {
     {kDeclSize, WIA_PARAM_STRING, "rendezvous", "auto",
      "payloads above 4 KiB wait for the receiver's clear-to-send: auto (shm fabrics, whose 1.17 "
      "command queue stalls on an unexpected large message), on, off",
+     0, 0},
+    {kDeclSize, WIA_PARAM_STRING, "hmem", "auto",
+     "auto: ask fi_getinfo for FI_HMEM and take device memory (CUDA, ROCm, Level Zero) on "
+     "fabrics that claim it; off: never (device buffers are staged through host memory)",
      0, 0},
 };
 

@@ -129,12 +129,30 @@ wia_status_t discover(Ctx& ctx) {
   hints->domain_attr->av_type = FI_AV_TABLE;
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   // Every registration mode we honour (ofi_mr.cpp); the fabric answers with
-  // the ones it demands. FI_MR_HMEM is not offered: no device memory yet.
+  // the ones it demands. FI_MR_HMEM is offered only with FI_HMEM (below).
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
   if (!filter.empty()) hints->fabric_attr->prov_name = ::strdup(filter.c_str());
   if (!ctx.params.domain.empty()) hints->domain_attr->name = ::strdup(ctx.params.domain.c_str());
 
+  // Device memory first: the fabrics that claim FI_HMEM when asked for it
+  // (with FI_MR_HMEM among the modes we honour: device buffers always come
+  // registered, ofi_mr.cpp). Asked separately, so that a fabric without it
+  // (Debian's libfabric is built without CUDA, ROCr and Level Zero) is
+  // still taken below, for host memory.
+  fi_info* hmem_list = nullptr;
+  if (ctx.params.hmem != "off") {
+    hints->domain_attr->mr_mode |= FI_MR_HMEM;
+    hints->caps = FI_TAGGED | FI_RMA | FI_HMEM;
+    if (lib.fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &hmem_list) != 0)
+      hmem_list = nullptr;
+    if (hmem_list == nullptr) {
+      hints->caps = FI_TAGGED | FI_HMEM;
+      if (lib.fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &hmem_list) != 0)
+        hmem_list = nullptr;
+    }
+    hints->domain_attr->mr_mode &= ~static_cast<std::uint64_t>(FI_MR_HMEM);
+  }
   // With RMA first (put/get); fabrics without it are still taken for
   // messages when no fabric matching the filter offers it.
   hints->caps = FI_TAGGED | FI_RMA;
@@ -145,7 +163,24 @@ wia_status_t discover(Ctx& ctx) {
     rc = lib.fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &list);
   }
   lib.fi_freeinfo(hints);
+  // The FI_HMEM answer for the same fabric, provider and domain, unless it
+  // would lose RMA the plain answer has.
+  auto hmem_match = [&](const fi_info* plain) -> const fi_info* {
+    for (const fi_info* h = hmem_list; h != nullptr; h = h->next) {
+      if ((h->caps & FI_HMEM) == 0 || h->fabric_attr->prov_name == nullptr ||
+          plain->fabric_attr->prov_name == nullptr || h->domain_attr->name == nullptr ||
+          plain->domain_attr->name == nullptr)
+        continue;
+      if (std::strcmp(h->fabric_attr->prov_name, plain->fabric_attr->prov_name) != 0 ||
+          std::strcmp(h->domain_attr->name, plain->domain_attr->name) != 0)
+        continue;
+      if ((plain->caps & FI_RMA) != 0 && (h->caps & FI_RMA) == 0) continue;
+      return h;
+    }
+    return nullptr;
+  };
   if (rc != 0 || list == nullptr) {
+    if (hmem_list != nullptr) lib.fi_freeinfo(hmem_list);
     // Name what there is, so a typo in the provider name is obvious.
     std::string offered;
     fi_info* any = nullptr;
@@ -183,7 +218,9 @@ wia_status_t discover(Ctx& ctx) {
       }
     return -1;
   };
-  for (fi_info* i = list; i != nullptr; i = i->next) {
+  for (fi_info* plain = list; plain != nullptr; plain = plain->next) {
+    const fi_info* hmem = hmem_match(plain);
+    const fi_info* i = hmem != nullptr ? hmem : plain;
     EndpointInfo e;
     e.prov = i->fabric_attr->prov_name != nullptr ? i->fabric_attr->prov_name : "?";
     e.domain = i->domain_attr->name != nullptr ? i->domain_attr->name : "?";
@@ -204,6 +241,12 @@ wia_status_t discover(Ctx& ctx) {
     e.flags = WIA_TRANSPORT_FLAG_INTRA_NODE;
     e.rma = (i->caps & FI_RMA) != 0;
     if (e.rma) e.flags |= WIA_TRANSPORT_FLAG_RMA;
+    e.hmem = hmem != nullptr;
+    // The core hands device buffers to a transport with FLAG_DMABUF only
+    // with their registration (reg_mr of the whole allocation, naming its
+    // memory interface and device), which is what FI_MR_HMEM needs; the
+    // dma-buf fd itself is not used (ofi_mr.cpp).
+    if (e.hmem) e.flags |= WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF;
     if (!e.shm && !e.loopback && (!e.sockets || ctx.params.inter_node == "all"))
       e.flags |= WIA_TRANSPORT_FLAG_INTER_NODE;
     e.max_msg = i->ep_attr->max_msg_size;
@@ -215,6 +258,12 @@ wia_status_t discover(Ctx& ctx) {
     if (e.info == nullptr) return ctx.fail(WIA_ERROR_OUT_OF_MEMORY, "ofi: fi_dupinfo failed");
     std::string note =
         std::string(e.sockets ? "sockets fabric" : "RDMA fabric") + (e.rma ? ", RMA" : ", no RMA");
+    if (e.hmem)
+      note += ", FI_HMEM (device memory registered with its interface)";
+    else if (ctx.params.hmem == "off")
+      note += ", FI_HMEM not asked for (ofi.hmem: off)";
+    else
+      note += ", no FI_HMEM (device memory is staged through host memory)";
     if ((e.flags & WIA_TRANSPORT_FLAG_INTER_NODE) == 0)
       note += e.shm || e.loopback ? ", this node only"
                                   : ", offered for this node only (ofi.inter_node: rdma)";
@@ -222,6 +271,7 @@ wia_status_t discover(Ctx& ctx) {
     (e.loopback ? loop : real).push_back(std::move(e));
   }
   lib.fi_freeinfo(list);
+  if (hmem_list != nullptr) lib.fi_freeinfo(hmem_list);
   ctx.endpoints = std::move(real);
   for (EndpointInfo& e : loop) ctx.endpoints.push_back(std::move(e));
   std::string summary;

@@ -7,6 +7,8 @@
 // error, and the error that names an unknown fabric provider.
 #include <dlfcn.h>
 #include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <wia/provider.h>
 
 #include <chrono>
@@ -270,3 +272,147 @@ TEST_CASE("ofi: without an RDMA device or a named fabric the provider is absent,
   CHECK(h.error.find("no RDMA device") != std::string::npos);
   CHECK(h.error.find("WIA_OFI_PROVIDER") != std::string::npos);
 }
+
+#ifdef WIA_FAKE_HMEM_FABRIC_FILE
+namespace {
+
+// Memory the fabric double takes as the CUDA double's device memory: a
+// shared mapping of a memfd named as the CUDA double names its allocations.
+struct FakeDeviceMemory {
+  std::size_t size;
+  char* base = nullptr;
+  explicit FakeDeviceMemory(std::size_t bytes) : size(bytes) {
+    const int fd = memfd_create("fake-cuda-dev0", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, static_cast<off_t>(size)) == 0);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    REQUIRE(p != MAP_FAILED);
+    base = static_cast<char*>(p);
+  }
+  ~FakeDeviceMemory() { munmap(base, size); }
+};
+
+struct HmemCounters {
+  std::uint64_t (*regs)(int) = nullptr;
+  std::uint64_t (*transfers)(int) = nullptr;
+  std::uint64_t (*violations)() = nullptr;
+  HmemCounters() {
+    void* lib = dlopen(WIA_FAKE_HMEM_FABRIC_FILE, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE_MESSAGE(lib != nullptr, "the fabric double is not loaded");
+    regs = reinterpret_cast<std::uint64_t (*)(int)>(dlsym(lib, "fake_hmem_fabric_regs"));
+    transfers =
+        reinterpret_cast<std::uint64_t (*)(int)>(dlsym(lib, "fake_hmem_fabric_device_transfers"));
+    violations = reinterpret_cast<std::uint64_t (*)()>(dlsym(lib, "fake_hmem_fabric_violations"));
+    dlclose(lib);
+    REQUIRE((regs && transfers && violations));
+  }
+};
+
+wia_mr_desc_v1_t device_desc(void* ptr, std::size_t size, std::uint32_t iface) {
+  return wia_mr_desc_v1_t{sizeof(wia_mr_desc_v1_t), WIA_MR_DEVICE, ptr, size, iface, -1, 0, 0};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "ofi with FI_HMEM (the fabric double): device memory is claimed, registered once with "
+    "FI_HMEM_CUDA, and messages from and into it carry its descriptor") {
+  for (const char* rendezvous : {"off", "on"}) {
+    CAPTURE(rendezvous);
+    Host h;
+    h.params["provider"] = "tcp;ofi_rxm";
+    h.params["library"] = WIA_FAKE_HMEM_FABRIC_FILE;
+    h.params["rendezvous"] = rendezvous;
+    Provider p(h);
+    REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+    HmemCounters fab;
+    wia_transport_props_v1_t props{};
+    props.struct_size = sizeof(props);
+    REQUIRE(p.t->endpoint_props(p.ctx, 0, &props) == WIA_SUCCESS);
+    CHECK((props.flags & WIA_TRANSPORT_FLAG_DEVICE_MEMORY) != 0);
+    CHECK((props.flags & WIA_TRANSPORT_FLAG_DMABUF) != 0);
+    CHECK((props.mem_ifaces & (1u << WIA_MEM_IFACE_CUDA)) != 0);
+
+    FakeDeviceMemory dev(2u << 20);
+    const std::size_t half = dev.size / 2;
+    // Twice the same allocation: one fabric registration, FI_HMEM_CUDA.
+    const std::uint64_t regs0 = fab.regs(1);
+    const std::size_t logs0 = count_logs(h, "FI_HMEM_CUDA");
+    wia_mr_desc_v1_t d = device_desc(dev.base, dev.size, WIA_MEM_IFACE_CUDA);
+    wia_mr_t m1 = nullptr, m2 = nullptr;
+    REQUIRE(p.t->reg_mr(p.ctx, 0, &d, &m1) == WIA_SUCCESS);
+    REQUIRE(p.t->reg_mr(p.ctx, 0, &d, &m2) == WIA_SUCCESS);
+    CHECK(fab.regs(1) - regs0 == 1);
+    CHECK(count_logs(h, "FI_HMEM_CUDA") - logs0 == 1);
+
+    // A memory interface the library was not built with: NOT_SUPPORTED
+    // (the core stages), naming it.
+    wia_mr_desc_v1_t rocm = device_desc(dev.base, 4096, WIA_MEM_IFACE_ROCM);
+    wia_mr_t bad = nullptr;
+    CHECK(p.t->reg_mr(p.ctx, 0, &rocm, &bad) == WIA_ERROR_NOT_SUPPORTED);
+    CHECK(h.error.find("FI_HMEM_ROCR") != std::string::npos);
+
+    auto [a, b] = self_pair(p);
+    // A buffer outside its device registration is refused before anything is posted.
+    std::vector<char> outside(64);
+    wia_request_t none = nullptr;
+    CHECK(p.t->isend(p.ctx, a, outside.data(), outside.size(), 3, m1, &none) ==
+          WIA_ERROR_INVALID_ARGUMENT);
+    CHECK(none == nullptr);
+
+    // Device to device inside the one registration (source in its first
+    // half, destination in its second), eager and announced sizes, at odd
+    // offsets; 8 B fits the inject size of tcp;ofi_rxm.
+    int round = 0;
+    for (const std::size_t size : {std::size_t{8}, std::size_t{100}, std::size_t{4096},
+                                   std::size_t{4097}, std::size_t{300001}}) {
+      CAPTURE(size);
+      char* src = dev.base + 3 + round;
+      char* dst = dev.base + half + 5 + round;
+      for (std::size_t i = 0; i < size; ++i) src[i] = static_cast<char>(i * 13 + round);
+      std::memset(dst, 0x5A, size + 1);
+      const std::uint64_t sends0 = fab.transfers(1), recvs0 = fab.transfers(0);
+      wia_request_t rr = nullptr, sr = nullptr;
+      REQUIRE(p.t->irecv(p.ctx, b, dst, size, 40 + round, m2, &rr) == WIA_SUCCESS);
+      REQUIRE(p.t->isend(p.ctx, a, src, size, 40 + round, m1, &sr) == WIA_SUCCESS);
+      REQUIRE(rr != nullptr);
+      REQUIRE(sr != nullptr);
+      std::uint64_t got = 0;
+      CHECK(wait(p, sr, nullptr) == WIA_SUCCESS);
+      CHECK(wait(p, rr, &got) == WIA_SUCCESS);
+      CHECK(got == size);
+      CHECK(std::memcmp(src, dst, size) == 0);
+      CHECK(static_cast<unsigned char>(dst[size]) == 0x5A);
+      // The send left from device memory and the receive was posted on it,
+      // each with the registration's descriptor.
+      CHECK(fab.transfers(1) - sends0 >= 1);
+      CHECK(fab.transfers(0) - recvs0 >= 1);
+      ++round;
+    }
+    CHECK(fab.violations() == 0);
+    CHECK(p.t->dereg_mr(p.ctx, m1) == WIA_SUCCESS);
+    CHECK(p.t->dereg_mr(p.ctx, m2) == WIA_SUCCESS);
+    CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+    CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+  }
+}
+
+TEST_CASE("ofi on the real libfabric: no FI_HMEM, so device memory is not claimed and refused") {
+  Host h;
+  h.params["provider"] = "tcp;ofi_rxm";
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  wia_transport_props_v1_t props{};
+  props.struct_size = sizeof(props);
+  REQUIRE(p.t->endpoint_props(p.ctx, 0, &props) == WIA_SUCCESS);
+  CHECK((props.flags & (WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF)) == 0);
+  CHECK(props.mem_ifaces == (1u << WIA_MEM_IFACE_HOST));
+  std::vector<char> mem(4096);
+  wia_mr_desc_v1_t d = device_desc(mem.data(), mem.size(), WIA_MEM_IFACE_CUDA);
+  wia_mr_t mr = nullptr;
+  CHECK(p.t->reg_mr(p.ctx, 0, &d, &mr) == WIA_ERROR_NOT_SUPPORTED);
+  INFO(h.error);
+  CHECK(h.error.find("does not claim FI_HMEM") != std::string::npos);
+}
+#endif

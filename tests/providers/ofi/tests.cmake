@@ -16,6 +16,12 @@ wia_add_unit_test(provider_ofi SOURCES ${CMAKE_CURRENT_LIST_DIR}/ofi_test.cpp
 target_compile_definitions(test_provider_ofi PRIVATE
   WIA_OFI_PROVIDER_FILE="$<TARGET_FILE:wia-provider-ofi>")
 add_dependencies(test_provider_ofi wia-provider-ofi)
+# The FI_HMEM cases run on the libfabric double that claims it.
+if(TARGET wia_fake_hmem_fabric)
+  target_compile_definitions(test_provider_ofi PRIVATE
+    WIA_FAKE_HMEM_FABRIC_FILE="${WIA_FAKE_HMEM_FABRIC_FILE}")
+  add_dependencies(test_provider_ofi wia_fake_hmem_fabric)
+endif()
 
 # The test passes only when wia-conformance exits 0 AND reports L5.
 # tcp_rendezvous runs rxm in the rendezvous mode shm uses by default
@@ -43,4 +49,21 @@ if(TARGET test_process_comm)
   set_tests_properties(process_comm_ofi PROPERTIES TIMEOUT 600
     ENVIRONMENT "WIA_LOG_LEVEL=warn;WIA_TEST_OFI=1;WIA_COLLECTIVES_HEARTBEAT_TIMEOUT_MS=5000")
   add_dependencies(test_process_comm wia-provider-ofi)
+endif()
+
+# Device memory through FI_HMEM (issue 21), end to end: device buffers of
+# the CUDA double over tcp;ofi_rxm, loaded through the libfabric double that
+# claims FI_HMEM (tests/providers/fake-hmem-fabric), in the default and the
+# rendezvous mode; and on the real libfabric, where they are staged.
+if(TARGET wia-provider-cuda AND TARGET wia_fake_cuda AND TARGET wia_fake_hmem_fabric)
+  wia_add_unit_test(p2p_ofi_hmem SOURCES ${CMAKE_CURRENT_LIST_DIR}/p2p_hmem_test.cpp
+    LIBS wia::core ${CMAKE_DL_LIBS} TIMEOUT 300)
+  target_include_directories(test_p2p_ofi_hmem PRIVATE
+    ${PROJECT_SOURCE_DIR}/tests/integration/processes ${PROJECT_SOURCE_DIR}/tests/integration/p2p)
+  wia_test_loads_providers(test_p2p_ofi_hmem)
+  add_dependencies(test_p2p_ofi_hmem wia-provider-cuda wia_fake_cuda wia-provider-ofi
+                   wia_fake_hmem_fabric)
+  target_compile_definitions(test_p2p_ofi_hmem PRIVATE
+    WIA_FAKE_CUDA_FILE="${PROJECT_BINARY_DIR}/fake-cuda/libcuda.so.1"
+    WIA_FAKE_HMEM_FABRIC_FILE="${WIA_FAKE_HMEM_FABRIC_FILE}")
 endif()
