@@ -191,9 +191,11 @@ WIA_API wia_status_t wia_launch_kernel(wia_kernel_t kernel, wia_stream_t stream)
     launch.num_args = static_cast<std::uint32_t>(args.size());
     launch.args = args.data();
     const Device& d = Runtime::get().device(s->device);
+    api::ComputeBracket compute(stream, api::kernel_compute_name(k->name));
     device_call(d, "launch_kernel", [&](const wia_device_ops_v1_t& o, void* ctx) {
       return o.launch_kernel(ctx, s->ps, k->fn, &launch);
     });
+    compute.posted();
   });
 }
 

@@ -102,7 +102,11 @@ WIA_API wia_status_t wia_memcpy(void* dst, const void* src, size_t size) {
 
 WIA_API wia_status_t wia_memcpy_async(void* dst, const void* src, size_t size,
                                       wia_stream_t stream) {
-  return api::guard(__func__, [&] { api::copy(dst, src, size, stream, api::CopyMode::async); });
+  return api::guard(__func__, [&] {
+    api::ComputeBracket compute(stream, "copy");
+    api::copy(dst, src, size, stream, api::CopyMode::async);
+    compute.posted();
+  });
 }
 
 WIA_API wia_status_t wia_memset(void* ptr, int value, size_t size) {
@@ -110,7 +114,11 @@ WIA_API wia_status_t wia_memset(void* ptr, int value, size_t size) {
 }
 
 WIA_API wia_status_t wia_memset_async(void* ptr, int value, size_t size, wia_stream_t stream) {
-  return api::guard(__func__, [&] { api::set(ptr, value, size, stream, api::CopyMode::async); });
+  return api::guard(__func__, [&] {
+    api::ComputeBracket compute(stream, "memset");
+    api::set(ptr, value, size, stream, api::CopyMode::async);
+    compute.posted();
+  });
 }
 
 }  // extern "C"

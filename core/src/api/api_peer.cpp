@@ -60,8 +60,11 @@ WIA_API wia_status_t wia_memcpy_peer(void* dst, const void* src, size_t size, wi
 
 WIA_API wia_status_t wia_memcpy_peer_async(void* dst, const void* src, size_t size,
                                            wia_stream_t stream) {
-  return api::guard(__func__,
-                    [&] { api::peer_copy(dst, src, size, stream, api::CopyMode::async); });
+  return api::guard(__func__, [&] {
+    api::ComputeBracket compute(stream, "copy");
+    api::peer_copy(dst, src, size, stream, api::CopyMode::async);
+    compute.posted();
+  });
 }
 
 WIA_API wia_status_t wia_memcpy_peer_batched(const wia_memcpy_peer_batched_t* batch, size_t count,
@@ -78,8 +81,10 @@ WIA_API wia_status_t wia_memcpy_peer_batched(const wia_memcpy_peer_batched_t* ba
         throw Error(e.status(), fmt::format("entry {}: {}", i, e.what()));
       }
     }
+    api::ComputeBracket compute(stream, "copies");
     for (size_t i = 0; i < count; ++i)
       api::peer_copy(batch[i].dst, batch[i].src, batch[i].size, stream, api::CopyMode::async);
+    compute.posted();
   });
 }
 

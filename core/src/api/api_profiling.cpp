@@ -36,6 +36,7 @@
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
 #include "compress/codec.hpp"
+#include "runtime/device_call.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
 #include "tuner/cost_model.hpp"
@@ -52,6 +53,7 @@ struct ComputeRun {
   wia_device_t device;
   std::uint32_t stream;  // wia_stream_s::track(): the timeline's track
   CommProfiler::Interval interval;
+  const char* what;  // the timeline's name: "host function", "copy", "kernel <name>", ...
 };
 // Host functions run while any communicator profiles.
 struct ComputeLog {
@@ -80,7 +82,32 @@ void timed_host_fn(void* arg) {
   const auto end = Clock::now();
   ComputeLog& log = compute_log();
   std::lock_guard lock(log.mu);
-  if (log.runs.size() < kMaxRuns) log.runs.push_back({t.device, t.stream, {start, end}});
+  if (log.runs.size() < kMaxRuns)
+    log.runs.push_back({t.device, t.stream, {start, end}, "host function"});
+}
+
+// ComputeBracket's marks: the first sets the start when the stream
+// reaches the work, the second records the run when the work is done
+// (the stream runs in order) and frees the record.
+struct BracketRun {
+  ComputeRun run;
+  std::atomic<bool> record{false};  // the work was posted
+};
+void bracket_start(void* arg) { static_cast<BracketRun*>(arg)->run.interval.start = Clock::now(); }
+void bracket_end(void* arg) {
+  std::unique_ptr<BracketRun> b(static_cast<BracketRun*>(arg));
+  if (!b->record.load(std::memory_order_acquire)) return;
+  b->run.interval.end = Clock::now();
+  ComputeLog& log = compute_log();
+  std::lock_guard lock(log.mu);
+  if (log.runs.size() < kMaxRuns) log.runs.push_back(b->run);
+}
+
+void launch_mark(::wia_stream_s* s, void (*fn)(void*), void* arg) {
+  const Device& d = Runtime::get().device(s->device);
+  device_call(d, "launch_host_func(profiling mark)", [&](const wia_device_ops_v1_t& o, void* ctx) {
+    return o.launch_host_func(ctx, s->ps, fn, arg);
+  });
 }
 
 CommProfiler& profiler_of(comm::CommunicatorBase& c) {
@@ -137,6 +164,37 @@ bool profile_host_fn(wia_device_t device, std::uint32_t stream, void (**fn)(void
 }
 
 void discard_profiled_host_fn(void* user_data) noexcept { delete static_cast<Timed*>(user_data); }
+
+ComputeBracket::ComputeBracket(wia_stream_t stream, const char* what) {
+  if (compute_log().profiling.load(std::memory_order_relaxed) == 0) return;
+  ::wia_stream_s* s = resolve_stream(stream);
+  if (!(ops_of(Runtime::get().device(s->device)).caps & WIA_DEVICE_CAP_HOST_FUNC)) return;
+  auto run = std::make_unique<BracketRun>();
+  run->run = {s->device, s->track(), {}, what};
+  launch_mark(s, bracket_start, run.get());  // throws before anything is posted
+  stream_ = s;
+  run_ = run.release();
+}
+
+ComputeBracket::~ComputeBracket() {
+  if (run_ == nullptr) return;
+  auto* run = static_cast<BracketRun*>(run_);
+  run->record.store(posted_, std::memory_order_release);
+  try {
+    launch_mark(stream_, bracket_end, run);
+  } catch (const Error& e) {
+    // The start mark may still run: the record stays (a few bytes).
+    log::warn("profile", "a profiling mark after {} could not be posted: {}", run->run.what,
+              e.what());
+  }
+}
+
+const char* kernel_compute_name(const std::string& kernel) {
+  static std::mutex mu;
+  static auto* names = new std::set<std::string>();
+  std::lock_guard lock(mu);
+  return names->insert("kernel " + kernel).first->c_str();
+}
 
 }  // namespace wia::api
 
@@ -304,9 +362,9 @@ std::string trace_json(const CommProfiler::Trace& t, const Track& track,
   }
   for (const ComputeRun& c : compute)
     out += fmt::format(
-        ",\n{{\"name\":\"host function\",\"cat\":\"compute\",\"ph\":\"X\",\"ts\":{:.3f},"
+        ",\n{{\"name\":\"{}\",\"cat\":\"compute\",\"ph\":\"X\",\"ts\":{:.3f},"
         "\"dur\":{:.3f},\"pid\":{},\"tid\":{},\"args\":{{\"device\":{}}}}}",
-        ts_us(c.interval.start), dur_us(c.interval.start, c.interval.end), rank,
+        json_escape(c.what), ts_us(c.interval.start), dur_us(c.interval.start, c.interval.end), rank,
         stream_tid(c.stream), c.device);
   out += fmt::format(
       "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{{{}\"nranks\":{},"

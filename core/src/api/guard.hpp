@@ -70,6 +70,28 @@ void destroy_all_communicators() noexcept;
 bool profile_host_fn(wia_device_t device, std::uint32_t stream, void (**fn)(void*),
                      void** user_data);
 void discard_profiled_host_fn(void* user_data) noexcept;
+// While a communicator analyses overlap, work the API puts on a stream
+// (kernels, asynchronous copies and sets) is compute too: two host
+// functions on the stream bracket it and record when it ran. Construct
+// before posting the work, call posted() once it is on the stream; a
+// bracket whose work failed to post records nothing. Nothing at all when
+// no communicator profiles or the stream's device runs no host functions.
+// `what` is the timeline's name (static storage, or interned).
+class ComputeBracket {
+ public:
+  ComputeBracket(wia_stream_t stream, const char* what);
+  ~ComputeBracket();
+  ComputeBracket(const ComputeBracket&) = delete;
+  ComputeBracket& operator=(const ComputeBracket&) = delete;
+  void posted() noexcept { posted_ = true; }
+
+ private:
+  ::wia_stream_s* stream_ = nullptr;
+  void* run_ = nullptr;  // the marks' shared record, owned by the end mark
+  bool posted_ = false;
+};
+// The name `kernel <name>` in storage that lives as long as the process.
+const char* kernel_compute_name(const std::string& kernel);
 // A communicator going away stops counting in that switch.
 }  // namespace wia::api
 namespace wia::comm {

@@ -228,6 +228,67 @@ int trace_explicit(int rank, int nranks) {
   return kOk;
 }
 
+// Asynchronous copies and sets on a stream are compute as host functions
+// are: a memset and 6 copies of 64 MiB on a second stream, and meanwhile 3
+// all-reduces of 1 MiB on the default stream. The report has compute and
+// the all-reduces mostly under it; the timeline has each of the 7 on the
+// second stream's track.
+int stream_work_is_compute(int rank, int nranks) {
+  wia_communicator_t comm = join(rank, nranks);
+  if (!comm) return kApiError;
+  const std::string dir = std::getenv("TEST_TRACE_DIR");
+  const wia_comm_profiling_t all = {true, true, true};
+  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  void* a = nullptr;
+  void* b = nullptr;
+  EXPECT_R(wia_malloc(&a, kBytes) == WIA_SUCCESS && wia_malloc(&b, kBytes) == WIA_SUCCESS);
+  wia_stream_t work = nullptr;
+  EXPECT_R(wia_create_stream(&work) == WIA_SUCCESS);
+  std::vector<float> buf(1 << 18, 1.0f);  // 1 MiB
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  const auto t0 = Clock::now();
+  EXPECT_R(wia_memset_async(a, 1, kBytes, work) == WIA_SUCCESS);
+  for (int i = 0; i < 6; ++i) EXPECT_R(wia_memcpy_async(b, a, kBytes, work) == WIA_SUCCESS);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, nullptr) ==
+             WIA_SUCCESS);
+    EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
+  }
+  EXPECT_R(wia_stream_synchronize(work) == WIA_SUCCESS);
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  EXPECT_R(r != nullptr);
+  std::fprintf(stderr, "rank %d: copies as compute %.4f s of %.4f s, overlap %.3f\n", rank,
+               r->total_compute_time, wall, r->overlap_efficiency);
+  EXPECT_R(r->total_compute_time > 0 && r->total_compute_time <= wall);
+  EXPECT_R(r->overlap_efficiency > 0.5);
+  wia_free_comm_profile(r);
+  const std::string path = dir + "/work." + std::to_string(rank) + ".json";
+  EXPECT_R(wia_profile_write_trace(comm, path.c_str()) == WIA_SUCCESS);
+  std::string json;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char chunk[4096];
+    for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) json.append(chunk, n);
+    std::fclose(f);
+  }
+  auto occurrences = [&](const std::string& what) {
+    int n = 0;
+    for (std::size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_R(occurrences("\"name\":\"copy\",\"cat\":\"compute\"") == 6);
+  EXPECT_R(occurrences("\"name\":\"memset\",\"cat\":\"compute\"") == 1);
+  EXPECT_R(occurrences("\"compute_events\":7,") == 1);
+  wia_destroy_stream(work);
+  wia_free(a);
+  wia_free(b);
+  wia_destroy_communicator(comm);
+  return kOk;
+}
+
 // Two faked hosts of 2 ranks (WIA_HOSTID), a link file with a slow link
 // between them: 3 float32 all-reduces of 4 MiB get the suggestion to let
 // them compress between hosts (compression.link_codec: auto), costed by
@@ -1320,6 +1381,12 @@ TEST_CASE("profiling: compression is suggested where the cost model's link is sl
     check_all(run_ranks(2, base_yaml(), compression_suggested,
                         {{"TEST_WIA_ID", unique_id_env()}, {"TEST_EXPECT_COMPRESSION", "0"}}));
   }
+}
+
+TEST_CASE("profiling: asynchronous copies and sets on a stream are compute") {
+  const ScratchDir scratch("work");
+  check_all(run_ranks(2, base_yaml(), stream_work_is_compute,
+                      {{"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", scratch.path}}));
 }
 
 TEST_CASE("profiling: across hosts, compression is costed as the link codec would run it") {
