@@ -11,6 +11,9 @@
 //  - One RDM endpoint, AV and CQ per wia endpoint; a wia connection is a
 //    pair of connection ids carried in the wire tag (ofi_conn.cpp).
 //  - No threads: progress is driven from connect/accept/isend/irecv/test.
+//  - Device memory where the fabric claims FI_HMEM: registered with its
+//    interface and device, moved by the fabric only (ofi_mr.cpp,
+//    ofi_data.cpp; docs/transport-ofi.md, "Device memory").
 //  - By default (ofi.enable: auto) the provider is absent unless the
 //    machine has an RDMA device or a fabric provider is named: on a
 //    machine without one, tcp and shm are the transports and fi_getinfo

@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # The ofi transport provider (libfabric), when this tree builds it:
 #  - provider_ofi: through the ABI alone, in one process (registration
-#    cache, max_message, an unknown fabric provider, absent by default);
+#    cache, max_message, an unknown fabric provider, absent by default;
+#    device memory on the FI_HMEM double, tests/providers/fake-hmem-fabric);
 #  - conformance_ofi_tcp / conformance_ofi_shm: wia-conformance L0-L5 with
 #    FI_PROVIDER=tcp;ofi_rxm and FI_PROVIDER=shm (the pattern of
 #    tests/faulty-providers/tests.cmake's conformance_<transport>);
 #  - process_comm_ofi: every collective across 2, 3 and 4 processes with
-#    data checks, ofi forced from YAML (tests/integration/processes).
+#    data checks, ofi forced from YAML (tests/integration/processes);
+#  - p2p_ofi_hmem: wia_send/wia_recv of the CUDA double's device buffers
+#    over the FI_HMEM double, and staged on the real libfabric.
 if(NOT TARGET wia-provider-ofi)
   return()
 endif()
