@@ -188,7 +188,7 @@ struct EndpointInfo {
   bool sockets = false;     // tcp, sockets, udp, net, shm: no RDMA hardware under it
   bool shm = false;
   bool loopback = false;
-  bool rma = false;         // the fabric offered FI_RMA: put/get (WIA_TRANSPORT_FLAG_RMA)
+  bool rma = false;  // the fabric offered FI_RMA: put/get (WIA_TRANSPORT_FLAG_RMA)
   // The fabric claimed FI_HMEM: device memory registered with its memory
   // interface (WIA_TRANSPORT_FLAG_DEVICE_MEMORY, ofi_mr.cpp).
   bool hmem = false;

@@ -144,8 +144,8 @@ void Endpoint::land_in_device(Request* r, const char* from, std::uint64_t len) {
       r->state = Request::State::failed;
       r->status = WIA_ERROR_IO;
       r->error = "ofi: cannot insert " + addr_text(name) + " (this endpoint) into its own AV to " +
-                 "move a " + size_text(len) + " message into device memory: " +
-                 ctx_->fi_error(rc < 0 ? rc : -FI_EINVAL);
+                 "move a " + size_text(len) +
+                 " message into device memory: " + ctx_->fi_error(rc < 0 ? rc : -FI_EINVAL);
       finish(r);
       return;
     }

@@ -95,7 +95,8 @@ wia_status_t Endpoint::reg(void* ptr, std::uint64_t size, std::uint32_t iface, s
   }
   ++mr_reg_calls;
   ctx_->log(WIA_LOG_DEBUG,
-            "ofi: fi_mr_reg(%p, %" PRIu64 " B, %s, device %" PRIu64 ") on %s/%s, registration #%" PRIu64,
+            "ofi: fi_mr_reg(%p, %" PRIu64 " B, %s, device %" PRIu64
+            ") on %s/%s, registration #%" PRIu64,
             ptr, size, iface_name(iface), device, info_->prov.c_str(), info_->domain.c_str(),
             mr_reg_calls);
   int rc = fi_mr_regattr(domain, &attr, 0, &e->mr);
@@ -115,8 +116,7 @@ wia_status_t Endpoint::reg(void* ptr, std::uint64_t size, std::uint32_t iface, s
                       "ofi: fi_mr_reg(%p, %" PRIu64 " B, %s, device %" PRIu64 ") on %s/%s: %s%s",
                       ptr, size, iface_name(iface), device, info_->prov.c_str(),
                       info_->domain.c_str(), ctx_->fi_error(rc).c_str(),
-                      refused_iface ? " (libfabric was built without this memory interface)"
-                                    : "");
+                      refused_iface ? " (libfabric was built without this memory interface)" : "");
   }
   e->desc = fi_mr_desc(e->mr);
   MrEntry* raw = e.release();

@@ -207,8 +207,8 @@ wia_status_t endpoint_props(void* ctx, int32_t endpoint, wia_transport_props_v1_
     // library was built with shows only when a registration is refused,
     // which reg_mr reports as WIA_ERROR_NOT_SUPPORTED (the core then stages).
     if (e.hmem)
-      full.mem_ifaces |= (1u << WIA_MEM_IFACE_CUDA) | (1u << WIA_MEM_IFACE_ROCM) |
-                         (1u << WIA_MEM_IFACE_ZE);
+      full.mem_ifaces |=
+          (1u << WIA_MEM_IFACE_CUDA) | (1u << WIA_MEM_IFACE_ROCM) | (1u << WIA_MEM_IFACE_ZE);
     std::memcpy(props, &full, std::min<std::size_t>(props->struct_size, sizeof(full)));
     return WIA_SUCCESS;
   });

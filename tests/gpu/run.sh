@@ -9,7 +9,10 @@
 #   3. wia-cuda-bench: copies and the reduce kernel against the driver
 #      called directly, a caller's PTX kernel through wia_launch_kernel, and
 #      a data-checked 4-rank all-reduce on device memory (posted in a
-#      group), as ratios measured in the same run.
+#      group), as ratios measured in the same run;
+#   4. the ofi provider with FI_HMEM (tests/gpu/ofi_hmem.sh): cuda buffers
+#      between two processes straight to the fabric, when a libfabric here
+#      claims FI_HMEM; otherwise it prints SKIP and the reason.
 # Exit status: the number of failed steps (0 = all passed).
 #
 #   tests/gpu/run.sh [PREFIX]
@@ -69,6 +72,9 @@ WIA_CUDA_LOGICAL_DEVICES_PER_GPU=4 WIA_CUDA_BENCH_PROVIDER="$cuda_so" \
   run 120 "$prefix/bin/wia-cuda-bench" --size 64M --iters 20 --rounds 5 --ranks 4
 WIA_CUDA_LOGICAL_DEVICES_PER_GPU=4 WIA_CUDA_BENCH_PROVIDER="$cuda_so" \
   run 120 "$prefix/bin/wia-cuda-bench" --size 1G --iters 5 --rounds 3 --ranks 4
+
+step "ofi with FI_HMEM: device buffers straight to the fabric (SKIP without a libfabric that claims it)"
+run 240 tests/gpu/ofi_hmem.sh "$prefix"
 
 step "done: $failures failed step(s)"
 exit "$failures"

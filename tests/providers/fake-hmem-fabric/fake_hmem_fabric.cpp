@@ -63,11 +63,11 @@ const Real& real() {
       std::fprintf(stderr, "fake-hmem-fabric: dlopen(%s): %s\n", path, dlerror());
       std::abort();
     }
-#define FAKE_RESOLVE(field, name)                                                              \
-  r.field = reinterpret_cast<decltype(r.field)>(dlsym(r.handle, #name));                       \
-  if (r.field == nullptr) {                                                                    \
-    std::fprintf(stderr, "fake-hmem-fabric: %s has no %s\n", path, #name);                     \
-    std::abort();                                                                              \
+#define FAKE_RESOLVE(field, name)                                          \
+  r.field = reinterpret_cast<decltype(r.field)>(dlsym(r.handle, #name));   \
+  if (r.field == nullptr) {                                                \
+    std::fprintf(stderr, "fake-hmem-fabric: %s has no %s\n", path, #name); \
+    std::abort();                                                          \
   }
     FAKE_RESOLVE(getinfo, fi_getinfo)
     FAKE_RESOLVE(freeinfo, fi_freeinfo)
@@ -140,7 +140,8 @@ bool cuda_double_memory(std::uintptr_t base, std::size_t len) {
   while (std::getline(maps, line)) {
     unsigned long lo = 0, hi = 0;
     if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
-    if (base >= lo && base + len <= hi) return line.find("/memfd:fake-cuda-dev") != std::string::npos;
+    if (base >= lo && base + len <= hi)
+      return line.find("/memfd:fake-cuda-dev") != std::string::npos;
   }
   return false;
 }
@@ -174,11 +175,11 @@ void check_transfer(const char* op, bool send, const void* buf, std::size_t len,
   }
   ++s.violations;
   char text[256];
-  std::snprintf(text, sizeof(text),
-                "%s of %zu B at %p touches FI_HMEM_CUDA memory %s", op, len, buf,
-                inject ? "(fi_tinject takes no descriptor)"
-                       : desc == nullptr ? "without a descriptor"
-                                         : "with a descriptor of another registration");
+  std::snprintf(text, sizeof(text), "%s of %zu B at %p touches FI_HMEM_CUDA memory %s", op, len,
+                buf,
+                inject            ? "(fi_tinject takes no descriptor)"
+                : desc == nullptr ? "without a descriptor"
+                                  : "with a descriptor of another registration");
   s.last_violation = text;
   std::fprintf(stderr, "fake-hmem-fabric: VIOLATION: %s\n", text);
 }
@@ -223,8 +224,10 @@ int mr_close(fid* f) {
     std::lock_guard<std::mutex> lk(s.mu);
     orig = s.mr_fid_ops.at(f);
     s.mr_fid_ops.erase(f);
-    if (s.cuda.erase(f) != 0) --s.live[FI_HMEM_CUDA];
-    else --s.live[FI_HMEM_SYSTEM];
+    if (s.cuda.erase(f) != 0)
+      --s.live[FI_HMEM_CUDA];
+    else
+      --s.live[FI_HMEM_SYSTEM];
   }
   return orig->close(f);
 }
@@ -262,7 +265,8 @@ int mr_regattr(fid* domain, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr)
                             attr->mr_iov[i].iov_len)) {
       std::lock_guard<std::mutex> lk(state().mu);
       ++state().violations;
-      state().last_violation = "an FI_HMEM_CUDA registration of memory that is not the CUDA double's";
+      state().last_violation =
+          "an FI_HMEM_CUDA registration of memory that is not the CUDA double's";
       std::fprintf(stderr, "fake-hmem-fabric: VIOLATION: %s (%p, %zu B)\n",
                    state().last_violation.c_str(), attr->mr_iov[i].iov_base,
                    attr->mr_iov[i].iov_len);
@@ -340,8 +344,8 @@ int f_domain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* conte
 
 // --- the exported libfabric entry points -------------------------------------------
 
-FAKE_EXPORT int fi_getinfo(uint32_t version, const char* node, const char* service,
-                           uint64_t flags, const struct fi_info* hints, struct fi_info** info) {
+FAKE_EXPORT int fi_getinfo(uint32_t version, const char* node, const char* service, uint64_t flags,
+                           const struct fi_info* hints, struct fi_info** info) {
   const Real& r = real();
   if (hints == nullptr) return r.getinfo(version, node, service, flags, hints, info);
   const bool want_hmem = (hints->caps & FI_HMEM) != 0;

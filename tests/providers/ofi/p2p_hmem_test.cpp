@@ -17,8 +17,11 @@
 //    without one (the double's counters);
 //  - the same in the provider's rendezvous mode (framed messages and
 //    clear-to-send, as on shm), where small device sends are announced;
-//  - the real libfabric without the double: no fabric claims FI_HMEM, the
-//    same transfer is staged, and the logs say why.
+//  - the real libfabric without the double: tcp;ofi_rxm does not claim
+//    FI_HMEM, so a device transfer is staged and the logs say why; shm
+//    claims it but refuses every device registration (-FI_ENOSYS: Debian
+//    builds it without CUDA), which the provider turns into
+//    WIA_ERROR_NOT_SUPPORTED, so the core stages, naming that refusal.
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -81,12 +84,12 @@ struct Transfer {
 // Eager (direct, at most 4 KiB; 64 B fits tcp;ofi_rxm's inject size) and
 // announced sizes, at offsets that are not aligned.
 const Transfer kTransfers[] = {
-    {Kind::dev_to_dev, 0, 0, 1},          {Kind::dev_to_dev, 3, 5, 60},
-    {Kind::dev_to_dev, 1001, 77, 3000},   {Kind::dev_to_dev, 4096, 1, 4096},
-    {Kind::dev_to_dev, 13, 4099, 4097},   {Kind::dev_to_dev, 7, 9, 300001},
-    {Kind::dev_to_dev, 0, 0, 1u << 20},   {Kind::host_to_dev, 0, 1001, 100},
-    {Kind::host_to_dev, 0, 3, 4096},      {Kind::host_to_dev, 0, 4097, 200003},
-    {Kind::dev_to_host, 9, 0, 7},         {Kind::dev_to_host, 501, 0, 4000},
+    {Kind::dev_to_dev, 0, 0, 1},           {Kind::dev_to_dev, 3, 5, 60},
+    {Kind::dev_to_dev, 1001, 77, 3000},    {Kind::dev_to_dev, 4096, 1, 4096},
+    {Kind::dev_to_dev, 13, 4099, 4097},    {Kind::dev_to_dev, 7, 9, 300001},
+    {Kind::dev_to_dev, 0, 0, 1u << 20},    {Kind::host_to_dev, 0, 1001, 100},
+    {Kind::host_to_dev, 0, 3, 4096},       {Kind::host_to_dev, 0, 4097, 200003},
+    {Kind::dev_to_host, 9, 0, 7},          {Kind::dev_to_host, 501, 0, 4000},
     {Kind::dev_to_host, 65535, 0, 250001},
 };
 constexpr std::size_t kSize = (1u << 20) + 8192;  // each rank's device allocation
@@ -138,10 +141,11 @@ int run_transfer(int rank, void* dev, const Transfer& t, int round) {
   return kOk;
 }
 
-std::string ofi_yaml(const char* library) {
+std::string ofi_yaml(const char* library, const char* fabric = "tcp;ofi_rxm") {
   std::string y = base_yaml() +
                   "selector:\n  transport: ofi\n"
-                  "ofi:\n  provider: \"tcp;ofi_rxm\"\n  inter_node: all\n";
+                  "ofi:\n  provider: \"" +
+                  fabric + "\"\n  inter_node: all\n";
   if (library != nullptr) y += "  library: \"" + std::string(library) + "\"\n";
   return y;
 }
@@ -215,8 +219,8 @@ int device_transfers_body(int rank, int n) {
                  WIA_FAKE_HMEM_FABRIC_FILE, dlerror());
     return kApiError;
   }
-  const std::uint64_t regs0 = fab.regs(kCuda), sends0 = fab.transfers(1),
-                      recvs0 = fab.transfers(0), bytes0 = fab.bytes();
+  const std::uint64_t regs0 = fab.regs(kCuda), sends0 = fab.transfers(1), recvs0 = fab.transfers(0),
+                      bytes0 = fab.bytes();
   void* dev = nullptr;
   if (wia_malloc_on(gpu, &dev, kSize) != WIA_SUCCESS) return fail(rank, "malloc_on");
   std::uint64_t dev_sends = 0, dev_recvs = 0, dev_bytes = 0;
@@ -235,17 +239,16 @@ int device_transfers_body(int rank, int n) {
   const std::int64_t live = fab.live(kCuda);
   if (regs != 1 || live != 1 || sends < want_sends || recvs < want_recvs || bytes < dev_bytes ||
       fab.violations() != 0) {
-    std::fprintf(stderr,
-                 "rank %d: FI_HMEM_CUDA registrations %llu (live %lld), device sends %llu, "
-                 "receives %llu, bytes %llu, violations %llu; want 1 (1), >= %llu, >= %llu, "
-                 ">= %llu, 0\n",
-                 rank, static_cast<unsigned long long>(regs), static_cast<long long>(live),
-                 static_cast<unsigned long long>(sends), static_cast<unsigned long long>(recvs),
-                 static_cast<unsigned long long>(bytes),
-                 static_cast<unsigned long long>(fab.violations()),
-                 static_cast<unsigned long long>(want_sends),
-                 static_cast<unsigned long long>(want_recvs),
-                 static_cast<unsigned long long>(dev_bytes));
+    std::fprintf(
+        stderr,
+        "rank %d: FI_HMEM_CUDA registrations %llu (live %lld), device sends %llu, "
+        "receives %llu, bytes %llu, violations %llu; want 1 (1), >= %llu, >= %llu, "
+        ">= %llu, 0\n",
+        rank, static_cast<unsigned long long>(regs), static_cast<long long>(live),
+        static_cast<unsigned long long>(sends), static_cast<unsigned long long>(recvs),
+        static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(fab.violations()),
+        static_cast<unsigned long long>(want_sends), static_cast<unsigned long long>(want_recvs),
+        static_cast<unsigned long long>(dev_bytes));
     return kWrong;
   }
   if (wia_free(dev) != WIA_SUCCESS) return fail(rank, "free");
@@ -288,45 +291,45 @@ TEST_CASE(
     "ofi with FI_HMEM: device buffers to and from device and host memory, eager and large, "
     "posted on device memory with their registration, one per allocation") {
   const Logs logs;
-  const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE),
-                             device_transfers_body, {});
+  const auto st =
+      run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body, {});
   check_direct_logs(logs);
   check_all(st);
 }
 
 TEST_CASE("ofi with FI_HMEM in rendezvous mode: small device sends are announced, not framed") {
   const Logs logs;
-  const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE),
-                             device_transfers_body, {{"WIA_OFI_RENDEZVOUS", "on"}});
+  const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body,
+                             {{"WIA_OFI_RENDEZVOUS", "on"}});
   check_direct_logs(logs);
   check_all(st);
 }
 
-TEST_CASE("ofi on the real libfabric (no FI_HMEM here): device buffers are staged, saying why") {
+// One staged device-to-device transfer on the real libfabric.
+static int staged_body(int rank, int n) {
+  int gpu = -1;
+  wia_communicator_t comm = start(rank, n, &gpu);
+  if (!comm) return kApiError;
+  void* dev = nullptr;
+  if (wia_malloc_on(gpu, &dev, kSize) != WIA_SUCCESS) return fail(rank, "malloc_on");
+  if (const int rc = run_transfer(rank, dev, {Kind::dev_to_dev, 5, 7, 200001}, 50); rc != kOk)
+    return rc;
+  wia_free(dev);
+  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  const bool staged = entry(r, rank == 0 ? "send_staged" : "recv_staged") != nullptr;
+  const bool direct = entry(r, rank == 0 ? "send_direct" : "recv_direct") != nullptr;
+  wia_free_comm_profile(r);
+  if (!staged || direct) {
+    std::fprintf(stderr, "rank %d: not staged\n", rank);
+    return kWrong;
+  }
+  return wia_destroy_communicator(comm) == WIA_SUCCESS ? kOk : fail(rank, "destroy");
+}
+
+TEST_CASE(
+    "ofi on the real libfabric's tcp;ofi_rxm (no FI_HMEM): device buffers are staged, saying why") {
   const Logs logs;
-  const auto st = run_logged(
-      logs.base, ofi_yaml(nullptr),
-      [](int rank, int n) {
-        int gpu = -1;
-        wia_communicator_t comm = start(rank, n, &gpu);
-        if (!comm) return kApiError;
-        void* dev = nullptr;
-        if (wia_malloc_on(gpu, &dev, kSize) != WIA_SUCCESS) return fail(rank, "malloc_on");
-        if (const int rc = run_transfer(rank, dev, {Kind::dev_to_dev, 5, 7, 200001}, 50);
-            rc != kOk)
-          return rc;
-        wia_free(dev);
-        wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
-        const bool staged = entry(r, rank == 0 ? "send_staged" : "recv_staged") != nullptr;
-        const bool direct = entry(r, rank == 0 ? "send_direct" : "recv_direct") != nullptr;
-        wia_free_comm_profile(r);
-        if (!staged || direct) {
-          std::fprintf(stderr, "rank %d: not staged\n", rank);
-          return kWrong;
-        }
-        return wia_destroy_communicator(comm) == WIA_SUCCESS ? kOk : fail(rank, "destroy");
-      },
-      {});
+  const auto st = run_logged(logs.base, ofi_yaml(nullptr), staged_body, {});
   for (int rank : {0, 1}) {
     const std::string log = logs.of(rank);
     INFO(log);
@@ -334,6 +337,21 @@ TEST_CASE("ofi on the real libfabric (no FI_HMEM here): device buffers are stage
     CHECK(log.find("does not take device memory of this kind") != std::string::npos);
     CHECK(log.find("no FI_HMEM (device memory is staged through host memory)") !=
           std::string::npos);
+  }
+  check_all(st);
+}
+
+TEST_CASE(
+    "ofi on the real libfabric's shm (FI_HMEM claimed, CUDA refused): device buffers are staged, "
+    "naming the refusal") {
+  const Logs logs;
+  const auto st = run_logged(logs.base, ofi_yaml(nullptr, "shm"), staged_body, {});
+  for (int rank : {0, 1}) {
+    const std::string log = logs.of(rank);
+    INFO(log);
+    CHECK(log.find("device memory staged through pinned host memory") != std::string::npos);
+    CHECK(log.find("FI_HMEM_CUDA") != std::string::npos);
+    CHECK(log.find("libfabric was built without this memory interface") != std::string::npos);
   }
   check_all(st);
 }
