@@ -256,7 +256,15 @@ void CommProfiler::record_timed(std::uint32_t kind, const Details& d, Clock::tim
   // Operations run one after another: one queued behind another starts
   // when that one ends, not when it was posted.
   const Clock::time_point last_end{std::chrono::nanoseconds(last_end_ns_.load())};
-  const auto start = std::max(Clock::time_point{std::chrono::nanoseconds(d.posted_ns)}, last_end);
+  auto start = std::max(Clock::time_point{std::chrono::nanoseconds(d.posted_ns)}, last_end);
+  // A device communicator's collective starts when its last rank's part
+  // can (the device engine: its inputs are ready), not when it was queued.
+  auto rank_start = [&](int r) {
+    const std::int64_t ns =
+        rank_ends.start_ns != nullptr ? rank_ends.start_ns[r].load(std::memory_order_acquire) : 0;
+    return Clock::time_point{std::chrono::nanoseconds(ns)};
+  };
+  for (int r = 0; r < rank_ends.count; ++r) start = std::max(start, std::min(rank_start(r), now));
   last_end_ns_.store(ns_of(now), std::memory_order_relaxed);
   const char* const algo = d.algorithm != nullptr ? d.algorithm : algorithm;
   const char* const via = d.transport != nullptr ? d.transport : transport;
@@ -269,7 +277,9 @@ void CommProfiler::record_timed(std::uint32_t kind, const Details& d, Clock::tim
     const std::int64_t end_ns = rank_ends.ns[r].load(std::memory_order_acquire);
     if (end_ns == 0) continue;
     TraceEvent mine = event;
-    mine.end = std::clamp(Clock::time_point{std::chrono::nanoseconds(end_ns)}, start, now);
+    const Clock::time_point own_start = rank_start(r);
+    if (own_start != Clock::time_point{}) mine.start = std::min(own_start, start);
+    mine.end = std::clamp(Clock::time_point{std::chrono::nanoseconds(end_ns)}, mine.start, now);
     mine.track = r;
     push_trace(mine);
   }

@@ -83,9 +83,11 @@ class CommProfiler {
                               // and a device communicator's collective as rank r saw it)
     std::uint32_t stream = 0;  // wia_stream_s::track() it was posted on; 0: none known
   };
-  // Each rank's end of a device communicator's collective (steady clock,
-  // ns; 0: not seen), for one event per rank on its device's track.
+  // Each rank's start and end of a device communicator's collective
+  // (steady clock, ns; 0: not seen), for one event per rank on its
+  // device's track. A collective starts no earlier than its last rank.
   struct RankEnds {
+    const std::atomic<std::int64_t>* start_ns;  // nullptr: none known
     const std::atomic<std::int64_t>* ns;
     int count;
   };
@@ -219,7 +221,7 @@ class CommProfiler {
   // word, two counters, and one load of the next operation's word.
   // `rank_ends`: a device communicator's per-rank ends (timeline only).
   void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr,
-                RankEnds rank_ends = {nullptr, 0}) {
+                RankEnds rank_ends = {nullptr, nullptr, 0}) {
     const std::uint64_t w = ring_[seq % kRing].load(std::memory_order_acquire);
     if ((w & ~kWordPayloadMask) != tag_of(seq)) return;  // posted while off, or 4096 before
     if ((w & kWordTimed) != 0) return finished_timed(seq, w, algorithm, transport, rank_ends);

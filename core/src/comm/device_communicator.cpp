@@ -210,6 +210,7 @@ std::shared_ptr<Operation> DeviceCommunicator::new_operation(std::uint64_t seq) 
   op->task_arrived.reset(new std::atomic<std::uint8_t>[devices_.size()]());
   op->rank_done.reset(new std::atomic<std::uint8_t>[devices_.size()]());
   op->rank_end_ns.reset(new std::atomic<std::int64_t>[devices_.size()]());
+  op->rank_start_ns.reset(new std::atomic<std::int64_t>[devices_.size()]());
   return op;
 }
 
@@ -459,7 +460,8 @@ void DeviceCommunicator::record_start(const Operation& op) {
 
 void DeviceCommunicator::record_end(const Operation& op) {
   if (profiler_.on())
-    profiler_.finished(op.seq, nullptr, nullptr, {op.rank_end_ns.get(), size()});
+    profiler_.finished(op.seq, nullptr, nullptr,
+                       {op.rank_start_ns.get(), op.rank_end_ns.get(), size()});
 }
 
 double DeviceCommunicator::slowest_link_gbps() const {

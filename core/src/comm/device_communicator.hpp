@@ -70,12 +70,15 @@ struct Operation {
   // profiler's per-device tracks: its stream task saw its program complete
   // (inline engine), or the completion thread its done event (device).
   std::unique_ptr<std::atomic<std::int64_t>[]> rank_end_ns;
-  void note_rank_end(int rank) {
-    rank_end_ns[rank].store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now().time_since_epoch())
-                                .count(),
-                            std::memory_order_release);
+  // When each rank's part started (0: not known): the device engine's
+  // internal stream reached it, its input ready (timed operations only).
+  std::unique_ptr<std::atomic<std::int64_t>[]> rank_start_ns;
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
+  void note_rank_end(int rank) { rank_end_ns[rank].store(now_ns(), std::memory_order_release); }
   std::atomic<int> finished{0};
   std::chrono::steady_clock::time_point deadline;
   // Inline engine: stream tasks about to arrive; the last one tells the
@@ -214,6 +217,7 @@ class DeviceCommunicator final : public CommunicatorBase {
   void reclaim_finished_ops();  // holds enqueue_mu_
   void release_rank(Operation& op, int rank);
   static void device_rank_done(void* arg);
+  static void device_rank_started(void* arg);  // the profiler's rank start
   void completion_loop();
   static void device_stream_task(void* arg);
   void run_device_stream_task(StreamTask& g);

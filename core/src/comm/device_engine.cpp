@@ -444,6 +444,14 @@ void DeviceCommunicator::enqueue_ready_ops() {
       args[r] = &op->done_args[r];
     }
     record_start(*op);  // ends in completion_loop, when its last rank is done
+    // A timed one learns when each rank's part can start (its inputs
+    // ready on the internal stream), where the devices run host functions.
+    if (profiler_.on() && profiler_.timed(op->seq))
+      for (int r = 0; r < size(); ++r)
+        if (ops_of(*op->device_ranks[r].device).caps & WIA_DEVICE_CAP_HOST_FUNC) {
+          op->device_ranks[r].on_start = &DeviceCommunicator::device_rank_started;
+          op->device_ranks[r].start_arg = &op->done_args[r];
+        }
     try {
       engine::enqueue_on_device_streams(*op->plan, op->buffers, op->device_ranks, direct_, *pools_,
                                         op->lease, nullptr, args.data());
@@ -498,6 +506,11 @@ void DeviceCommunicator::release_rank(Operation& op, int rank) {
   // `op` may be reclaimed from here on; only the communicator is touched.
   completion_signal_.notify();  // then the decrement: see run_stream_task
   in_flight_.fetch_sub(1);
+}
+
+void DeviceCommunicator::device_rank_started(void* arg) {
+  auto* a = static_cast<Operation::DoneArg*>(arg);
+  a->op->rank_start_ns[a->rank].store(Operation::now_ns(), std::memory_order_release);
 }
 
 void DeviceCommunicator::device_rank_done(void* arg) {

@@ -226,6 +226,10 @@ class Enqueuer {
   void start(int r) {
     started_[r] = true;
     if (ranks_[r].input_ready) wait_event(r, ranks_[r].input_ready);
+    if (ranks_[r].on_start != nullptr)
+      device_call(dev(r), "launch_host_func(start)", [&](const wia_device_ops_v1_t& o, void* ctx) {
+        return o.launch_host_func(ctx, ranks_[r].stream, ranks_[r].on_start, ranks_[r].start_arg);
+      });
     // Scratch of this operation: pooled, so it stays private to the
     // operation until every rank finished.
     const std::uint64_t scratch = s_.scratch_bytes(r);

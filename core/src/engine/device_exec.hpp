@@ -95,6 +95,10 @@ struct DeviceRank {
   // it has read all of the input.
   bool snapshot_input = false;
   wia_provider_event_t done = nullptr;  // out: recorded when the rank finished
+  // When set, run on the rank's stream once its input is ready, before its
+  // work (the profiler's start of the rank's part).
+  wia_host_fn_t on_start = nullptr;
+  void* start_arg = nullptr;
 };
 
 // [receiver][sender]: 1 when the receiver's device can read the sender's
