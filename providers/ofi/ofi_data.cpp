@@ -292,8 +292,9 @@ wia_status_t Endpoint::post(Conn* c, bool send, void* buf, std::uint64_t size, s
   // Device memory (a registration with a device interface, FI_HMEM): the
   // CPU must not read or write it, so no inject, no framing in a bounce
   // buffer, no copy out of one; the fabric gets the registration's
-  // descriptor with every transfer.
-  const bool device = mr != nullptr && mr->entry->iface != WIA_MEM_IFACE_HOST;
+  // descriptor with every transfer. (A zero-byte message touches no
+  // memory: it travels as host memory does.)
+  const bool device = mr != nullptr && mr->entry->iface != WIA_MEM_IFACE_HOST && size > 0;
   if (device) {
     const auto at = reinterpret_cast<std::uintptr_t>(buf);
     if (at < mr->entry->base || at - mr->entry->base > mr->entry->len ||

@@ -150,7 +150,7 @@ bool cuda_double_memory(std::uintptr_t base, std::size_t len) {
 // is the descriptor of one that holds the whole range.
 bool touches_cuda(const void* buf, std::size_t len, void* desc, bool* desc_ok) {
   const auto lo = reinterpret_cast<std::uintptr_t>(buf);
-  const std::uintptr_t hi = lo + (len == 0 ? 1 : len);
+  const std::uintptr_t hi = lo + len;
   bool touches = false;
   *desc_ok = false;
   for (const auto& [mr, r] : state().cuda) {
@@ -163,6 +163,7 @@ bool touches_cuda(const void* buf, std::size_t len, void* desc, bool* desc_ok) {
 
 void check_transfer(const char* op, bool send, const void* buf, std::size_t len, void* desc,
                     bool inject) {
+  if (len == 0) return;  // touches no memory
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);
   if (s.cuda.empty()) return;

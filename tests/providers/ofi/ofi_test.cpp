@@ -363,10 +363,11 @@ TEST_CASE(
 
     // Device to device inside the one registration (source in its first
     // half, destination in its second), eager and announced sizes, at odd
-    // offsets; 8 B fits the inject size of tcp;ofi_rxm.
+    // offsets; 8 B fits the inject size of tcp;ofi_rxm; 0 B touches no
+    // memory and travels as host memory does.
     int round = 0;
-    for (const std::size_t size : {std::size_t{8}, std::size_t{100}, std::size_t{4096},
-                                   std::size_t{4097}, std::size_t{300001}}) {
+    for (const std::size_t size : {std::size_t{0}, std::size_t{8}, std::size_t{100},
+                                   std::size_t{4096}, std::size_t{4097}, std::size_t{300001}}) {
       CAPTURE(size);
       char* src = dev.base + 3 + round;
       char* dst = dev.base + half + 5 + round;
@@ -386,8 +387,10 @@ TEST_CASE(
       CHECK(static_cast<unsigned char>(dst[size]) == 0x5A);
       // The send left from device memory and the receive was posted on it,
       // each with the registration's descriptor.
-      CHECK(fab.transfers(1) - sends0 >= 1);
-      CHECK(fab.transfers(0) - recvs0 >= 1);
+      if (size > 0) {
+        CHECK(fab.transfers(1) - sends0 >= 1);
+        CHECK(fab.transfers(0) - recvs0 >= 1);
+      }
       ++round;
     }
     CHECK(fab.violations() == 0);
