@@ -45,6 +45,20 @@ cat \"$2.log\"; grep -q \"highest level fully passed: L5\" \"$2.log\" && [ $rc -
       ENVIRONMENT "WIA_LOG_LEVEL=warn;FI_PROVIDER=${fabric};WIA_OFI_RENDEZVOUS=${rendezvous}")
     add_dependencies(wia-conformance wia-provider-ofi)
   endforeach()
+  # The same suite with the fabric claiming FI_HMEM (the double over the
+  # real tcp;ofi_rxm): the device-memory claims are consistent and host
+  # memory goes on as before.
+  if(TARGET wia_fake_hmem_fabric)
+    add_test(NAME conformance_ofi_tcp_hmem
+      COMMAND /bin/sh -c "\"$0\" --provider \"$1\" --param library=\"$2\" --junit \"$3\" \
+> \"$3.log\" 2>&1; rc=$?; cat \"$3.log\"; grep -q \"highest level fully passed: L5\" \"$3.log\" && \
+[ $rc -eq 0 ]"
+        $<TARGET_FILE:wia-conformance> $<TARGET_FILE:wia-provider-ofi> ${WIA_FAKE_HMEM_FABRIC_FILE}
+        ${CMAKE_CURRENT_BINARY_DIR}/conformance-ofi-tcp-hmem.xml)
+    set_tests_properties(conformance_ofi_tcp_hmem PROPERTIES TIMEOUT 600
+      ENVIRONMENT "WIA_LOG_LEVEL=warn;FI_PROVIDER=tcp\;ofi_rxm")
+    add_dependencies(wia-conformance wia_fake_hmem_fabric)
+  endif()
 endif()
 
 if(TARGET test_process_comm)
