@@ -36,6 +36,7 @@
 #include "comm/process_communicator.hpp"
 #include "common/log.hpp"
 #include "compress/codec.hpp"
+#include "kernels/cpu_reduce.hpp"
 #include "runtime/device_call.hpp"
 #include "runtime/objects.hpp"
 #include "runtime/runtime.hpp"
@@ -944,10 +945,37 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
   auto block = std::make_unique<ReportBlock>();
   wia_comm_profile_report_t& r = block->report;
   r.window_time = std::chrono::duration<double>(Clock::now() - s.window_start).count();
+  // Bandwidth utilization: a collective's bus bandwidth over the bound the
+  // tuner's cost model gives for its size (the bus bandwidth of the best
+  // algorithm's estimated time, latency included), which is the model's
+  // time over the measured one; a send or receive's over the slowest
+  // link's bandwidth.
   const double bound = !s.settings.enable_bandwidth_tracking ? 0.0
                        : pc != nullptr                       ? pc->slowest_link_gbps()
                        : dc != nullptr                       ? dc->slowest_link_gbps()
                                                              : 0.0;
+  std::optional<tuner::LinkModel> model;
+  if (pc != nullptr) model = pc->cost_model();
+  if (dc != nullptr) model = dc->cost_model();
+  std::optional<tuner::Selector> bound_model;
+  if (model && s.settings.enable_bandwidth_tracking && base.size() > 1) bound_model.emplace(*model);
+  auto model_seconds = [&](const CommProfiler::OpStats& o, std::size_t i) -> double {
+    if (!bound_model) return 0.0;
+    for (int k = 0; k < coll::kCollectiveCount; ++k) {
+      const auto c = static_cast<coll::Collective>(k);
+      if (c == coll::Collective::kSendRecv || std::strcmp(o.name, coll::collective_name(c)) != 0)
+        continue;
+      const wia_datatype_t t = i < o.call_dtype.size() ? o.call_dtype[i] : WIA_UINT8;
+      const std::uint64_t count =
+          std::max<std::uint64_t>(1, o.call_bytes[i] / kernels::dtype_size(t));
+      try {
+        return bound_model->select(c, count, t).estimated_ms * 1e-3;
+      } catch (const Error&) {
+        return 0.0;  // a size the model cannot cost: not counted
+      }
+    }
+    return -1.0;  // point to point
+  };
   double util = 0;
   std::size_t util_n = 0;
   for (const auto& o : s.ops) {
@@ -967,8 +995,13 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
     if (s.settings.enable_bandwidth_tracking && c.invocation_count > 0) {
       c.bytes = o.bytes;
       c.avg_bandwidth = timed > 0 ? sum(o.algbw_gbps) / timed : 0.0;
-      if (bound > 0)
-        for (double b : o.busbw_gbps) util += b / bound, ++util_n;
+      for (std::size_t i = 0; i < o.seconds.size(); ++i) {
+        const double t_model = model_seconds(o, i);
+        if (t_model > 0 && o.seconds[i] > 0)
+          util += t_model / o.seconds[i], ++util_n;
+        else if (t_model < 0 && bound > 0)
+          util += o.busbw_gbps[i] / bound, ++util_n;
+      }
     }
     if (s.settings.enable_latency_tracking && timed > 0) {
       c.min_time = *std::min_element(o.seconds.begin(), o.seconds.end());
@@ -983,9 +1016,6 @@ std::unique_ptr<ReportBlock> build_block(wia_communicator_t comm) {
   if (s.settings.enable_overlap_analysis) overlap(s, base, r);
   r.num_collectives = static_cast<int>(block->list.size());
   r.collectives = block->list.data();
-  std::optional<tuner::LinkModel> model;
-  if (pc != nullptr) model = pc->cost_model();
-  if (dc != nullptr) model = dc->cost_model();
   const MeasuredWindow window{s.settings.enable_overlap_analysis != 0, r.total_compute_time,
                               r.overlap_efficiency};
   HostsShape hosts;
