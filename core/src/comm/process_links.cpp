@@ -157,7 +157,17 @@ void ProcessCommunicator::build_link_model(const MeshSetup& s, std::chrono::mill
     // stores like threads' (tuner::on_one_node, LinkModel::host_threads).
     const auto [local, cpus] = node_ranks_and_cpus(s.records, layout_);
     const int cores = cpus > 0 ? cpus : usable_cpu_count();
-    tuner::on_one_node(model, cores);
+    // Over loopback tcp the kernel's socket paths carry the bytes beside
+    // the ranks' threads (tuner::NodeChannel): pipelining then overlaps
+    // the transfers with the reductions.
+    bool sockets = layout_.size > 1;
+    for (int a = 0; a < layout_.size; ++a)
+      for (int b = 0; b < layout_.size; ++b)
+        if (a != b && link_transport_[static_cast<std::size_t>(a) * layout_.size + b] != "tcp")
+          sockets = false;
+    tuner::on_one_node(
+        model, cores,
+        sockets ? tuner::NodeChannel::kKernelSockets : tuner::NodeChannel::kSharedMemory);
     // A window read is a memcpy's, not a shm message's (wia-bw measures
     // those: a ring's two copies and protocol), so the link file does not
     // scale it.

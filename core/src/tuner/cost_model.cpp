@@ -154,6 +154,9 @@ void LinkModel::validate() const {
     bad("link model: cache_bytes must be >= 0 and cache_speedup >= 1");
   if (!(cpu_share > 0 && cpu_share <= 1))
     bad("link model: cpu_share " + std::to_string(cpu_share) + " must be in (0, 1]");
+  if (!(socket_share >= 0) || !(thread_share > 0 && thread_share <= 1))
+    bad("link model: socket_share " + std::to_string(socket_share) + " must be >= 0 and " +
+        "thread_share " + std::to_string(thread_share) + " in (0, 1]");
   if (port_gbps < 0 || reduce_gbps < 0 || copy_gbps < 0)
     bad("link model: port/reduce/copy bandwidths must be >= 0 (0 = unlimited)");
   if (!(message_overhead_us >= 0))
@@ -208,10 +211,15 @@ struct Sim {
   // Resources.
   std::vector<double> link_free, port_free, eject_free, compute_free;
   std::vector<double> overhead_free;  // per rank: its per-message overhead is serial
+  // Per rank, kBothEnds over kernel sockets (LinkModel::socket_share): its
+  // socket path; and per receive, when its last byte is in.
+  std::vector<double> socket_free;
+  std::vector<double> arrival_full;
   double port_us_per_byte = 0, reduce_us_per_byte = 0, copy_us_per_byte = 0;
   double overhead_us = 0;
   Copier copies = Copier::kLink;
-  double cpu_factor = 1;  // 1 / cpu_share
+  double cpu_factor = 1;                      // 1 / cpu_share
+  double socket_share = 0, thread_share = 1;  // LinkModel's, kBothEnds
   std::size_t elem_size = 1;
 
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
@@ -276,6 +284,9 @@ struct Sim {
     }
     const std::uint32_t rv = match[id];
     arrival[rv] = received + alpha[id];
+    if (socket_share > 0)
+      arrival_full[rv] =
+          tx + static_cast<double>(steps[id]->count * elem_size) * link_us_per_byte[id] + alpha[id];
     if (deps_ok[rv]) {
       deps_ok[rv] = 0;  // release() sets it again
       release(rv);
@@ -288,6 +299,41 @@ struct Sim {
       immediate.pop_back();
       finish(it.id, it.time);
     }
+  }
+
+  // kBothEnds over kernel sockets (LinkModel::socket_share). A send: the
+  // thread copies its share into the socket when free, the sender's socket
+  // path then spends its share on the message in the order messages reach
+  // it, and the link carries the bytes in that order too; the three
+  // stream the message together (its bytes are published when the link
+  // starts them, as deliver() sees). Returns when the bytes have left.
+  double send_through_socket(std::uint32_t id, double t, double bytes) {
+    const std::uint32_t r = rank[id];
+    const double c = bytes * link_us_per_byte[id] * cpu_factor;
+    const double tx = std::max(t, compute_free[r]);
+    compute_free[r] = tx + c * thread_share;
+    overhead_free[r] = std::max(overhead_free[r], compute_free[r]);
+    socket_free[r] = std::max(tx, socket_free[r]) + c * socket_share;
+    return tx;
+  }
+  // A receive (-reduce): the receiver's socket path takes the message in
+  // its turn, and the thread copies its share out at the end of that, no
+  // sooner than the last byte is in, then (a receive-reduce) reduces in
+  // cache at `reduce`, a chained input at its read's cost. Meanwhile the
+  // thread is free for other work: what pipelining buys over sockets.
+  double receive_through_socket(std::uint32_t id, double t, double bytes, double copy,
+                                double reduce) {
+    const std::uint32_t r = rank[id];
+    const double c = bytes * copy * cpu_factor;
+    const double in = std::max(t, socket_free[r]) + c * socket_share;
+    socket_free[r] = in;
+    const double own = std::max(in - c * thread_share, compute_free[r]);
+    const double copied = std::max({own + c * thread_share, in, arrival_full[id]});
+    compute_free[r] = copied;
+    if (steps[id]->kind == StepKind::kRecv) return copied;
+    const double rate = chained[id] ? kChainedInput * copy_us_per_byte : reduce;
+    compute_free[r] += bytes * rate * cpu_factor;
+    return compute_free[r];
   }
 
   double run() {
@@ -314,11 +360,19 @@ struct Sim {
         const std::uint32_t l = link[it.id];
         const std::uint32_t port = inject[it.id];
         const double port_rate = port != kNoPort ? port_us_per_byte : 0.0;
-        const double start = std::max(
-            {it.time, link_free[l], port != kNoPort ? port_free[port] : 0.0, overhead_free[r]});
+        const bool socket = copies == Copier::kBothEnds && socket_share > 0;
+        // Into a socket the thread copies whenever it is free: the
+        // kernel's buffers queue what the link has not carried yet.
+        const double start =
+            socket ? std::max(it.time, overhead_free[r])
+                   : std::max({it.time, link_free[l], port != kNoPort ? port_free[port] : 0.0,
+                               overhead_free[r]});
         double tx = start + overhead_us;
         overhead_free[r] = tx;
-        if (copies == Copier::kBothEnds) {
+        if (socket) {
+          tx = std::max({send_through_socket(it.id, tx, bytes), link_free[l],
+                         port != kNoPort ? port_free[port] : 0.0});
+        } else if (copies == Copier::kBothEnds) {
           // The sender's CPU copies into the channel, in turn with its
           // receives and reductions.
           tx = std::max(tx, compute_free[r]);
@@ -346,6 +400,11 @@ struct Sim {
           // the channel, then reduces it in cache at the reduce rate (a
           // chained input: its read, at the copy rate).
           const double copy = link_us_per_byte[match[it.id]];
+          if (copies == Copier::kBothEnds && socket_share > 0) {
+            finish(it.id, receive_through_socket(it.id, it.time, bytes, copy, rate));
+            drain_immediate();
+            continue;
+          }
           if (st.kind == StepKind::kRecv)
             rate = copy;
           else if (copies == Copier::kReceiver)
@@ -392,6 +451,10 @@ void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_
   sim.copy_us_per_byte = us_per_byte(m.copy_gbps);
   sim.copies = m.copies;
   sim.cpu_factor = 1.0 / m.cpu_share;
+  if (m.copies == Copier::kBothEnds) {
+    sim.socket_share = m.socket_share;
+    sim.thread_share = m.thread_share;
+  }
   // Copies of a working set that fits in cache (see LinkModel::cache_bytes).
   if (m.cache_bytes > 0 && m.copies == Copier::kReceiver && footprint <= m.cache_bytes)
     sim.cpu_factor /= m.cache_speedup;
@@ -400,6 +463,7 @@ void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_
   sim.eject_free.assign(nports, 0.0);
   sim.compute_free.assign(nresources, 0.0);
   sim.overhead_free.assign(nresources, 0.0);
+  sim.socket_free.assign(nresources, 0.0);
 }
 
 // Adds program `prog` as simulation rank `r` (dependency CSR built later).
@@ -426,6 +490,7 @@ void finish_graph(Sim& sim, std::vector<std::pair<std::uint32_t, std::uint32_t>>
   const std::size_t n = sim.steps.size();
   sim.ready.assign(n, 0.0);
   sim.arrival.assign(n, -1.0);
+  sim.arrival_full.assign(n, 0.0);
   sim.deps_ok.assign(n, 0);
   sim.match.assign(n, 0);
   sim.link.assign(n, 0);
@@ -776,9 +841,12 @@ const Selection& Selector::lookup(const coll::CollArgs& args, coll::Algorithm al
                            : tuner::select_chunks(args, algorithm, model_);
 }
 
-void on_one_node(LinkModel& m, int cores) {
+void on_one_node(LinkModel& m, int cores, NodeChannel channel) {
   cores = std::max(cores, 1);
   m.copies = Copier::kBothEnds;
+  const bool sockets = channel == NodeChannel::kKernelSockets;
+  m.socket_share = sockets ? kLoopbackTcpSocketShare : 0.0;
+  m.thread_share = sockets ? kLoopbackTcpThreadShare : 1.0;
   m.cpu_share = m.nranks > cores ? static_cast<double>(cores) / m.nranks : 1.0;
   m.reduce_gbps = kHostReduceGbps;
   m.copy_gbps = kHostCopyGbps;

@@ -21,6 +21,10 @@
 //     dependencies are done; a receive-reduce, copy or reduce then also
 //     occupies its rank's compute for B / reduce (copy) bandwidth, one
 //     local operation at a time per rank;
+//   - processes on one node whose CPUs copy (Copier::kBothEnds) occupy
+//     their CPUs for the copies instead, and over kernel sockets each
+//     rank's socket path as well, beside its thread
+//     (LinkModel::socket_share), so chunks overlap reductions with it;
 //   - the estimate is the time the last step completes.
 // With one chunk, uniform links and free reductions this reproduces the
 // textbook costs exactly (ring all-reduce 2(p-1) alpha + 2(p-1)/p n beta,
@@ -88,7 +92,30 @@ enum class Copier : std::uint8_t {
   // of it): a message occupies the sender's CPU and then the receiver's
   // for bytes / link bandwidth each, so a rank that sends and receives at
   // once gets half its link each way; a receive-reduce adds the reduction.
+  // Over kernel sockets (LinkModel::socket_share > 0) the kernel's socket
+  // path of each end carries the message beside the threads instead, and
+  // each thread only copies its share in or out.
   kBothEnds,
+};
+
+// Loopback TCP as Copier::kBothEnds (LinkModel::socket_share and
+// thread_share; docs/collectives.md, "How the model is calibrated"),
+// measured on the reference VM on 2026-12-05. A rank's socket path serves
+// its sends and receives one after the other: with a message each way at
+// once, 1.9 - 2.0 GB/s moved each way where one direction alone moved 3.0
+// (wia-bw --procs 2), so a message takes 0.77 of its one-way time there.
+// A process sending and receiving 32 MiB messages over blocking sockets
+// spent 0.43 - 0.46 CPU-seconds per GB each way (getrusage, two threads;
+// one way alone 0.26 - 0.29 per GB at each end): 0.65 of a message's
+// one-way time per message is the thread's (its copy in or out, and the
+// kernel's work charged to it); the rest it can spend reducing.
+inline constexpr double kLoopbackTcpSocketShare = 0.77;
+inline constexpr double kLoopbackTcpThreadShare = 0.65;
+
+// What carries the messages of processes on one node (on_one_node).
+enum class NodeChannel : std::uint8_t {
+  kSharedMemory,   // shm rings: each end's thread copies, nothing else moves the bytes
+  kKernelSockets,  // loopback TCP: the kernel's socket paths, beside the threads
 };
 
 // Who owns a NIC in LinkModel::two_level.
@@ -142,6 +169,17 @@ struct LinkModel {
   // on the reference VM). 0 = no cache model.
   double cache_bytes = 0;
   double cache_speedup = 1.0;
+  // Copier::kBothEnds over kernel sockets: 0 = none, the ranks' threads
+  // are the channel (shm rings). Above 0, each rank's socket path spends
+  // socket_share x bytes / link bandwidth on every message the rank sends
+  // or receives, one after the other in the order they reach it, beside
+  // the rank's thread, which spends thread_share x bytes / link bandwidth
+  // copying a message in (when it is free: the kernel's buffers take it)
+  // or out (at the end of the socket path's turn, no sooner than the last
+  // byte is in after bytes / link bandwidth on the link). The thread's
+  // reductions overlap the socket paths' time, which chunks exploit.
+  double socket_share = 0.0;
+  double thread_share = 1.0;
 
   // Every link alpha_us / gbps, and one injection port of gbps per rank.
   static LinkModel uniform(std::int32_t nranks, double alpha_us, double gbps);
@@ -294,8 +332,9 @@ class Selector {
 // Ranks that are processes of one node over CPU-driven transports (shm
 // rings, loopback tcp): both ends copy (Copier::kBothEnds), at the links'
 // figures (measured ones from tuner.link_file), the node's `cores` cores
-// shared by model.nranks ranks, local work at a core's rates.
-void on_one_node(LinkModel& model, int cores);
+// shared by model.nranks ranks, local work at a core's rates; over
+// kKernelSockets the socket and thread shares of loopback TCP.
+void on_one_node(LinkModel& model, int cores, NodeChannel channel = NodeChannel::kSharedMemory);
 
 // The spec's closed forms (6.5.1-6.5.3), beta = 1 / bandwidth, n in bytes.
 double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps);
