@@ -30,9 +30,11 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -95,8 +97,13 @@ struct State {
   std::unordered_map<const void*, const fi_ops_mr*> mr_ops;
   std::unordered_map<const void*, const fi_ops_tagged*> tagged_ops;
   std::unordered_map<const void*, const fi_ops*> mr_fid_ops;  // per registration
-  std::map<const void*, CudaRegion> cuda;                     // live FI_HMEM_CUDA registrations
-  std::uint64_t regs[8] = {};                                 // by requested iface
+  // The wrapper tables installed in objects: a registration's goes with
+  // its close, the others (a few per process) live as long as the process
+  // and stay reachable from here.
+  std::unordered_map<const void*, std::unique_ptr<fi_ops>> mr_tables;
+  std::vector<std::shared_ptr<void>> tables;
+  std::map<const void*, CudaRegion> cuda;  // live FI_HMEM_CUDA registrations
+  std::uint64_t regs[8] = {};              // by requested iface
   std::int64_t live[8] = {};
   std::uint64_t device_sends = 0, device_recvs = 0, device_bytes = 0;
   std::uint64_t violations = 0;
@@ -115,13 +122,22 @@ const T* original(std::unordered_map<const void*, const T*>& map, const void* ob
   return it != map.end() ? it->second : nullptr;
 }
 
-// A copy of `orig` to install in an object; lives as long as the process
-// (a handful per run).
+// A copy of `orig` to install in an object.
 template <typename T>
-T* copy_ops(const T* orig) {
-  auto* t = new T{};
-  std::memcpy(t, orig, std::min(sizeof(T), orig->size != 0 ? orig->size : sizeof(T)));
+std::unique_ptr<T> copy_ops(const T* orig) {
+  auto t = std::make_unique<T>();
+  std::memcpy(t.get(), orig, std::min(sizeof(T), orig->size != 0 ? orig->size : sizeof(T)));
   return t;
+}
+
+// The same, kept for the life of the process (fabric, domain and endpoint
+// tables: a handful per run).
+template <typename T>
+T* kept_copy_ops(const T* orig) {
+  std::shared_ptr<T> t = copy_ops(orig);
+  std::lock_guard<std::mutex> lk(state().mu);
+  state().tables.push_back(t);
+  return t.get();
 }
 
 void strip_hmem(fi_info* info) {
@@ -225,6 +241,8 @@ int mr_close(fid* f) {
     std::lock_guard<std::mutex> lk(s.mu);
     orig = s.mr_fid_ops.at(f);
     s.mr_fid_ops.erase(f);
+    f->ops = const_cast<fi_ops*>(orig);  // before its wrapper table goes
+    s.mr_tables.erase(f);
     if (s.cuda.erase(f) != 0)
       --s.live[FI_HMEM_CUDA];
     else
@@ -237,11 +255,12 @@ int mr_close(fid* f) {
 // regions follow it.
 void track(fid_mr* mr, fi_hmem_iface iface, const fi_mr_attr* attr) {
   State& s = state();
-  auto* ops = copy_ops(mr->fid.ops);
+  std::unique_ptr<fi_ops> ops = copy_ops(mr->fid.ops);
   ops->close = mr_close;
   std::lock_guard<std::mutex> lk(s.mu);
   s.mr_fid_ops[&mr->fid] = mr->fid.ops;
-  mr->fid.ops = ops;
+  mr->fid.ops = ops.get();
+  s.mr_tables[&mr->fid] = std::move(ops);
   ++s.live[iface];
   if (iface == FI_HMEM_CUDA && attr->iov_count == 1)
     s.cuda[&mr->fid] = CudaRegion{reinterpret_cast<std::uintptr_t>(attr->mr_iov[0].iov_base),
@@ -306,7 +325,7 @@ int d_endpoint(fid_domain* domain, fi_info* info, fid_ep** ep, void* context) {
   const int rc = orig->endpoint(domain, plain, ep, context);
   real().freeinfo(plain);
   if (rc != 0 || (*ep)->tagged == nullptr) return rc;
-  auto* ops = copy_ops((*ep)->tagged);
+  auto* ops = kept_copy_ops((*ep)->tagged);
   ops->recv = t_recv;
   ops->send = t_send;
   ops->inject = t_inject;
@@ -326,9 +345,9 @@ int f_domain(fid_fabric* fabric, fi_info* info, fid_domain** domain, void* conte
   const int rc = orig->domain(fabric, plain, domain, context);
   real().freeinfo(plain);
   if (rc != 0) return rc;
-  auto* dops = copy_ops((*domain)->ops);
+  auto* dops = kept_copy_ops((*domain)->ops);
   dops->endpoint = d_endpoint;
-  auto* mops = copy_ops((*domain)->mr);
+  auto* mops = kept_copy_ops((*domain)->mr);
   mops->reg = mr_reg;
   // regv passes through unchecked: the provider registers with fi_mr_regattr.
   mops->regattr = mr_regattr;
@@ -376,7 +395,7 @@ FAKE_EXPORT struct fi_info* fi_dupinfo(const struct fi_info* info) { return real
 FAKE_EXPORT int fi_fabric(struct fi_fabric_attr* attr, struct fid_fabric** fabric, void* context) {
   const int rc = real().fabric(attr, fabric, context);
   if (rc != 0) return rc;
-  auto* ops = copy_ops((*fabric)->ops);
+  auto* ops = kept_copy_ops((*fabric)->ops);
   ops->domain = f_domain;
   ops->domain2 = nullptr;  // 1.17's fi_domain uses domain; a newer caller gets -FI_ENOSYS
   std::lock_guard<std::mutex> lk(state().mu);
