@@ -108,7 +108,9 @@ enum class Copier : std::uint8_t {
 // spent 0.43 - 0.46 CPU-seconds per GB each way (getrusage, two threads;
 // one way alone 0.26 - 0.29 per GB at each end): 0.65 of a message's
 // one-way time per message is the thread's (its copy in or out, and the
-// kernel's work charged to it); the rest it can spend reducing.
+// kernel's work charged to it); the rest it can spend reducing, when each
+// rank has a core (on_one_node: with more ranks than cores another rank
+// runs in that time, and the thread's share is the socket path's).
 inline constexpr double kLoopbackTcpSocketShare = 0.77;
 inline constexpr double kLoopbackTcpThreadShare = 0.65;
 
