@@ -96,11 +96,14 @@ bool ProcessCommunicator::try_post_repeat(int rank, const Call& call, wia_stream
   // time restarts its window on the new buffers. A third of the
   // instructions of a 2-rank 8-byte all-reduce (callgrind) were the
   // general path's.
-  if (rank != layout_.rank || post_progress_.count() == 0 || !repeats_window_call(call) ||
+  if (rank != layout_.rank || post_progress_.count() == 0 ||
       broken_.load(std::memory_order_relaxed))
     return false;
+  // Nothing in flight first: the last call's key is written by the thread
+  // that runs an operation, and read here only once every one has run
+  // (ThreadSanitizer saw the read race a stream task's write).
   std::uint64_t seq = executed_.load(std::memory_order_acquire);
-  if (next_seq_.load(std::memory_order_relaxed) != seq ||
+  if (next_seq_.load(std::memory_order_relaxed) != seq || !repeats_window_call(call) ||
       device_ops_->stream_query(device_ctx_, stream->ps) != WIA_SUCCESS ||
       !next_seq_.compare_exchange_strong(seq, seq + 1))
     return false;  // post() waits or queues
