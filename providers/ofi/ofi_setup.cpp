@@ -242,11 +242,13 @@ wia_status_t discover(Ctx& ctx) {
     e.rma = (i->caps & FI_RMA) != 0;
     if (e.rma) e.flags |= WIA_TRANSPORT_FLAG_RMA;
     e.hmem = hmem != nullptr;
-    // The core hands device buffers to a transport with FLAG_DMABUF only
-    // with their registration (reg_mr of the whole allocation, naming its
-    // memory interface and device), which is what FI_MR_HMEM needs; the
-    // dma-buf fd itself is not used (ofi_mr.cpp).
-    if (e.hmem) e.flags |= WIA_TRANSPORT_FLAG_DEVICE_MEMORY | WIA_TRANSPORT_FLAG_DMABUF;
+    // The core hands device buffers over with their registration (reg_mr
+    // of the whole allocation by address, naming its memory interface and
+    // device), which is what FI_MR_HMEM needs; no dma-buf (libfabric
+    // reaches the device's memory through its own driver calls, and 1.17
+    // has no FI_MR_DMABUF), so a device that cannot export one goes direct
+    // too.
+    if (e.hmem) e.flags |= WIA_TRANSPORT_FLAG_DEVICE_MEMORY;
     if (!e.shm && !e.loopback && (!e.sockets || ctx.params.inter_node == "all"))
       e.flags |= WIA_TRANSPORT_FLAG_INTER_NODE;
     e.max_msg = i->ep_attr->max_msg_size;

@@ -9,7 +9,7 @@
 #include "api/guard.hpp"
 #include "api/copy.hpp"
 #include "runtime/device_call.hpp"
-#include "runtime/dmabuf_registrations.hpp"
+#include "runtime/device_registrations.hpp"
 #include "runtime/objects.hpp"
 
 using namespace wia;
@@ -75,7 +75,7 @@ WIA_API wia_status_t wia_free(void* ptr) {
     }
     // A NIC registration of it must go first (a dma-buf keeps the memory
     // alive, and a later allocation at this address must not meet it).
-    dmabuf_registrations().release(a->base);
+    device_registrations().release(a->base);
     const Device& d = rt.device(a->device);
     device_call(d, "mem_free", [&](const wia_device_ops_v1_t& o, void* ctx) {
       return o.mem_free(ctx, d.local_index, ptr);

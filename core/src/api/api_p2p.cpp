@@ -158,19 +158,19 @@ Route route(const comm::ProcessCommunicator& c, int peer, const void* buf, std::
   } else {
     using DevicePath = comm::ProcessCommunicator::DeviceMemoryPath;
     const bool exports = (ops_of(d).caps & WIA_DEVICE_CAP_DMABUF) != 0;
-    switch (c.device_memory_path(peer, iface, exports, &r.why)) {
-      case DevicePath::kAsIs:
-        r.path = Path::kDirect;
-        r.why = "the link's transport takes this device memory";
-        break;
+    switch (const DevicePath path = c.device_memory_path(peer, iface, exports, &r.why)) {
+      case DevicePath::kByAddress:
       case DevicePath::kDmabuf:
         // A device that cannot export this memory after all (the driver
-        // or the kernel says no) is staged, with its reason; any other
-        // failure is the caller's error.
+        // or the kernel says no), or a transport that refuses it, is
+        // staged with its reason; any other failure is the caller's error.
         try {
-          r.mr = c.register_device_memory(peer, *a, iface);
+          r.mr = c.register_device_memory(peer, *a, iface, path);
           r.path = Path::kDirect;
-          r.why = "registered with the link's transport through a dma-buf of its allocation";
+          r.why = path == DevicePath::kDmabuf
+                      ? "registered with the link's transport through a dma-buf of its allocation"
+                      : "registered with the link's transport, which reaches this device's "
+                        "memory itself";
         } catch (const Error& e) {
           if (e.status() != WIA_ERROR_NOT_SUPPORTED) throw;
           r.path = Path::kStaged;

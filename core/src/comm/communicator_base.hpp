@@ -38,7 +38,7 @@ struct Call {
   const char* p2p_name = nullptr;
   const char* p2p_path = nullptr;
   // The buffer's transport registration (device memory registered through
-  // its dma-buf, runtime/dmabuf_registrations.hpp); nullptr: none needed.
+  // its dma-buf, runtime/device_registrations.hpp); nullptr: none needed.
   wia_mr_t p2p_mr = nullptr;
 };
 

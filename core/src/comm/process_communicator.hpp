@@ -173,19 +173,21 @@ class ProcessCommunicator final : public CommunicatorBase {
                    wia_mr_t mr = nullptr);
   // How device memory of interface `iface` (WIA_MEM_IFACE_*) can go on the
   // link to `peer`:
+  // A transport is given device memory only with its registration (it
+  // cannot tell a device pointer from a host one, nor whose it is).
   enum class DeviceMemoryPath {
-    kStaged,  // it cannot: through host memory (`why` says why)
-    kAsIs,    // the transport takes it in isend/irecv without a registration
-    kDmabuf,  // registered through its dma-buf (register_device_memory)
+    kStaged,      // it cannot: through host memory (`why` says why)
+    kByAddress,   // registered naming its interface and device (FLAG_DEVICE_MEMORY)
+    kDmabuf,      // registered through its dma-buf (FLAG_DEVICE_MEMORY | FLAG_DMABUF)
   };
   // `device_exports_dmabuf`: the buffer's device has WIA_DEVICE_CAP_DMABUF.
-  // A transport that claims FLAG_DMABUF is given device memory only with
-  // such a registration: it cannot tell a device pointer from a host one.
   DeviceMemoryPath device_memory_path(int peer, std::uint32_t iface, bool device_exports_dmabuf,
                                       std::string* why) const;
-  // The registration of allocation `a` on the link's transport endpoint,
-  // made once and kept until wia_free (kDmabuf). Throws naming the cause.
-  wia_mr_t register_device_memory(int peer, const Allocation& a, std::uint32_t iface) const;
+  // The registration of allocation `a` on the link's transport endpoint
+  // by `path` (kByAddress, kDmabuf), made once and kept until wia_free.
+  // Throws naming the cause (NOT_SUPPORTED: the caller stages).
+  wia_mr_t register_device_memory(int peer, const Allocation& a, std::uint32_t iface,
+                                  DeviceMemoryPath path) const;
 
   // Runs a collective now on the calling thread (after every posted one);
   // used by split. Throws wia::Error on failure.

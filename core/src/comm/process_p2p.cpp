@@ -10,7 +10,7 @@
 #include "kernels/cpu_reduce.hpp"
 #include "provider/registry.hpp"
 #include "provider/transport_call.hpp"
-#include "runtime/dmabuf_registrations.hpp"
+#include "runtime/device_registrations.hpp"
 
 namespace wia::comm {
 
@@ -174,7 +174,7 @@ ProcessCommunicator::DeviceMemoryPath ProcessCommunicator::device_memory_path(
           peer, peers_[peer].transport);
     return DeviceMemoryPath::kStaged;
   }
-  if (takes_iface && !(p.flags & WIA_TRANSPORT_FLAG_REG_REQUIRED)) return DeviceMemoryPath::kAsIs;
+  if (takes_iface) return DeviceMemoryPath::kByAddress;
   if (why)
     *why = fmt::format(
         "the link to rank {} runs over {}, which does not take device memory of "
@@ -184,10 +184,14 @@ ProcessCommunicator::DeviceMemoryPath ProcessCommunicator::device_memory_path(
 }
 
 wia_mr_t ProcessCommunicator::register_device_memory(int peer, const Allocation& a,
-                                                     std::uint32_t iface) const {
+                                                     std::uint32_t iface,
+                                                     DeviceMemoryPath path) const {
   const engine::NetLink& l = peers_[peer].link;
   try {
-    return dmabuf_registrations().get(*l.provider, l.endpoint, a, iface);
+    return device_registrations().get(*l.provider, l.endpoint, a, iface,
+                                      path == DeviceMemoryPath::kDmabuf
+                                          ? DeviceRegistrations::Route::kDmabuf
+                                          : DeviceRegistrations::Route::kAddress);
   } catch (const Error& e) {
     throw Error(e.status(), fmt::format("rank {}: registering device {}'s buffer for the link to "
                                         "rank {}: {}",

@@ -6,7 +6,7 @@
 #include "common/error.hpp"
 #include "common/hot_tls.hpp"
 #include "common/log.hpp"
-#include "runtime/dmabuf_registrations.hpp"
+#include "runtime/device_registrations.hpp"
 
 namespace wia {
 
@@ -166,7 +166,7 @@ void release_all_objects(Runtime& rt) noexcept {
     }
     delete e;
   }
-  dmabuf_registrations().release_all();  // before the memory they register
+  device_registrations().release_all();  // before the memory they register
   for (const Allocation& a : t.allocations.all()) {
     t.allocations.remove(reinterpret_cast<void*>(a.base));
     try {

@@ -505,7 +505,12 @@ typedef struct wia_transport_ops_v1 {
 
   /* Register memory of an endpoint's domain for isend/irecv/put/get on any
    * connection of that endpoint. WIA_MR_DEVICE needs
-   * WIA_TRANSPORT_FLAG_DEVICE_MEMORY and the iface bit in mem_ifaces. */
+   * WIA_TRANSPORT_FLAG_DEVICE_MEMORY and the iface bit in mem_ifaces; the
+   * core registers each device allocation once per endpoint, through its
+   * dma-buf (dmabuf_fd) when the transport sets WIA_TRANSPORT_FLAG_DMABUF,
+   * else by address (dmabuf_fd -1), and passes that registration with every
+   * transfer on device memory (never a bare device pointer).
+   * WIA_ERROR_NOT_SUPPORTED: the core stages that allocation instead. */
   wia_status_t (*reg_mr)(void* ctx, int32_t endpoint, const wia_mr_desc_v1_t* desc, wia_mr_t* mr);
   wia_status_t (*dereg_mr)(void* ctx, wia_mr_t mr);
 

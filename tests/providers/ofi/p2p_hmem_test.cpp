@@ -305,6 +305,18 @@ TEST_CASE("ofi with FI_HMEM in rendezvous mode: small device sends are announced
   check_all(st);
 }
 
+TEST_CASE(
+    "ofi with FI_HMEM and a device that cannot export a dma-buf: still direct (registered by "
+    "address)") {
+  // libfabric reaches device memory through its own driver calls: the
+  // core registers the allocation by address, no dma-buf is needed.
+  const Logs logs;
+  const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body,
+                             {{"WIA_FAKE_CUDA_FAULT", "no_dmabuf"}});
+  check_direct_logs(logs);
+  check_all(st);
+}
+
 // One staged device-to-device transfer on the real libfabric.
 static int staged_body(int rank, int n) {
   int gpu = -1;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "runtime/dmabuf_registrations.hpp"
+#include "runtime/device_registrations.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -15,16 +15,38 @@
 
 namespace wia {
 
-wia_mr_t DmabufRegistrations::get(const Provider& transport, std::int32_t endpoint,
-                                  const Allocation& a, std::uint32_t iface) {
+wia_mr_t DeviceRegistrations::get(const Provider& transport, std::int32_t endpoint,
+                                  const Allocation& a, std::uint32_t iface, Route route) {
   const Key key{a.base, &transport, endpoint};
   std::lock_guard<std::mutex> lock(mu_);
   if (const auto it = mrs_.find(key); it != mrs_.end()) return it->second;
+  // Refused once: the same answer until the allocation is freed, without
+  // exporting and asking the transport again on every transfer.
+  if (const auto it = refused_.find(key); it != refused_.end())
+    throw Error(WIA_ERROR_NOT_SUPPORTED, it->second);
   // First use: slow (an export and a NIC registration), once per
   // allocation and endpoint; held under the lock so two threads sending
   // from one buffer register it once.
+  try {
+    const wia_mr_t mr = register_now(transport, endpoint, a, iface, route);
+    try {
+      mrs_.emplace(key, mr);
+    } catch (...) {
+      transport.transport()->dereg_mr(transport.ctx(), mr);
+      throw;
+    }
+    return mr;
+  } catch (const Error& e) {
+    if (e.status() == WIA_ERROR_NOT_SUPPORTED) refused_.emplace(key, e.what());
+    throw;
+  }
+}
+
+wia_mr_t DeviceRegistrations::register_now(const Provider& transport, std::int32_t endpoint,
+                                           const Allocation& a, std::uint32_t iface,
+                                           Route route) {
   const Device& d = Runtime::get().device(a.device);
-  if (!(ops_of(d).caps & WIA_DEVICE_CAP_DMABUF))
+  if (route == Route::kDmabuf && !(ops_of(d).caps & WIA_DEVICE_CAP_DMABUF))
     throw Error(WIA_ERROR_NOT_SUPPORTED,
                 fmt::format("device {} ({}) cannot export its memory as a dma-buf "
                             "(no WIA_DEVICE_CAP_DMABUF), so {} cannot register it",
@@ -32,9 +54,10 @@ wia_mr_t DmabufRegistrations::get(const Provider& transport, std::int32_t endpoi
   std::int32_t fd = -1;
   std::uint64_t offset = 0;
   void* base = reinterpret_cast<void*>(a.base);
-  device_call(d, "mem_export_dmabuf", [&](const wia_device_ops_v1_t& o, void* ctx) {
-    return o.mem_export_dmabuf(ctx, d.local_index, base, a.size, &fd, &offset);
-  });
+  if (route == Route::kDmabuf)
+    device_call(d, "mem_export_dmabuf", [&](const wia_device_ops_v1_t& o, void* ctx) {
+      return o.mem_export_dmabuf(ctx, d.local_index, base, a.size, &fd, &offset);
+    });
   wia_mr_desc_v1_t desc{};
   desc.struct_size = sizeof desc;
   desc.kind = WIA_MR_DEVICE;
@@ -47,28 +70,26 @@ wia_mr_t DmabufRegistrations::get(const Provider& transport, std::int32_t endpoi
   wia_mr_t mr = nullptr;
   try {
     transport_call(transport,
-                   fmt::format("reg_mr of {} B of device {} through its dma-buf (fd {}, offset {})",
-                               a.size, a.device, fd, offset),
+                   route == Route::kDmabuf
+                       ? fmt::format("reg_mr of {} B of device {} through its dma-buf (fd {}, "
+                                     "offset {})",
+                                     a.size, a.device, fd, offset)
+                       : fmt::format("reg_mr of {} B of device {} by address", a.size, a.device),
                    [&](const wia_transport_ops_v1_t& t, void* ctx) {
                      return t.reg_mr(ctx, endpoint, &desc, &mr);
                    });
   } catch (...) {
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     throw;
   }
   // The registration holds its own reference to the dma-buf.
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   if (mr == nullptr)
     throw Error(WIA_ERROR_INTERNAL,
                 fmt::format("{}: reg_mr returned success but no registration", transport.name()));
-  try {
-    mrs_.emplace(key, mr);
-  } catch (...) {
-    transport.transport()->dereg_mr(transport.ctx(), mr);
-    throw;
-  }
-  log::debug("p2p", "device {}: {} B at {} registered with {} endpoint {} through a dma-buf",
-             a.device, a.size, base, transport.name(), endpoint);
+  log::debug("p2p", "device {}: {} B at {} registered with {} endpoint {} {}", a.device, a.size,
+             base, transport.name(), endpoint,
+             route == Route::kDmabuf ? "through a dma-buf" : "by address");
   return mr;
 }
 
@@ -83,7 +104,7 @@ void deregister(const Provider& transport, wia_mr_t mr, std::uintptr_t base) noe
 }
 }  // namespace
 
-void DmabufRegistrations::release(std::uintptr_t base) noexcept {
+void DeviceRegistrations::release(std::uintptr_t base) noexcept {
   std::vector<std::pair<Key, wia_mr_t>> gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -92,26 +113,30 @@ void DmabufRegistrations::release(std::uintptr_t base) noexcept {
       gone.emplace_back(*it);
       it = mrs_.erase(it);
     }
+    for (auto r = refused_.lower_bound(Key{base, nullptr, INT32_MIN});
+         r != refused_.end() && std::get<0>(r->first) == base;)
+      r = refused_.erase(r);
   }
   for (const auto& [key, mr] : gone) deregister(*std::get<1>(key), mr, base);
 }
 
-void DmabufRegistrations::release_all() noexcept {
+void DeviceRegistrations::release_all() noexcept {
   std::map<Key, wia_mr_t> gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
     gone.swap(mrs_);
+    refused_.clear();
   }
   for (const auto& [key, mr] : gone) deregister(*std::get<1>(key), mr, std::get<0>(key));
 }
 
-std::size_t DmabufRegistrations::count() const {
+std::size_t DeviceRegistrations::count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mrs_.size();
 }
 
-DmabufRegistrations& dmabuf_registrations() {
-  static DmabufRegistrations r;
+DeviceRegistrations& device_registrations() {
+  static DeviceRegistrations r;
   return r;
 }
 
