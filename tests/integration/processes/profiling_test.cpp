@@ -39,6 +39,40 @@ void sleep_100ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(
     }                                                                                \
   } while (0)
 
+// A file's whole text ("" when it cannot be read).
+std::string file_text(const std::string& path) {
+  std::string text;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char chunk[4096];
+    for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
+    std::fclose(f);
+  }
+  return text;
+}
+
+// How many times `what` occurs in `text`.
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+// Profiling enabled (all of it), then 3 float32 all-reduces of 4 MiB on
+// the default stream: their report (nullptr when a call failed).
+wia_comm_profile_report_t* profile_three_4mib_all_reduces(wia_communicator_t comm) {
+  const wia_comm_profiling_t all = {true, true, true};
+  if (wia_enable_comm_profiling(comm, &all) != WIA_SUCCESS) return nullptr;
+  std::vector<float> big(std::size_t{1} << 20, 1.0f);  // 4 MiB
+  wia_collective_config_t cfg{};
+  cfg.datatype = WIA_FLOAT32;
+  for (int i = 0; i < 3; ++i)
+    if (wia_all_reduce(comm, big.data(), big.data(), big.size(), &cfg, nullptr) != WIA_SUCCESS)
+      return nullptr;
+  if (wia_stream_synchronize(nullptr) != WIA_SUCCESS) return nullptr;
+  return wia_get_comm_profile(comm);
+}
+
 // How many suggestions contain `needle`.
 int suggestions_with(const wia_comm_profile_report_t* r, const char* needle) {
   int n = 0;
@@ -276,18 +310,8 @@ int stream_work_is_compute(int rank, int nranks) {
   wia_free_comm_profile(r);
   const std::string path = dir + "/work." + std::to_string(rank) + ".json";
   EXPECT_R(wia_profile_write_trace(comm, path.c_str()) == WIA_SUCCESS);
-  std::string json;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char chunk[4096];
-    for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) json.append(chunk, n);
-    std::fclose(f);
-  }
-  auto occurrences = [&](const std::string& what) {
-    int n = 0;
-    for (std::size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1))
-      ++n;
-    return n;
-  };
+  const std::string json = file_text(path);
+  auto occurrences = [&](const std::string& what) { return count_of(json, what); };
   EXPECT_R(occurrences("\"name\":\"copy\",\"cat\":\"compute\"") == 6);
   EXPECT_R(occurrences("\"name\":\"memset\",\"cat\":\"compute\"") == 1);
   EXPECT_R(occurrences("\"compute_events\":8,") == 1);
@@ -308,16 +332,7 @@ int link_codec_suggested(int rank, int nranks) {
   wia_communicator_t comm = join(rank, nranks);
   if (!comm) return kApiError;
   const bool expect = std::getenv("TEST_EXPECT_LINK_CODEC")[0] == '1';
-  const wia_comm_profiling_t all = {true, true, true};
-  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
-  std::vector<float> big(std::size_t{1} << 20, 1.0f);  // 4 MiB
-  wia_collective_config_t cfg{};
-  cfg.datatype = WIA_FLOAT32;
-  for (int i = 0; i < 3; ++i)
-    EXPECT_R(wia_all_reduce(comm, big.data(), big.data(), big.size(), &cfg, nullptr) ==
-             WIA_SUCCESS);
-  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
-  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  wia_comm_profile_report_t* r = profile_three_4mib_all_reduces(comm);
   EXPECT_R(r != nullptr);
   int across = 0, flat = 0;
   for (int i = 0; i < r->num_suggestions; ++i) {
@@ -626,16 +641,7 @@ int compression_suggested(int rank, int nranks) {
   wia_communicator_t comm = join(rank, nranks);
   if (!comm) return kApiError;
   const bool expect = std::getenv("TEST_EXPECT_COMPRESSION")[0] == '1';
-  const wia_comm_profiling_t all = {true, true, true};
-  EXPECT_R(wia_enable_comm_profiling(comm, &all) == WIA_SUCCESS);
-  std::vector<float> big(std::size_t{1} << 20, 1.0f);  // 4 MiB
-  wia_collective_config_t cfg{};
-  cfg.datatype = WIA_FLOAT32;
-  for (int i = 0; i < 3; ++i)
-    EXPECT_R(wia_all_reduce(comm, big.data(), big.data(), big.size(), &cfg, nullptr) ==
-             WIA_SUCCESS);
-  EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
-  wia_comm_profile_report_t* r = wia_get_comm_profile(comm);
+  wia_comm_profile_report_t* r = profile_three_4mib_all_reduces(comm);
   EXPECT_R(r != nullptr && r->num_collectives == 1);
   std::fprintf(stderr, "rank %d: %s over %s: %d suggestion(s)\n", rank, r->collectives[0].name,
                r->collectives[0].transport, r->num_suggestions);
@@ -844,18 +850,8 @@ int sampled(int rank, int nranks) {
   const std::string path =
       std::string(std::getenv("TEST_TRACE_DIR")) + "/sampled." + std::to_string(rank) + ".json";
   EXPECT_R(wia_profile_write_trace(comm, path.c_str()) == WIA_SUCCESS);
-  std::string json;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char chunk[4096];
-    for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) json.append(chunk, n);
-    std::fclose(f);
-  }
-  auto occurrences = [&](const std::string& what) {
-    int n = 0;
-    for (std::size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1))
-      ++n;
-    return n;
-  };
+  const std::string json = file_text(path);
+  auto occurrences = [&](const std::string& what) { return count_of(json, what); };
   const int ar_events = occurrences("\"name\":\"allreduce\"");
   std::fprintf(stderr, "rank %d: sample_every %d: %d all-reduce events on the timeline\n", rank,
                every, ar_events);
@@ -1255,18 +1251,8 @@ int device_p2p_profiled(int, int) {
   const std::string path = dir + "/device-p2p.json";
   EXPECT_D(wia_profile_write_trace(D.comm, path.c_str()) == WIA_SUCCESS);
   D.close();
-  std::string json;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char chunk[4096];
-    for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) json.append(chunk, n);
-    std::fclose(f);
-  }
-  auto occurrences = [&](const std::string& what) {
-    int n = 0;
-    for (std::size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1))
-      ++n;
-    return n;
-  };
+  const std::string json = file_text(path);
+  auto occurrences = [&](const std::string& what) { return count_of(json, what); };
   // Device communicator 1 of this process: tracks 1 (the communicator's),
   // 1001 (rank 0's device) and 1002 (rank 1's), ...; the all-reduce on the
   // communicator's and, as each of the 4 ranks saw it, on the ranks' tracks.
