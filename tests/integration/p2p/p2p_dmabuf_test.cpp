@@ -33,17 +33,6 @@ namespace {
 using namespace wia::test::processes;
 using namespace wia::test::p2p;
 
-std::uint8_t pattern(int round, std::size_t i) {
-  std::uint64_t x = i * 2654435761u ^ static_cast<std::uint64_t>(round) * 0x9E3779B97F4A7C15ull;
-  x ^= x >> 29;
-  return static_cast<std::uint8_t>(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
-
-int fail(int rank, const char* what) {
-  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what, wia_get_last_error());
-  return kApiError;
-}
-
 // The libibverbs double's counters in this process (the verbs provider
 // loaded it): ibv_reg_dmabuf_mr calls, those registrations still live, and
 // plain ibv_reg_mr calls (host memory: a device buffer handed over without
@@ -129,55 +118,15 @@ std::vector<int> run_logged(const std::string& log_base, const RankBody& body,
   env.push_back({"WIA_TRANSPORT", "verbs"});
   env.push_back({"WIA_LOG_LEVEL", "info"});
   return run_ranks(2, base_yaml(), body, env, {}, 180,
-                   [log_base](int rank) {
-                     const std::string path = log_base + "." + std::to_string(rank);
-                     if (!std::freopen(path.c_str(), "w", stderr)) _exit(kApiError);
-                     std::setvbuf(stderr, nullptr, _IONBF, 0);  // ranks end with _exit
-                   });
+                   [log_base](int rank) { RankLogs::redirect(log_base, rank); });
 }
-
-struct Logs {
-  std::string base;
-  Logs() {
-    char tmpl[] = "/tmp/wia-dmabuf-log-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    REQUIRE(fd >= 0);
-    close(fd);
-    base = tmpl;
-  }
-  std::string of(int rank) const { return read_file(base + "." + std::to_string(rank)); }
-  ~Logs() {
-    std::remove(base.c_str());
-    std::remove((base + ".0").c_str());
-    std::remove((base + ".1").c_str());
-  }
-};
 
 // Joins, turns GPUDirect and profiling on, finds the cuda device and the
 // libibverbs double's counters (loaded by the verbs provider at init);
 // nullptr after a message.
 wia_communicator_t start(int rank, int n, int* gpu, NicCounters* nic) {
-  *gpu = device_of("cuda");
-  const int host = device_of("host");
-  if (host < 0 || *gpu < 0 || wia_set_device(host) != WIA_SUCCESS) {
-    std::fprintf(stderr, "rank %d: host device %d, cuda device %d\n", rank, host, *gpu);
-    return nullptr;
-  }
-  wia_communicator_t comm = join(rank, n);
+  wia_communicator_t comm = join_with_gpudirect(rank, n, gpu);
   if (!comm) return nullptr;
-  wia_distributed_config_t dist_cfg = {};
-  wia_gpudirect_config_t g = {.enable_rdma = true,
-                              .enable_async_copy = false,
-                              .max_inline_size = 0,
-                              .use_write_semantics = true};
-  wia_comm_profiling_t prof = {.enable_bandwidth_tracking = true,
-                               .enable_latency_tracking = false,
-                               .enable_overlap_analysis = false};
-  if (wia_enable_gpudirect_rdma(&dist_cfg, &g) != WIA_SUCCESS ||
-      wia_enable_comm_profiling(comm, &prof) != WIA_SUCCESS) {
-    fail(rank, "gpudirect or profiling");
-    return nullptr;
-  }
   if (!nic->load()) {
     std::fprintf(stderr, "rank %d: the libibverbs double %s is not loaded: %s\n", rank,
                  WIA_FAKE_IBVERBS_FILE, dlerror());
@@ -192,7 +141,7 @@ wia_communicator_t start(int rank, int n, int* gpu, NicCounters* nic) {
 TEST_CASE(
     "device buffers reach the NIC through a dma-buf registration: data checked, one "
     "registration per allocation, released by wia_free") {
-  const Logs logs;
+  const RankLogs logs;
   const auto st = run_logged(
       logs.base,
       [](int rank, int n) {
@@ -257,7 +206,7 @@ TEST_CASE(
 TEST_CASE(
     "small messages from a host buffer land in a device buffer (the NIC writes them in): data "
     "checked, the receive direct") {
-  const Logs logs;
+  const RankLogs logs;
   const auto st = run_logged(
       logs.base,
       [](int rank, int n) {
@@ -302,7 +251,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a device that cannot export a dma-buf is staged through host memory, saying why") {
-  const Logs logs;
+  const RankLogs logs;
   const auto st = run_logged(
       logs.base,
       [](int rank, int n) {

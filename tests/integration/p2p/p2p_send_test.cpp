@@ -68,11 +68,6 @@ Where where(int p, bool two_hosts) {
   return {p % 2, p / 2};  // even ranks on hostA, odd on hostB
 }
 
-int fail(int rank, const char* what) {
-  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what, wia_get_last_error());
-  return kApiError;
-}
-
 // A ring: every rank sends to the next and receives from the previous,
 // even ranks sending first and odd ranks receiving first.
 int ring(int rank, int n, bool two_hosts) {

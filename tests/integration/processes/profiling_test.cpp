@@ -53,8 +53,7 @@ std::string file_text(const std::string& path) {
 // How many times `what` occurs in `text`.
 int count_of(const std::string& text, const std::string& what) {
   int n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-    ++n;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
 }
 
@@ -724,9 +723,9 @@ int chunking_suggested(int rank, int nranks) {
       EXPECT_R(all_reduce(count, nullptr));
       EXPECT_R(wia_stream_synchronize(nullptr) == WIA_SUCCESS);
       if (count == big.size())
-        ms = std::max(2, static_cast<int>(
-                             std::chrono::duration<double, std::milli>(Clock::now() - posted)
-                                 .count()));
+        ms = std::max(
+            2, static_cast<int>(
+                   std::chrono::duration<double, std::milli>(Clock::now() - posted).count()));
     }
     return kOk;
   };
@@ -1370,8 +1369,9 @@ TEST_CASE("profiling: each entry names the transport its last call used") {
 
 TEST_CASE("profiling: counts, times, compute, overlap near 0 and near 1, disable") {
   // Every call timed: the times are checked against the caller's clock.
-  const auto st = run_ranks(2, base_yaml(), profile,
-                            {{"TEST_WIA_ID", unique_id_env()}, {"WIA_PROFILING_SAMPLE_EVERY", "1"}});
+  const auto st =
+      run_ranks(2, base_yaml(), profile,
+                {{"TEST_WIA_ID", unique_id_env()}, {"WIA_PROFILING_SAMPLE_EVERY", "1"}});
   check_all(st);
 }
 
@@ -1495,8 +1495,9 @@ TEST_CASE("profiling: sampled timing keeps counts and bytes exact; the timeline 
   const ScratchDir scratch("sampled");
   for (const char* every : {"128", "1"}) {  // 128: the default
     INFO("profiling.sample_every " << every);
-    std::vector<std::pair<std::string, std::string>> env = {
-        {"TEST_WIA_ID", unique_id_env()}, {"TEST_TRACE_DIR", scratch.path}, {"TEST_SAMPLE_EVERY", every}};
+    std::vector<std::pair<std::string, std::string>> env = {{"TEST_WIA_ID", unique_id_env()},
+                                                            {"TEST_TRACE_DIR", scratch.path},
+                                                            {"TEST_SAMPLE_EVERY", every}};
     if (std::string(every) != "128") env.emplace_back("WIA_PROFILING_SAMPLE_EVERY", every);
     check_all(run_ranks(2, base_yaml(), sampled, env));
   }
@@ -1504,5 +1505,6 @@ TEST_CASE("profiling: sampled timing keeps counts and bytes exact; the timeline 
 
 TEST_CASE("profiling: a device communicator's sends and receives, on their devices' tracks") {
   const ScratchDir scratch("devp2p");
-  check_all(run_ranks(1, device_yaml("inline"), device_p2p_profiled, {{"TEST_TRACE_DIR", scratch.path}}));
+  check_all(
+      run_ranks(1, device_yaml("inline"), device_p2p_profiled, {{"TEST_TRACE_DIR", scratch.path}}));
 }

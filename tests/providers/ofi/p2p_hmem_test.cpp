@@ -39,17 +39,6 @@ namespace {
 using namespace wia::test::processes;
 using namespace wia::test::p2p;
 
-std::uint8_t pattern(int round, std::size_t i) {
-  std::uint64_t x = i * 2654435761u ^ static_cast<std::uint64_t>(round) * 0x9E3779B97F4A7C15ull;
-  x ^= x >> 29;
-  return static_cast<std::uint8_t>(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
-
-int fail(int rank, const char* what) {
-  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what, wia_get_last_error());
-  return kApiError;
-}
-
 // The fabric double's counters in this process (the ofi provider loaded it).
 struct FabricCounters {
   std::uint64_t (*regs)(int) = nullptr;
@@ -157,61 +146,15 @@ std::vector<int> run_logged(const std::string& log_base, const std::string& yaml
   env.push_back({"TEST_WIA_ID", unique_id_env()});
   env.push_back({"WIA_CUDA_LIBRARY", WIA_FAKE_CUDA_FILE});
   env.push_back({"WIA_LOG_LEVEL", "info"});
-  return run_ranks(2, yaml, body, env, {}, 240, [log_base](int rank) {
-    const std::string path = log_base + "." + std::to_string(rank);
-    if (!std::freopen(path.c_str(), "w", stderr)) _exit(kApiError);
-    std::setvbuf(stderr, nullptr, _IONBF, 0);  // ranks end with _exit
-  });
-}
-
-struct Logs {
-  std::string base;
-  Logs() {
-    char tmpl[] = "/tmp/wia-hmem-log-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    REQUIRE(fd >= 0);
-    close(fd);
-    base = tmpl;
-  }
-  std::string of(int rank) const { return read_file(base + "." + std::to_string(rank)); }
-  ~Logs() {
-    std::remove(base.c_str());
-    std::remove((base + ".0").c_str());
-    std::remove((base + ".1").c_str());
-  }
-};
-
-// Joins, turns GPUDirect and profiling on, finds the cuda device.
-wia_communicator_t start(int rank, int n, int* gpu) {
-  *gpu = device_of("cuda");
-  const int host = device_of("host");
-  if (host < 0 || *gpu < 0 || wia_set_device(host) != WIA_SUCCESS) {
-    std::fprintf(stderr, "rank %d: host device %d, cuda device %d\n", rank, host, *gpu);
-    return nullptr;
-  }
-  wia_communicator_t comm = join(rank, n);
-  if (!comm) return nullptr;
-  wia_distributed_config_t dist_cfg = {};
-  wia_gpudirect_config_t g = {.enable_rdma = true,
-                              .enable_async_copy = false,
-                              .max_inline_size = 0,
-                              .use_write_semantics = true};
-  wia_comm_profiling_t prof = {.enable_bandwidth_tracking = true,
-                               .enable_latency_tracking = false,
-                               .enable_overlap_analysis = false};
-  if (wia_enable_gpudirect_rdma(&dist_cfg, &g) != WIA_SUCCESS ||
-      wia_enable_comm_profiling(comm, &prof) != WIA_SUCCESS) {
-    fail(rank, "gpudirect or profiling");
-    return nullptr;
-  }
-  return comm;
+  return run_ranks(2, yaml, body, env, {}, 240,
+                   [log_base](int rank) { RankLogs::redirect(log_base, rank); });
 }
 
 // Every transfer of kTransfers through the double, then the counters and
 // the profile.
 int device_transfers_body(int rank, int n) {
   int gpu = -1;
-  wia_communicator_t comm = start(rank, n, &gpu);
+  wia_communicator_t comm = join_with_gpudirect(rank, n, &gpu);
   if (!comm) return kApiError;
   FabricCounters fab;
   if (!fab.load()) {
@@ -274,7 +217,7 @@ int device_transfers_body(int rank, int n) {
   return wia_destroy_communicator(comm) == WIA_SUCCESS ? kOk : fail(rank, "destroy");
 }
 
-void check_direct_logs(const Logs& logs) {
+void check_direct_logs(const RankLogs& logs) {
   for (int rank : {0, 1}) {
     const std::string log = logs.of(rank);
     INFO(log);
@@ -290,7 +233,7 @@ void check_direct_logs(const Logs& logs) {
 TEST_CASE(
     "ofi with FI_HMEM: device buffers to and from device and host memory, eager and large, "
     "posted on device memory with their registration, one per allocation") {
-  const Logs logs;
+  const RankLogs logs;
   const auto st =
       run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body, {});
   check_direct_logs(logs);
@@ -298,7 +241,7 @@ TEST_CASE(
 }
 
 TEST_CASE("ofi with FI_HMEM in rendezvous mode: small device sends are announced, not framed") {
-  const Logs logs;
+  const RankLogs logs;
   const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body,
                              {{"WIA_OFI_RENDEZVOUS", "on"}});
   check_direct_logs(logs);
@@ -310,7 +253,7 @@ TEST_CASE(
     "address)") {
   // libfabric reaches device memory through its own driver calls: the
   // core registers the allocation by address, no dma-buf is needed.
-  const Logs logs;
+  const RankLogs logs;
   const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body,
                              {{"WIA_FAKE_CUDA_FAULT", "no_dmabuf"}});
   check_direct_logs(logs);
@@ -320,7 +263,7 @@ TEST_CASE(
 // One staged device-to-device transfer on the real libfabric.
 static int staged_body(int rank, int n) {
   int gpu = -1;
-  wia_communicator_t comm = start(rank, n, &gpu);
+  wia_communicator_t comm = join_with_gpudirect(rank, n, &gpu);
   if (!comm) return kApiError;
   void* dev = nullptr;
   if (wia_malloc_on(gpu, &dev, kSize) != WIA_SUCCESS) return fail(rank, "malloc_on");
@@ -340,7 +283,7 @@ static int staged_body(int rank, int n) {
 
 TEST_CASE(
     "ofi on the real libfabric's tcp;ofi_rxm (no FI_HMEM): device buffers are staged, saying why") {
-  const Logs logs;
+  const RankLogs logs;
   const auto st = run_logged(logs.base, ofi_yaml(nullptr), staged_body, {});
   for (int rank : {0, 1}) {
     const std::string log = logs.of(rank);
@@ -356,7 +299,7 @@ TEST_CASE(
 TEST_CASE(
     "ofi on the real libfabric's shm (FI_HMEM claimed, CUDA refused): device buffers are staged, "
     "naming the refusal") {
-  const Logs logs;
+  const RankLogs logs;
   const auto st = run_logged(logs.base, ofi_yaml(nullptr, "shm"), staged_body, {});
   for (int rank : {0, 1}) {
     const std::string log = logs.of(rank);
