@@ -39,6 +39,7 @@
 #include "discovery/discovery.hpp"
 #include "tool_ranks.hpp"
 #include "topology/topology.hpp"
+#include "tuner/cost_model.hpp"
 #include "wia_common/text.hpp"
 
 namespace {
@@ -169,6 +170,30 @@ std::string size_name(std::size_t bytes) {
   if (bytes % (1 << 20) == 0) return fmt::format("{} MiB", bytes >> 20);
   if (bytes % (1 << 10) == 0) return fmt::format("{} KiB", bytes >> 10);
   return fmt::format("{} B", bytes);
+}
+
+// Over tcp links: the share of one direction's time a message takes on each
+// end's socket path when a message goes each way at once (one way /
+// both ways together), the figure the cost model prices loopback tcp with
+// (tuner::kLoopbackTcpSocketShare; docs/collectives.md, "How the model is
+// calibrated"). Nothing when no link is tcp.
+void print_socket_share(int n, const wia_topology_t& topo,
+                        const std::vector<wia_bandwidth_benchmark_t>& m) {
+  double lo = 0, hi = 0;
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      const auto& x = m[static_cast<std::size_t>(a) * static_cast<std::size_t>(n) + b];
+      if (a == b || std::string(topo.link_type[a][b]) != "tcp" || !(x.bidirectional_gbps > 0))
+        continue;
+      const double share = x.unidirectional_gbps / x.bidirectional_gbps;
+      lo = lo == 0 ? share : std::min(lo, share);
+      hi = std::max(hi, share);
+    }
+  if (hi == 0) return;
+  fmt::print(
+      "tcp socket-path share per message (one way / both ways together): {:.2f} - {:.2f} "
+      "(the cost model's: {:.2f})\n\n",
+      lo, hi, wia::tuner::kLoopbackTcpSocketShare);
 }
 
 // ---- devices of this process ------------------------------------------------
@@ -454,6 +479,7 @@ int run_ranks(const Options& o) {
       }
       fmt::print("\n");
       print_matrices(p, "r", size_name(bench.bytes()), m);
+      print_socket_share(p, topo, m);
       if (!o.output.empty()) {
         for (int a = 0; a < p; ++a)
           for (int b = 0; b < p; ++b) {
