@@ -14,7 +14,8 @@
 //    message each way at once (the reverse direction on a second
 //    communicator split from the first, so the two do not queue behind
 //    each other). Rank 0 prints the matrices with each rank's host and each
-//    link's transport.
+//    link's transport, and over tcp the socket-path share the cost model
+//    prices loopback tcp with (one way / both ways together).
 //
 // --output FILE writes each link's bandwidth_gbps = unidirectional GB/s and
 // latency_us = alpha fitted through the 4 KiB and 1 MiB points, over the
