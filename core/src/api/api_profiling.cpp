@@ -355,11 +355,14 @@ std::string trace_json(const CommProfiler::Trace& t, const Track& track,
     out += fmt::format(
         ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
         "\"pid\":{},\"tid\":{},\"args\":{{\"bytes\":{},\"algorithm\":\"{}\","
-        "\"transport\":\"{}\",\"{}\":{}{}}}}}",
+        "\"transport\":\"{}\",\"{}\":{}{}{}}}}}",
         json_escape(e.name), p2p ? "p2p" : "collective", ts_us(e.start), dur_us(e.start, e.end),
         rank, on, e.bytes, json_escape(e.algorithm), json_escape(e.transport),
         p2p ? "peer" : "nranks", p2p ? e.peer : track.nranks,
-        !p2p && e.track >= 0 ? fmt::format(",\"rank\":{}", e.track) : std::string());
+        !p2p && e.track >= 0 ? fmt::format(",\"rank\":{}", e.track) : std::string(),
+        !p2p && e.peers != nullptr && e.track < 0 && !device_comm
+            ? fmt::format(",\"peers\":[{}]", json_escape(e.peers))
+            : std::string());
   }
   for (const ComputeRun& c : compute)
     out += fmt::format(

@@ -220,7 +220,7 @@ void CommProfiler::note_end_before_timed() {
 }
 
 void CommProfiler::finished_timed(std::uint64_t seq, std::uint64_t word, const char* algorithm,
-                                  const char* transport, RankEnds rank_ends) {
+                                  const char* transport, RankEnds rank_ends, const char* peers) {
   if (!on()) return;
   const Details d = load_details(details_[seq % kRing]);
   const Clock::time_point now = Clock::now();
@@ -233,7 +233,7 @@ void CommProfiler::finished_timed(std::uint64_t seq, std::uint64_t word, const c
 #endif
   const auto kind = static_cast<std::uint32_t>((word >> kWordKindShift) & kWordKindMask);
   if (d.epoch == epoch_.load(std::memory_order_relaxed)) {
-    record_timed(kind, d, now, algorithm, transport, rank_ends);
+    record_timed(kind, d, now, algorithm, transport, rank_ends, peers);
   } else if (on_.load(std::memory_order_relaxed)) {
     count(kind, d.bytes);  // posted before a reset: counted, as an untimed one, not timed
   }
@@ -251,7 +251,7 @@ CommProfiler::OpStats& CommProfiler::ops_entry(std::uint32_t kind) {
 
 void CommProfiler::record_timed(std::uint32_t kind, const Details& d, Clock::time_point now,
                                 const char* algorithm, const char* transport,
-                                RankEnds rank_ends) {
+                                RankEnds rank_ends, const char* peers) {
   std::lock_guard lock(mu_);
   // Operations run one after another: one queued behind another starts
   // when that one ends, not when it was posted.
@@ -268,8 +268,9 @@ void CommProfiler::record_timed(std::uint32_t kind, const Details& d, Clock::tim
   last_end_ns_.store(ns_of(now), std::memory_order_relaxed);
   const char* const algo = d.algorithm != nullptr ? d.algorithm : algorithm;
   const char* const via = d.transport != nullptr ? d.transport : transport;
-  const TraceEvent event{start, now, kind_name(kind), algo != nullptr ? algo : "",
-                         via != nullptr ? via : "", d.bytes, d.peer, -1, d.stream};
+  const TraceEvent event{start,     now,    kind_name(kind), algo != nullptr ? algo : "",
+                         via != nullptr ? via : "", d.bytes, d.peer, -1, d.stream,
+                         peers != nullptr ? peers : ""};
   push_trace(event);
   // A device communicator's collective as each rank saw it: from the
   // collective's start to that rank's end, on the rank's device's track.

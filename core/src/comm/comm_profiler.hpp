@@ -82,6 +82,7 @@ class CommProfiler {
     std::int32_t track = -1;  // -1: the communicator's; r: rank r's device (record_beside,
                               // and a device communicator's collective as rank r saw it)
     std::uint32_t stream = 0;  // wia_stream_s::track() it was posted on; 0: none known
+    const char* peers = "";    // a collective's: the ranks it exchanged with ("1,3")
   };
   // Each rank's start and end of a device communicator's collective
   // (steady clock, ns; 0: not seen), for one event per rank on its
@@ -219,12 +220,15 @@ class CommProfiler {
   // another, each before the next can end (the fast path relies on it).
   // Inline for an operation that is only counted: one load of its ring
   // word, two counters, and one load of the next operation's word.
-  // `rank_ends`: a device communicator's per-rank ends (timeline only).
+  // `rank_ends`: a device communicator's per-rank ends; `peers`: a
+  // collective's ranks it exchanged with, "1,3" (static storage); both
+  // for the timeline only.
   void finished(std::uint64_t seq, const char* algorithm, const char* transport = nullptr,
-                RankEnds rank_ends = {nullptr, nullptr, 0}) {
+                RankEnds rank_ends = {nullptr, nullptr, 0}, const char* peers = nullptr) {
     const std::uint64_t w = ring_[seq % kRing].load(std::memory_order_acquire);
     if ((w & ~kWordPayloadMask) != tag_of(seq)) return;  // posted while off, or 4096 before
-    if ((w & kWordTimed) != 0) return finished_timed(seq, w, algorithm, transport, rank_ends);
+    if ((w & kWordTimed) != 0)
+      return finished_timed(seq, w, algorithm, transport, rank_ends, peers);
     if (!on_.load(std::memory_order_relaxed)) return;  // disabled since
     count(static_cast<std::uint32_t>((w >> kWordKindShift) & kWordKindMask), w & kWordBytesMask);
     // The next operation, when timed and already waiting, starts now.
@@ -324,9 +328,10 @@ class CommProfiler {
   // sample_every - 1, the same sequence on every rank.
   std::uint32_t next_gap(std::uint32_t kind, std::uint64_t every);
   void finished_timed(std::uint64_t seq, std::uint64_t word, const char* algorithm,
-                      const char* transport, RankEnds rank_ends);
+                      const char* transport, RankEnds rank_ends, const char* peers);
   void record_timed(std::uint32_t kind, const Details& d, Clock::time_point end,
-                    const char* algorithm, const char* transport, RankEnds rank_ends);
+                    const char* algorithm, const char* transport, RankEnds rank_ends,
+                    const char* peers);
   static std::int64_t ns_of(Clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   }

@@ -588,6 +588,10 @@ class ProcessCommunicator final : public CommunicatorBase {
   // interned; remembered for the plan last asked about (held, so its
   // address is not reused by another).
   const char* transports_of(const std::shared_ptr<const engine::ExecPlan>& plan, bool windows);
+  // The ranks this rank's part of `plan` exchanges with ("1,3", sorted;
+  // every other rank through the windows), in storage that lives as long
+  // as the process: the timeline's `peers`. Cached with transports_of.
+  const char* peers_of(const std::shared_ptr<const engine::ExecPlan>& plan, bool windows);
   // Interned transport name of each peer's link, and of each set of the
   // distinct ones (bit i: the i-th distinct one in peer order); filled on
   // first use.
@@ -598,10 +602,13 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::vector<const char*> transport_of_peer_;
   std::vector<std::uint32_t> transport_bit_of_peer_;
   std::vector<const char*> transport_of_set_;
-  std::shared_ptr<const engine::ExecPlan> transport_plan_;
+  std::shared_ptr<const engine::ExecPlan> transport_plan_, peers_plan_;
   const char* transport_plan_name_ = nullptr;
+  const char* peers_plan_list_ = nullptr;
+  const char* every_other_rank_ = nullptr;  // peers_of's answer for the windows
   // What the collective running now used, for release_turn's profiler call.
   const char* op_transport_ = nullptr;
+  const char* op_peers_ = nullptr;
 };
 
 }  // namespace wia::comm

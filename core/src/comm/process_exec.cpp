@@ -42,7 +42,10 @@ std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begi
     b = std::move(call.buffers);  // the call is not read again
     if (call.in_place && r->mode == Mode::kNetwork) prepare_in_place(call, plan, b);
     note_selected(plan->schedule.algorithm, call.collective, estimate);
-    if (profiler_.on()) op_transport_ = transports_of(plan, r->mode == Mode::kWindow);
+    if (profiler_.on()) {
+      op_transport_ = transports_of(plan, r->mode == Mode::kWindow);
+      op_peers_ = peers_of(plan, r->mode == Mode::kWindow);
+    }
     if (r->mode == Mode::kNetwork) reserve_scratch_and_staging(*plan, b);
 
     // Ranks agree on collectives, not on operations: point to point
@@ -222,6 +225,36 @@ const char* ProcessCommunicator::transports_of(const std::shared_ptr<const engin
   return transport_plan_name_;
 }
 
+const char* ProcessCommunicator::peers_of(const std::shared_ptr<const engine::ExecPlan>& plan,
+                                          bool windows) {
+  auto listed = [](const std::vector<int>& ranks) {
+    std::string text;
+    for (const int q : ranks) text += fmt::format("{}{}", text.empty() ? "" : ",", q);
+    return CommProfiler::intern_transport(text);
+  };
+  if (windows || !plan) {
+    if (every_other_rank_ == nullptr) {
+      std::vector<int> others;
+      for (int q = 0; q < layout_.size; ++q)
+        if (q != layout_.rank) others.push_back(q);
+      every_other_rank_ = listed(others);
+    }
+    return every_other_rank_;
+  }
+  if (plan == peers_plan_) return peers_plan_list_;
+  std::vector<int> peers;
+  const auto& programs = plan->schedule.programs;
+  const auto me = static_cast<std::size_t>(layout_.rank);
+  if (me < programs.size() && programs[me].built)
+    for (const coll::Step& step : programs[me].steps)
+      if (step.peer >= 0 && step.peer != layout_.rank) peers.push_back(step.peer);
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  peers_plan_ = plan;
+  peers_plan_list_ = listed(peers);
+  return peers_plan_list_;
+}
+
 bool ProcessCommunicator::repeats_window_call(const Call& call) const {
   const Call& k = window_repeat_.key;
   return window_repeat_.valid && call.collective == k.collective && call.count == k.count &&
@@ -241,6 +274,7 @@ std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begi
   r->descriptor.seq = r->index;
   note_selected(coll::Algorithm::kOneShot, call.collective, window_repeat_.estimate);
   op_transport_ = "windows";
+  if (profiler_.on()) op_peers_ = peers_of(nullptr, true);
   r->options.deadline = deadline;
   r->options.timeout_ms = call.timeout_ms ? call.timeout_ms : default_timeout_ms_;
   r->options.oversubscribed = oversubscribed_;

@@ -322,7 +322,8 @@ void ProcessCommunicator::release_turn(std::uint64_t seq) {
   flight_.finished(seq);
   // The algorithm's name takes a lock: asked for the timed operations only.
   if (profiler_.on())
-    profiler_.finished(seq, profiler_.timed(seq) ? last_selected().name : nullptr, op_transport_);
+    profiler_.finished(seq, profiler_.timed(seq) ? last_selected().name : nullptr, op_transport_,
+                       {nullptr, nullptr, 0}, op_peers_);
   executed_.store(std::max(executed_.load(), seq + 1), std::memory_order_release);
   order_signal_.notify();
 }

@@ -876,7 +876,8 @@ int sampled(int rank, int nranks) {
 
 // Checks a trace file with Python's json module (CI and this machine have
 // python3): the events of each name, ts/dur, one track, ts monotonic on it,
-// args present, and the metadata. Prints OK or what is wrong.
+// args present (a collective's peers: the other rank), and the metadata.
+// Prints OK or what is wrong.
 constexpr const char* kTraceCheck = R"PY(
 import json, sys
 path, rank, nranks, dropped = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -898,7 +899,7 @@ for e in ev:
     if e['cat'] == 'p2p':
         assert a['peer'] == 1 - rank, e
     else:
-        assert a['nranks'] == nranks, e
+        assert a['nranks'] == nranks and a['peers'] == [1 - rank], e
 o = t['otherData']
 assert o['rank'] == rank and o['events'] == len(ev) and o['dropped_events'] == dropped, o
 assert o['ts_origin_unix_us'] % 86400000000 == 0 and o['ts_origin_unix_us'] > 1.5e15, o
