@@ -49,14 +49,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using comm::CommProfiler;
 
-// A host function that ran while some communicator profiled.
+// Compute that ran on a stream while some communicator profiled: a host
+// function, or a kernel, copy or set between two ComputeBracket marks.
 struct ComputeRun {
   wia_device_t device;
   std::uint32_t stream;  // wia_stream_s::track(): the timeline's track
   CommProfiler::Interval interval;
   const char* what;  // the timeline's name: "host function", "copy", "kernel <name>", ...
 };
-// Host functions run while any communicator profiles.
+// Compute run while any communicator profiles (the first 2^20 runs).
 struct ComputeLog {
   std::mutex mu;
   std::vector<ComputeRun> runs;
