@@ -85,10 +85,15 @@ CUresult Stream::synchronize() {
 
 CUresult Stream::query() {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!queue_.empty() || busy_) return WIA_CUDA_ERROR_NOT_READY;
-  const CUresult st = pending_error_;
-  pending_error_ = WIA_CUDA_SUCCESS;
-  return st;
+  // A failure is reported as soon as it happened, even while later work is
+  // queued, as the real driver's errors are (they stick to the context):
+  // "busy" would hide it for as long as the stream is kept fed.
+  if (pending_error_ != WIA_CUDA_SUCCESS) {
+    const CUresult st = pending_error_;
+    pending_error_ = WIA_CUDA_SUCCESS;
+    return st;
+  }
+  return !queue_.empty() || busy_ ? WIA_CUDA_ERROR_NOT_READY : WIA_CUDA_SUCCESS;
 }
 
 bool Stream::finished() const {
