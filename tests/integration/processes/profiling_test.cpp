@@ -290,7 +290,12 @@ int stream_work_is_compute(int rank, int nranks) {
                work, [](void*) { running.store(true); }, nullptr) == WIA_SUCCESS);
   EXPECT_R(wia_memset_async(a, 1, kBytes, work) == WIA_SUCCESS);
   for (int i = 0; i < 6; ++i) EXPECT_R(wia_memcpy_async(b, a, kBytes, work) == WIA_SUCCESS);
-  while (!running.load()) std::this_thread::yield();
+  const auto wait_until = Clock::now() + std::chrono::seconds(10);
+  while (!running.load() && Clock::now() < wait_until) std::this_thread::yield();
+  if (!running.load()) {
+    std::fprintf(stderr, "rank %d: the stream of the copies did not run within 10 s\n", rank);
+    return kWrong;
+  }
   for (int i = 0; i < 3; ++i) {
     EXPECT_R(wia_all_reduce(comm, buf.data(), buf.data(), buf.size(), &cfg, nullptr) ==
              WIA_SUCCESS);
