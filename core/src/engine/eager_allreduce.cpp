@@ -178,7 +178,7 @@ void EagerAllReduce::check_message(int q, std::uint64_t size) {
 
 bool EagerAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
   Backoff backoff(options_->oversubscribed);
-  std::uint32_t idle_rounds = 0;
+  ControlPace pace;
   while (pending_ > 0) {
     bool progressed = false;
     for (int q = 0; q < nranks_; ++q) {
@@ -192,7 +192,7 @@ bool EagerAllReduce::run(std::chrono::steady_clock::time_point give_up_at) {
     }
     // Peers that failed tell us on the control channel, and peers asking
     // where we are get their answer: looked at while waiting only.
-    const IdleRound waited = idle_round(backoff, idle_rounds, *control_, *options_, give_up_at);
+    const IdleRound waited = idle_round(backoff, pace, *control_, *options_, give_up_at);
     if (waited == IdleRound::kGiveUp) return false;
     if (waited == IdleRound::kTimedOut) {
       const std::string where = control_->diagnose(desc_.seq);

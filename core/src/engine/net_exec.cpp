@@ -53,15 +53,18 @@ void reduce_in_order(const Descriptor& desc, wia_reduce_op_t op, void* dst,
                             desc.seq, count, status_name(rc)));
 }
 
-IdleRound idle_round(Backoff& backoff, std::uint32_t& rounds, ControlChannel& control,
+IdleRound idle_round(Backoff& backoff, ControlPace& pace, ControlChannel& control,
                      const NetExecOptions& options,
                      std::chrono::steady_clock::time_point give_up_at) {
-  if ((++rounds & 63) == 0) {
+  if ((++pace.rounds & 63) == 0 || pace.due) {
+    pace.due = false;
+    pace.last = backoff.now();  // the last clock reading: at most 16 rounds old
     const std::string reason = control.poll();
     if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
   }
   backoff.wait();
   if (!backoff.read_clock()) return IdleRound::kAgain;
+  if (backoff.now() - pace.last >= kControlEvery) pace.due = true;
   if (backoff.now() > options.deadline) return IdleRound::kTimedOut;
   return backoff.now() > give_up_at ? IdleRound::kGiveUp : IdleRound::kAgain;
 }
@@ -95,11 +98,6 @@ std::uint64_t staging_bytes(const ExecPlan& plan, int rank) {
     if (st.kind == coll::StepKind::kRecvReduce) n += st.count;
   return n * plan.schedule.elem_size();
 }
-
-// The longest a running collective goes without looking at its control
-// channel while it makes progress: well under the heartbeat period (500 ms
-// by default), so heartbeats leave on time from a rank inside a long one.
-constexpr std::chrono::milliseconds kControlEvery{50};
 
 class NetExecution::Executor {
  public:
@@ -168,6 +166,7 @@ class NetExecution::Executor {
     }
     Backoff backoff(options_.oversubscribed);
     std::uint32_t iteration = 0, idle = 0;
+    bool slept = false;
     auto last_control = std::chrono::steady_clock::now();
     while (first_ < prog_.steps.size() || desc_send_ || desc_recv_) {
       bool progressed = false;
@@ -181,10 +180,12 @@ class NetExecution::Executor {
       // waited for. Also whenever kControlEvery passed on a round that
       // made progress: such a round may copy or reduce a large chunk, and
       // on a loaded machine 32 of them outlasted heartbeat_timeout_ms, so
-      // the neighbours declared a busy rank dead.
+      // the neighbours declared a busy rank dead. And after a sleep in
+      // poll(2): 32 sleeps of a rank waiting for a late peer are seconds.
       bool control_due = (++iteration & 31) == 0;
-      if (progressed && !control_due)
+      if ((progressed || slept) && !control_due)
         control_due = std::chrono::steady_clock::now() - last_control >= kControlEvery;
+      slept = false;
       if (control_due) {
         last_control = std::chrono::steady_clock::now();
         const std::string reason = control_.poll();
@@ -205,7 +206,14 @@ class NetExecution::Executor {
         const auto now = std::chrono::steady_clock::now();
         if (now > options_.deadline) throw_timeout();
         if (now > give_up_at) return false;
-        if (wait_for_links(links_, std::min(give_up_at, options_.deadline), pollfds_)) continue;
+        // Woken at least every kControlEvery, so that this rank's
+        // heartbeats leave and its neighbours are watched while it waits
+        // (a late peer kept it in poll(2) past heartbeat_timeout_ms).
+        if (wait_for_links(links_, std::min({give_up_at, options_.deadline, now + kControlEvery}),
+                           pollfds_)) {
+          slept = true;
+          continue;
+        }
       }
       backoff.wait();
       if (backoff.read_clock()) {

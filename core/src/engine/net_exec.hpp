@@ -99,13 +99,28 @@ void reduce_in_order(const Descriptor& desc, wia_reduce_op_t op, void* dst,
                      const std::vector<const void*>& srcs, std::uint64_t count, int rank,
                      const char* what);
 
-// One idle round of a rank waiting for its peers: every 64th round looks
-// at the control channel (a peer's failure, or a dead peer its transport
+// The longest a running collective goes without looking at its control
+// channel: well under the heartbeat period (500 ms by default), so
+// heartbeats leave on time from a rank inside a long one.
+inline constexpr std::chrono::milliseconds kControlEvery{50};
+
+// When an idle waiter looks at its control channel: every 64th round, and
+// on the round after kControlEvery passed (a round may sleep a
+// millisecond, and a yield on a loaded machine many: 64 of them could
+// outlast heartbeat_timeout_ms).
+struct ControlPace {
+  std::uint32_t rounds = 0;
+  bool due = false;
+  std::chrono::steady_clock::time_point last{};
+};
+
+// One idle round of a rank waiting for its peers: looks at the control
+// channel when `pace` says (a peer's failure, or a dead peer its transport
 // noticed, becomes Error(WIA_ERROR_REMOTE)); then waits, and on the rounds
 // that read the clock says whether `options.deadline` (kTimedOut: the
 // caller throws its own timeout message) or `give_up_at` passed.
 enum class IdleRound { kAgain, kGiveUp, kTimedOut };
-IdleRound idle_round(Backoff& backoff, std::uint32_t& rounds, ControlChannel& control,
+IdleRound idle_round(Backoff& backoff, ControlPace& pace, ControlChannel& control,
                      const NetExecOptions& options,
                      std::chrono::steady_clock::time_point give_up_at);
 

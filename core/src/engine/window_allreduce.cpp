@@ -249,7 +249,8 @@ void WindowAllReduce::publish_input() {
 
 bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_point give_up_at) {
   Backoff backoff(options_->oversubscribed);
-  std::uint32_t idle_rounds = 0, yields = 0;
+  ControlPace pace;
+  std::uint32_t yields = 0;
   while (next_peer_ < nranks_) {
     if (next_peer_ == rank_ || load_step(header(next_peer_, which)) == step_) {
       // The descriptor shares the step's cache line: checked while hot.
@@ -272,7 +273,7 @@ bool WindowAllReduce::wait_for_peers(int which, std::chrono::steady_clock::time_
     // Peers that failed tell us on the control channel (and a peer that
     // died is noticed by its transport there); peers asking where we are
     // get their answer.
-    const IdleRound waited = idle_round(backoff, idle_rounds, *control_, *options_, give_up_at);
+    const IdleRound waited = idle_round(backoff, pace, *control_, *options_, give_up_at);
     if (waited == IdleRound::kGiveUp) return false;
     if (waited == IdleRound::kTimedOut) fail_timeout(which);
   }

@@ -6,6 +6,8 @@
 // heartbeat_ms 0 keeps the old behaviour (noticed only by an operation).
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -210,6 +212,77 @@ TEST_CASE("heartbeats: a rank busy 3 s outside the library is not declared faile
       },
       {{"TEST_WIA_ID", unique_id_env()}}, {}, 60);
   check_all(st, kOk);
+}
+
+namespace {
+
+// Pins the calling process to the first CPU it may run on: three ranks on
+// one CPU are oversubscribed on any machine, so waiting ranks sleep.
+void pin_to_one_cpu() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) {
+      CPU_ZERO(&set);
+      CPU_SET(c, &set);
+      sched_setaffinity(0, sizeof(set), &set);
+      return;
+    }
+}
+
+// Ranks 0 and 2 enter a 4 MiB all-reduce at once and wait inside it for
+// rank 1, which comes 3 s late (twice the heartbeat timeout). The
+// waiting ranks sleep (oversubscribed: every rank on one CPU), over tcp in
+// poll(2) on their connections, over shm on the window's futex; they must
+// still send heartbeats and answer for themselves, or rank 1's heartbeat
+// thread declares them failed. The sum is checked element by element.
+void late_rank_in_a_large_all_reduce(const char* transport, wia_algorithm_id_t algorithm) {
+  const auto st = run_ranks(
+      3, base_yaml(60000),
+      [algorithm](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        const std::size_t n = std::size_t{1} << 20;
+        std::vector<float> b(n);
+        for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<float>(rank * 8 + i % 8);
+        wia_collective_config_t cfg{};
+        cfg.datatype = WIA_FLOAT32;
+        cfg.algorithm = algorithm;
+        if (wia_all_reduce(comm, b.data(), b.data(), n, &cfg, nullptr) != WIA_SUCCESS ||
+            wia_stream_synchronize(nullptr) != WIA_SUCCESS) {
+          std::fprintf(stderr, "rank %d: all-reduce: %s\n", rank, wia_get_last_error());
+          return kApiError;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          const float want = static_cast<float>(8 * (0 + 1 + 2) + nranks * (i % 8));
+          if (b[i] != want) {
+            std::fprintf(stderr, "rank %d: element %zu is %g, not %g\n", rank, i, b[i], want);
+            return kWrong;
+          }
+        }
+        int failed[4];
+        int count = -1;
+        if (wia_comm_get_failed(comm, failed, 4, &count) != WIA_SUCCESS || count != 0) {
+          std::fprintf(stderr, "rank %d: %d rank(s) listed as failed\n", rank, count);
+          return kWrong;
+        }
+        return wia_destroy_communicator(comm) == WIA_SUCCESS ? kOk : kApiError;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", transport}}, {}, 60,
+      [](int) { pin_to_one_cpu(); });
+  check_all(st, kOk);
+}
+
+}  // namespace
+
+TEST_CASE("heartbeats: ranks sleeping inside a large all-reduce for a late rank stay alive") {
+  SUBCASE("tcp, ring: the network engine sleeps in poll(2)") {
+    late_rank_in_a_large_all_reduce("tcp", WIA_ALGORITHM_RING);
+  }
+  SUBCASE("shm, direct: through the node-shared windows") {
+    late_rank_in_a_large_all_reduce("shm", WIA_ALGORITHM_DIRECT);
+  }
 }
 
 TEST_CASE("heartbeats off: an idle communicator does not notice a SIGKILL; its next collective does") {
