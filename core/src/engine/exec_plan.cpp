@@ -9,8 +9,8 @@
 #include <tuple>
 
 #include <fmt/format.h>
-#include <unistd.h>
 
+#include "common/cpus.hpp"
 #include "common/error.hpp"
 #include "kernels/cpu_copy.hpp"
 #include "kernels/cpu_reduce.hpp"
@@ -203,8 +203,8 @@ std::uint64_t fuse_min_bytes() {
   static const std::uint64_t bytes = [] {
     if (const char* forced = std::getenv("WIA_TEST_FUSE_MIN_BYTES"); forced && *forced)
       return static_cast<std::uint64_t>(std::strtoull(forced, nullptr, 10));
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return static_cast<std::uint64_t>(l2 > 0 ? l2 : 1 << 20) / 2;
+    const std::uint64_t l2 = cpu_cache_bytes(2);
+    return (l2 > 0 ? l2 : std::uint64_t{1} << 20) / 2;
   }();
   return bytes;
 }
@@ -218,8 +218,8 @@ bool stream_outputs(const coll::Schedule& s) {
   static const std::uint64_t min_footprint = [] {
     if (const char* forced = std::getenv("WIA_TEST_STREAM_MIN_BYTES"); forced && *forced)
       return static_cast<std::uint64_t>(std::strtoull(forced, nullptr, 10));
-    const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    return static_cast<std::uint64_t>(llc > 0 ? llc : 32 << 20) / 2;
+    const std::uint64_t llc = last_level_cache_bytes();
+    return (llc > 0 ? llc : std::uint64_t{32} << 20) / 2;
   }();
   return s.count * s.elem_size() * 2 * static_cast<std::uint64_t>(s.nranks) > min_footprint;
 }

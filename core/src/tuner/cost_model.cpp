@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tuner/cost_model.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -11,6 +9,7 @@
 #include <tuple>
 
 #include "coll/registry.hpp"
+#include "common/cpus.hpp"
 #include "common/error.hpp"
 #include "kernels/cpu_reduce.hpp"
 
@@ -50,7 +49,7 @@ LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_byt
   cores = std::max(cores, 1);
   m.message_overhead_us = nranks > cores ? 16.0 : 2.0;
   m.cpu_share = nranks > cores ? static_cast<double>(cores) / nranks : 1.0;
-  if (llc_bytes <= 0) llc_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
+  if (llc_bytes <= 0) llc_bytes = static_cast<double>(last_level_cache_bytes());
   m.cache_bytes = llc_bytes;
   m.cache_speedup = kHostCacheSpeedup;
   return m;

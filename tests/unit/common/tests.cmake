@@ -4,7 +4,7 @@
 wia_add_unit_test(common
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/log_test.cpp ${CMAKE_CURRENT_LIST_DIR}/cpus_test.cpp
           ${CMAKE_CURRENT_LIST_DIR}/utf8_test.cpp
-  LIBS wia_core_base)
+  LIBS wia_core_base PkgConfig::HWLOC)
 
 # Logging before configure() must follow WIA_LOG_LEVEL / WIA_LOG_FILE read at
 # first use. That needs a fresh process with those variables set, so the
