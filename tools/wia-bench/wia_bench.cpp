@@ -62,6 +62,7 @@
 // writable, the script is found and matplotlib imports; any failure is one
 // line naming what is wrong (the package to install when matplotlib is
 // missing) and exit status 1.
+#include <sched.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -71,6 +72,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -81,6 +83,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu_copy.hpp"
 #include "kernels/cpu_reduce.hpp"
 #include "kernels/element_access.hpp"
 #include "tool_ranks.hpp"
@@ -640,6 +643,74 @@ class Bench {
     return samples[1];
   }
 
+  // The pass bound (in-process all-reduce): the least an all-reduce of
+  // these buffers can do in memory, run by hand with no library in
+  // between. Each of min(ranks, CPUs) threads takes an equal share of the
+  // elements and, slice by slice, reduces every rank's input with the
+  // library's CPU kernel into a buffer of its own and copies the result to
+  // every rank's output; the threads meet at a barrier after each call,
+  // as a collective's ranks do. The copy bound lets each rank copy only its
+  // own data call after call, which on a 2-core machine keeps half the
+  // ranks' buffers in cache; an all-reduce reads every rank's input each
+  // call. The fastest of 16 KiB slices (in L1 when copied), 256 KiB (in
+  // L2, fewer switches between the streams) and 16 KiB written with
+  // streaming stores (no read for ownership of the outputs); median of 3.
+  double pass_bound_us(std::uint64_t count, int iters) {
+    const int p = static_cast<int>(ranks_.size());
+    cpu_set_t cpus;
+    const int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    const int nthreads = std::clamp(ncpu, 1, p);
+    double best = 0;
+    struct Variant {
+      std::uint64_t slice_bytes;
+      bool streaming;
+    };
+    for (const Variant v : {Variant{16 << 10, false}, Variant{256 << 10, false},
+                            Variant{16 << 10, true}}) {
+      const std::uint64_t slice = std::max<std::uint64_t>(1, v.slice_bytes / es_);
+      std::vector<double> samples;
+      for (int rep = 0; rep < 3; ++rep) {
+        std::barrier calls(nthreads);
+        std::vector<std::thread> threads;
+        const auto t0 = Clock::now();
+        for (int t = 0; t < nthreads; ++t)
+          threads.emplace_back([&, t] {
+            const std::uint64_t lo = count * t / nthreads, hi = count * (t + 1) / nthreads;
+            std::vector<char> reduced(slice * es_);
+            std::vector<const void*> srcs(p);
+            for (int i = 0; i < iters; ++i) {
+              for (std::uint64_t off = lo; off < hi; off += slice) {
+                const std::uint64_t n = std::min(slice, hi - off);
+                for (int r = 0; r < p; ++r) srcs[r] = ranks_[r].in + off * es_;
+                wia_reduce_args_v1_t a{};
+                a.struct_size = sizeof(a);
+                a.dtype = o_.dtype;
+                a.op = o_.redop;
+                a.nsrcs = static_cast<std::uint32_t>(p);
+                a.count = n;
+                a.dst = reduced.data();
+                a.srcs = srcs.data();
+                if (wia::kernels::reduce(a) != WIA_SUCCESS) die("the pass bound's reduction", WIA_ERROR_INTERNAL);
+                for (int r = 0; r < p; ++r) {
+                  if (v.streaming)
+                    wia::kernels::copy_streaming(ranks_[r].out + off * es_, reduced.data(), n * es_);
+                  else
+                    std::memcpy(ranks_[r].out + off * es_, reduced.data(), n * es_);
+                }
+              }
+              if (v.streaming) wia::kernels::streaming_fence();
+              calls.arrive_and_wait();
+            }
+          });
+        for (auto& th : threads) th.join();
+        samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+      }
+      std::sort(samples.begin(), samples.end());
+      if (best == 0 || samples[1] < best) best = samples[1];
+    }
+    return best;
+  }
+
   const std::string& last_algorithm() const { return last_algorithm_; }
   // The cost model's estimate for the calls time_us() last timed.
   double last_estimate_us() const { return last_estimate_us_; }
@@ -864,6 +935,13 @@ struct PlotSeries {
   std::vector<PlotPoint> points;
 };
 
+// Whether the sweep prints the pass bound (Bench::pass_bound_us): an
+// all-reduce of several ranks in this process.
+bool pass_bound(const Options& o, const Bench& bench) {
+  return !bench.distributed() && o.op == WIA_COLLECTIVE_ALLREDUCE && bench.nranks() > 1 &&
+         !o.compressed;
+}
+
 // The table of one collective (o.op), its figures appended to `series`.
 int run_plain_sweep(const Options& o, Bench& bench, const std::vector<std::uint64_t>& sizes,
                     bool print, PlotSeries& series) {
@@ -877,6 +955,10 @@ int run_plain_sweep(const Options& o, Bench& bench, const std::vector<std::uint6
                   wia::kernels::reduce_op_name(o.redop));
       std::printf("# bound = busbw of every rank copying its data once (memcpy, all ranks in "
                   "parallel), measured in this run; ratio = out-of-place busbw / bound\n");
+      if (o.op == WIA_COLLECTIVE_ALLREDUCE && p > 1)
+        std::printf("# pass = busbw of one hand-written pass (each element of every input reduced "
+                    "once and written to every output, min(ranks, CPUs) threads, a barrier per "
+                    "call), measured in this run; /pass = out-of-place busbw / pass\n");
     } else {
       const char* transport = std::getenv("WIA_TRANSPORT");
       std::printf("# wia-bench: %s  ranks %d (processes, one rank each, %d node(s), transport "
@@ -892,9 +974,10 @@ int run_plain_sweep(const Options& o, Bench& bench, const std::vector<std::uint6
                   "own process, all at once after a barrier, slowest rank), measured in this run; "
                   "ratio = out-of-place busbw / bound\n");
     }
-    std::printf("#%11s %12s %8s %6s %18s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s\n", "size",
+    std::printf("#%11s %12s %8s %6s %18s | %9s %8s %8s %6s | %9s %8s %8s %6s | %8s %6s%s\n", "size",
                 "count", "type", "redop", "algorithm", "time(us)", "algbw", "busbw", "#wrong",
-                "time(us)", "algbw", "busbw", "#wrong", "bound", "ratio");
+                "time(us)", "algbw", "busbw", "#wrong", "bound", "ratio",
+                pass_bound(o, bench) ? " |     pass  /pass" : "");
     std::printf("#%11s %12s %8s %6s %18s | %36s | %36s | %8s %6s\n", "(B)", "(elements)", "", "",
                 "", "out-of-place (GB/s)", "in-place (GB/s)", "(GB/s)", "");
     std::fflush(stdout);
@@ -916,19 +999,22 @@ int run_plain_sweep(const Options& o, Bench& bench, const std::vector<std::uint6
     const std::uint64_t wrong_ip = o.check ? bench.check(count, true) : 0;
     const double t_ip = bench.time_us(count, true, iters);
     const double t_bound = bench.copy_bound_us(count, iters);
+    const double t_pass = pass_bound(o, bench) ? bench.pass_bound_us(count, iters) : 0;
     const double gb = static_cast<double>(count * es) / 1e3;  // bytes/us -> GB/s
     const double bf = bus_factor(o.op, p);
     const double busbw_oop = gb / t_oop * bf;
     const double bound = gb / t_bound * bf;
     if (print) {
       std::printf("%12llu %12llu %8s %6s %18s | %9.2f %8.2f %8.2f %6llu | %9.2f %8.2f %8.2f %6llu "
-                  "| %8.2f %6.2f\n",
+                  "| %8.2f %6.2f",
                   static_cast<unsigned long long>(count * es), static_cast<unsigned long long>(count),
                   wia::kernels::dtype_name(o.dtype), wia::kernels::reduce_op_name(o.redop),
                   algo.c_str(), t_oop, gb / t_oop, busbw_oop,
                   static_cast<unsigned long long>(wrong_oop), t_ip, gb / t_ip, gb / t_ip * bf,
                   static_cast<unsigned long long>(wrong_ip), bound,
                   bound > 0 ? busbw_oop / bound : 0.0);  // 1 rank: no bus traffic
+      if (t_pass > 0) std::printf(" | %8.2f %5.2f", gb / t_pass * bf, t_pass / t_oop);
+      std::printf("\n");
       std::fflush(stdout);
     }
     total_wrong += wrong_oop + wrong_ip;
