@@ -324,10 +324,13 @@ void device_props(Context& c) {
              which + ".free_memory <= total_memory",
              std::to_string(p.free_memory) + " > " + std::to_string(p.total_memory));
     c.expect(p.numa_node >= -1, which + ".numa_node >= -1", std::to_string(p.numa_node));
-    c.expect((p.flags & ~7u) == 0, which + ".flags within WIA_DEVICE_FLAG_*",
+    c.expect((p.flags & ~15u) == 0, which + ".flags within WIA_DEVICE_FLAG_*",
              std::to_string(p.flags));
     c.expect(p.mem_iface <= WIA_MEM_IFACE_ZE, which + ".mem_iface a WIA_MEM_IFACE_* value",
              std::to_string(p.mem_iface));
+    if (p.flags & WIA_DEVICE_FLAG_MEM_DEVICE)
+      c.expect(p.mem_device >= 0, which + ".mem_device a vendor ordinal (>= 0) with "
+               "WIA_DEVICE_FLAG_MEM_DEVICE", std::to_string(p.mem_device));
   }
   for (const int bad : {n, n + 7, -1}) {
     wia_device_props_v1_t p{};

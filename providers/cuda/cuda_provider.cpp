@@ -65,6 +65,10 @@ wia_status_t device_props(void* ctx, std::int32_t dev, wia_device_props_v1_t* pr
     full.flags = WIA_DEVICE_FLAG_UNIFIED_ADDRESS;
     full.alignment = 256;  // cuMemAlloc's documented minimum
     full.mem_iface = WIA_MEM_IFACE_CUDA;
+    // The GPU's CUdevice, whichever logical slot of it this device is: what
+    // FI_HMEM and the driver's own calls name it by.
+    full.mem_device = static_cast<std::int32_t>(d.cu);
+    full.flags |= WIA_DEVICE_FLAG_MEM_DEVICE;
     std::memcpy(props, &full, std::min<std::size_t>(caller_size, sizeof(full)));
     return WIA_SUCCESS;
   });

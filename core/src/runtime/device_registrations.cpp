@@ -65,7 +65,12 @@ wia_mr_t DeviceRegistrations::register_now(const Provider& transport, std::int32
   desc.size = a.size;
   desc.iface = iface;
   desc.dmabuf_fd = fd;
-  desc.device_id = static_cast<std::uint64_t>(d.local_index);
+  // The vendor's ordinal (a GPU split into logical devices is one ordinal);
+  // a provider that does not say is taken to number its devices so.
+  desc.device_id = static_cast<std::uint64_t>(
+      (d.props.flags & WIA_DEVICE_FLAG_MEM_DEVICE) != 0 && d.props.mem_device >= 0
+          ? d.props.mem_device
+          : d.local_index);
   desc.dmabuf_offset = offset;
   wia_mr_t mr = nullptr;
   try {

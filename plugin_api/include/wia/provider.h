@@ -172,6 +172,8 @@ typedef enum wia_device_type {
  * parks a stream in a waiting host function. Added after the first v1
  * release: a provider that does not know it leaves it clear. */
 #define WIA_DEVICE_FLAG_WAITING_HOST_FUNC (1u << 2)
+/* mem_device (below) is set. Added after the first v1 release. */
+#define WIA_DEVICE_FLAG_MEM_DEVICE (1u << 3)
 
 typedef struct wia_device_props_v1 {
   uint32_t struct_size; /* set by the caller to sizeof its struct */
@@ -189,6 +191,16 @@ typedef struct wia_device_props_v1 {
    * 0) reports: its device memory is then staged, never handed to a
    * transport. The core names no vendor: this is how it knows. */
   uint32_t mem_iface;
+  /* The vendor's ordinal of the device whose memory this device allocates,
+   * as a transport names it when registering that memory
+   * (wia_mr_desc_v1_t.device_id: libfabric's FI_HMEM device.cuda, a
+   * CUdevice; the HIP or Level Zero device index). Valid when flags has
+   * WIA_DEVICE_FLAG_MEM_DEVICE. It differs from the provider's own device
+   * index where the provider splits one GPU into several devices
+   * (cuda.logical_devices_per_gpu). Without the flag (a provider written
+   * before this field) the core passes the provider's device index.
+   * Added after the first v1 release. */
+  int32_t mem_device;
 } wia_device_props_v1_t;
 
 /* Memory kinds for mem_alloc. */

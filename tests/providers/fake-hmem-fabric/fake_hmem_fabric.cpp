@@ -148,18 +148,22 @@ void strip_hmem(fi_info* info) {
     info->domain_attr->mr_mode &= ~static_cast<std::uint64_t>(FI_MR_HMEM);
 }
 
-// Whether [base, +len) lies in one mapping of a memfd whose name the CUDA
-// double gives its device allocations ("/memfd:fake-cuda-dev<N>").
-bool cuda_double_memory(std::uintptr_t base, std::size_t len) {
+// The CUDA double's device N when [base, +len) lies in one mapping of a
+// memfd it names for its device allocations ("/memfd:fake-cuda-dev<N>"),
+// else -1.
+int cuda_double_device(std::uintptr_t base, std::size_t len) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
+  constexpr const char* kName = "/memfd:fake-cuda-dev";
   while (std::getline(maps, line)) {
     unsigned long lo = 0, hi = 0;
     if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
-    if (base >= lo && base + len <= hi)
-      return line.find("/memfd:fake-cuda-dev") != std::string::npos;
+    if (base >= lo && base + len <= hi) {
+      const std::size_t at = line.find(kName);
+      return at == std::string::npos ? -1 : std::atoi(line.c_str() + at + std::strlen(kName));
+    }
   }
-  return false;
+  return -1;
 }
 
 // The CUDA registration overlapping [buf, +len), if any; *desc_ok: `desc`
@@ -280,18 +284,29 @@ int mr_regattr(fid* domain, const fi_mr_attr* attr, uint64_t flags, fid_mr** mr)
     return rc;
   }
   if (iface != FI_HMEM_CUDA) return -FI_ENOSYS;  // built without ROCr / Level Zero
-  for (std::size_t i = 0; i < attr->iov_count; ++i)
-    if (!cuda_double_memory(reinterpret_cast<std::uintptr_t>(attr->mr_iov[i].iov_base),
-                            attr->mr_iov[i].iov_len)) {
+  for (std::size_t i = 0; i < attr->iov_count; ++i) {
+    // A real fabric hands the device to the CUDA driver: a wrong one fails
+    // there or, worse, names another GPU's context.
+    const int device = cuda_double_device(
+        reinterpret_cast<std::uintptr_t>(attr->mr_iov[i].iov_base), attr->mr_iov[i].iov_len);
+    if (device < 0 || device != attr->device.cuda) {
       std::lock_guard<std::mutex> lk(state().mu);
       ++state().violations;
-      state().last_violation =
-          "an FI_HMEM_CUDA registration of memory that is not the CUDA double's";
-      std::fprintf(stderr, "fake-hmem-fabric: VIOLATION: %s (%p, %zu B)\n",
-                   state().last_violation.c_str(), attr->mr_iov[i].iov_base,
-                   attr->mr_iov[i].iov_len);
+      char text[160];
+      if (device < 0)
+        std::snprintf(text, sizeof(text),
+                      "an FI_HMEM_CUDA registration of memory that is not the CUDA double's");
+      else
+        std::snprintf(text, sizeof(text),
+                      "an FI_HMEM_CUDA registration naming device.cuda %d for memory of CUDA "
+                      "device %d",
+                      attr->device.cuda, device);
+      state().last_violation = text;
+      std::fprintf(stderr, "fake-hmem-fabric: VIOLATION: %s (%p, %zu B)\n", text,
+                   attr->mr_iov[i].iov_base, attr->mr_iov[i].iov_len);
       return -FI_EINVAL;
     }
+  }
   // The CUDA double's device memory is host memory: the real fabric
   // registers it as such.
   fi_mr_attr host = *attr;

@@ -28,6 +28,7 @@
 #include <wia/wia.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -156,6 +157,17 @@ int device_transfers_body(int rank, int n) {
   int gpu = -1;
   wia_communicator_t comm = join_with_gpudirect(rank, n, &gpu);
   if (!comm) return kApiError;
+  // TEST_LAST_CUDA_DEVICE: the last device of the cuda provider (with
+  // logical devices, a slot of a GPU whose ordinal is not its index).
+  if (std::getenv("TEST_LAST_CUDA_DEVICE") != nullptr) {
+    int count = 0;
+    wia_get_device_count(&count);
+    for (int d = gpu + 1; d < count; ++d) {
+      wia_device_properties_t p;
+      if (wia_get_device_properties(d, &p) == WIA_SUCCESS && std::string(p.provider) == "cuda")
+        gpu = d;
+    }
+  }
   FabricCounters fab;
   if (!fab.load()) {
     std::fprintf(stderr, "rank %d: the fabric double %s is not loaded: %s\n", rank,
@@ -256,6 +268,22 @@ TEST_CASE(
   const RankLogs logs;
   const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body,
                              {{"WIA_FAKE_CUDA_FAULT", "no_dmabuf"}});
+  check_direct_logs(logs);
+  check_all(st);
+}
+
+TEST_CASE(
+    "ofi with FI_HMEM and a GPU split into logical devices: the registration names the GPU's "
+    "ordinal, not the device's index") {
+  // One GPU of the double as two devices (cuda.logical_devices_per_gpu):
+  // device 1 is GPU 0's second slot. The double refuses a registration
+  // whose device.cuda is not the GPU owning the memory, as the CUDA driver
+  // under a real fabric would (or would pick another GPU's context).
+  const RankLogs logs;
+  const auto st = run_logged(logs.base, ofi_yaml(WIA_FAKE_HMEM_FABRIC_FILE), device_transfers_body,
+                             {{"WIA_FAKE_CUDA_DEVICES", "1"},
+                              {"WIA_CUDA_LOGICAL_DEVICES_PER_GPU", "2"},
+                              {"TEST_LAST_CUDA_DEVICE", "1"}});
   check_direct_logs(logs);
   check_all(st);
 }
