@@ -3,7 +3,9 @@
 // devices and print an nccl-tests-style table (time, algbw, busbw, #wrong
 // for out-of-place and in-place) plus the bound: the busbw a pure memory
 // copy of every rank's data reaches when measured in the same run, and the
-// ratio achieved / bound.
+// ratio achieved / bound; for an in-process all-reduce also the pass bound
+// (Bench::pass_bound_us: one hand-written reduction pass over the same
+// buffers) and the ratio to it.
 //
 //   wia-bench [-b 8] [-e 64M] [-f 2] [--op allreduce] [--dtype float32]
 //             [--redop sum] [--algo auto] [--ranks 4] [-n iters] [-w warmup]
