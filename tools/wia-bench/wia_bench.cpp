@@ -659,6 +659,8 @@ class Bench {
   // streaming stores (no read for ownership of the outputs); median of 3.
   double pass_bound_us(std::uint64_t count, int iters) {
     const int p = static_cast<int>(ranks_.size());
+    // The CPUs this process may use, as the engine counts them (the core's
+    // usable_cpu_count is not exported to tools).
     cpu_set_t cpus;
     const int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     const int nthreads = std::clamp(ncpu, 1, p);
@@ -957,7 +959,7 @@ int run_plain_sweep(const Options& o, Bench& bench, const std::vector<std::uint6
                   wia::kernels::reduce_op_name(o.redop));
       std::printf("# bound = busbw of every rank copying its data once (memcpy, all ranks in "
                   "parallel), measured in this run; ratio = out-of-place busbw / bound\n");
-      if (o.op == WIA_COLLECTIVE_ALLREDUCE && p > 1)
+      if (pass_bound(o, bench))
         std::printf("# pass = busbw of one hand-written pass (each element of every input reduced "
                     "once and written to every output, min(ranks, CPUs) threads, a barrier per "
                     "call), measured in this run; /pass = out-of-place busbw / pass\n");

@@ -58,13 +58,19 @@ IdleRound idle_round(Backoff& backoff, ControlPace& pace, ControlChannel& contro
                      std::chrono::steady_clock::time_point give_up_at) {
   if ((++pace.rounds & 63) == 0 || pace.due) {
     pace.due = false;
-    pace.last = backoff.now();  // the last clock reading: at most 16 rounds old
     const std::string reason = control.poll();
     if (!reason.empty()) throw Error(WIA_ERROR_REMOTE, reason);
   }
   backoff.wait();
   if (!backoff.read_clock()) return IdleRound::kAgain;
-  if (backoff.now() - pace.last >= kControlEvery) pace.due = true;
+  // The first reading starts the period (a short wait polls no sooner than
+  // before); each kControlEvery after it makes the next round poll.
+  if (pace.last == std::chrono::steady_clock::time_point{}) {
+    pace.last = backoff.now();
+  } else if (backoff.now() - pace.last >= kControlEvery) {
+    pace.due = true;
+    pace.last = backoff.now();
+  }
   if (backoff.now() > options.deadline) return IdleRound::kTimedOut;
   return backoff.now() > give_up_at ? IdleRound::kGiveUp : IdleRound::kAgain;
 }

@@ -160,12 +160,18 @@ int device_transfers_body(int rank, int n) {
   // TEST_LAST_CUDA_DEVICE: the last device of the cuda provider (with
   // logical devices, a slot of a GPU whose ordinal is not its index).
   if (std::getenv("TEST_LAST_CUDA_DEVICE") != nullptr) {
+    const int first = gpu;
     int count = 0;
     wia_get_device_count(&count);
     for (int d = gpu + 1; d < count; ++d) {
       wia_device_properties_t p;
       if (wia_get_device_properties(d, &p) == WIA_SUCCESS && std::string(p.provider) == "cuda")
         gpu = d;
+    }
+    if (gpu == first) {  // the case would test the first slot only
+      std::fprintf(stderr, "rank %d: only one cuda device (%d): no second logical slot\n", rank,
+                   gpu);
+      return kWrong;
     }
   }
   FabricCounters fab;

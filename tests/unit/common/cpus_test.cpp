@@ -82,12 +82,14 @@ TEST_CASE("cache sizes come from the kernel's list: levels, types and units") {
 
 TEST_CASE("the last-level cache is what hwloc finds on this machine") {
   // hwloc (Debian's library, its own parser) reads the same machine: the
-  // two must agree wherever hwloc sees a cache above L1.
+  // two must agree wherever hwloc sees a cache above L1 (its first one of
+  // the highest level: hwloc leaves out CPUs this process may not use).
   hwloc_topology_t topo;
   REQUIRE(hwloc_topology_init(&topo) == 0);
   REQUIRE(hwloc_topology_load(topo) == 0);
   std::uint64_t hwloc_llc = 0;
-  for (const hwloc_obj_type_t t : {HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE}) {
+  for (const hwloc_obj_type_t t :
+       {HWLOC_OBJ_L5CACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L2CACHE}) {
     if (hwloc_obj_t o = hwloc_get_obj_by_type(topo, t, 0); o && o->attr) {
       hwloc_llc = o->attr->cache.size;
       break;
