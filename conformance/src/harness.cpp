@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "harness.hpp"
 
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -350,22 +351,51 @@ void Context::report(char verdict, const std::string& message) { write_record(ve
 
 void Context::write_record(char tag, const std::string& text) {
   if (result_fd_ < 0) return;
-  // Records are "<tag><length>:<text>" so messages may hold newlines. A
-  // The parent reassembles records from the byte stream, so a record split
+  // Records are "<tag><length>:<text>" so messages may hold newlines. The
+  // parent reassembles records from the byte stream, so a record split
   // across writes is fine.
   std::string rec(1, tag);
   rec += std::to_string(text.size());
   rec += ':';
   rec += text;
-  const char* p = rec.data();
-  std::size_t left = rec.size();
+  if (tag == 'P') {
+    // A step is a breadcrumb: only the last one is ever shown (where a
+    // test hung or crashed). A pair's peer writes into a pipe that its
+    // parent reads only after its own side of the test (run_pair), so
+    // there the pipe can fill; blocking on it would stop the peer driving
+    // its transfers, and the pair would hang. A step that finds no room
+    // waits here instead, replaced by any newer one.
+    if (send_record(rec, false))
+      pending_step_.clear();
+    else
+      pending_step_ = std::move(rec);
+    return;
+  }
+  if (!pending_step_.empty()) send_record(pending_step_, true);
+  pending_step_.clear();
+  send_record(rec, true);
+}
+
+// False only when !wait and the pipe had no room for any of it.
+bool Context::send_record(const std::string& record, bool wait) {
+  const char* p = record.data();
+  std::size_t left = record.size();
   while (left > 0) {
     const ssize_t n = ::write(result_fd_, p, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait && left == record.size()) return false;
+      // Part of it is out (the rest must follow: the reader parses a
+      // stream), or a verdict, which the parent reads before it gives up.
+      pollfd pfd{result_fd_, POLLOUT, 0};
+      ::poll(&pfd, 1, 100);
+      continue;
+    }
+    if (n <= 0) return true;  // the reader is gone: nobody to tell
     p += n;
     left -= static_cast<std::size_t>(n);
   }
+  return true;
 }
 
 }  // namespace wia::conformance

@@ -147,11 +147,13 @@ class Context {
   static const char* get_param_cb(void* host_ctx, const char* key);
   static std::uint64_t clock_cb(void* host_ctx);
   void write_record(char tag, const std::string& text);
+  bool send_record(const std::string& record, bool wait);
   void release_all() noexcept;
 
   const Options& opts_;
   const wia_provider_v1_t* desc_;
   int result_fd_;
+  std::string pending_step_;  // a step that found the results pipe full
   wia_host_services_v1_t host_{};
   bool params_visible_ = true;
   std::map<std::string, std::string> param_values_;  // declared keys -> value

@@ -303,9 +303,11 @@ Request* Side::post(bool send, wia_conn_t conn, Buffer& b, std::uint64_t offset,
   Pacer pace;
   const double deadline = monotonic_ms() + wait_budget_ms();
   bool counted_null = false;
+  // One step per post, not per retry: a transport short of resources may
+  // answer "retry" thousands of times.
+  c.step(std::string(name()) + ": " + what);
   for (;;) {
     wia_request_t h = nullptr;
-    c.step(std::string(name()) + ": " + what);
     const wia_status_t st = send ? ops.isend(c.ctx(), conn, b.data + offset, size, tag, b.mr, &h)
                                  : ops.irecv(c.ctx(), conn, b.data + offset, size, tag, b.mr, &h);
     if (st < 0) {

@@ -3,6 +3,7 @@
 // fork of the peer, the body run on both sides, and the peer's report (its
 // verdict, its last step, or how it crashed or hung) merged into the
 // test's result. The sides' own tools are in transport_pair.cpp.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -119,6 +120,9 @@ void run_pair(Context& c, const std::function<void(Side&)>& body, PeerEnd end) {
     close(b2a[0]);
     close(rep[0]);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The parent reads this pipe only after its side of the test: a full
+    // pipe must not block this process's steps (Context::write_record).
+    fcntl(rep[1], F_SETFL, fcntl(rep[1], F_GETFL) | O_NONBLOCK);
     // Never destroyed, as in the harness's own child: the process ends
     // right after the report.
     auto* pc = new Context(c.options(), &c.desc(), rep[1]);

@@ -48,6 +48,9 @@ constexpr std::uint32_t kHandleMagic = 0x574e4554;  // "WNET"
 constexpr std::uint32_t kRkeyMagic = 0x524b4559;    // "RKEY"
 constexpr std::uint64_t kTailThreshold = 1ull << 20;
 [[maybe_unused]] constexpr std::uint64_t kOverflowBytes = 256;
+// "busy": more retries per send than a pipe holds of the harness's step
+// records (64 KiB of about 40 B each).
+[[maybe_unused]] constexpr std::uint32_t kBusyAnswers = 3000;
 
 enum FrameType : std::uint32_t { kMsg = 1, kPut = 2, kPutAck = 3, kGetReq = 4, kGetResp = 5 };
 
@@ -124,6 +127,7 @@ struct Conn {
   std::map<std::uint64_t, std::deque<std::vector<std::uint8_t>>> unexpected;
   std::map<std::uint64_t, Req*> rma;  // puts/gets waiting for the target
   std::set<Req*> reqs;                // every live request of this connection
+  std::uint32_t busy_answers = 0;     // "busy": retries answered so far
 };
 
 struct Accepting {
@@ -711,6 +715,16 @@ wia_status_t tn_isend(void* ctx, wia_conn_t conn, const void* buf, std::uint64_t
       return x->fail(WIA_ERROR_INVALID_HANDLE, "testnet: isend: unknown connection");
 #if !defined(WIA_TESTNET_DEFECT_NODEATH)
     if (c->broken) return broken_conn(x, c, "isend");
+#endif
+#if defined(WIA_TESTNET_DEFECT_BUSY)
+    // Not a defect: a transport short of resources answers "retry" (no
+    // request), here to the first kBusyAnswers posts of a connection's
+    // sends. A conformant caller drives progress and posts again.
+    if (c->busy_answers < kBusyAnswers) {
+      ++c->busy_answers;
+      *request = nullptr;
+      return WIA_SUCCESS;
+    }
 #endif
     Req* r = new_req(x, c, Req::kSend);
     r->buf = static_cast<std::uint8_t*>(const_cast<void*>(buf));

@@ -24,8 +24,9 @@ foreach(defect ok nocopy lifo tail leak hang crash)
 endforeach()
 
 # testnet_<defect>: the reference transport over Unix sockets, one defect
-# each (WIA_TESTNET_DEFECT_<DEFECT>); "ok" has none and must pass L4.
-foreach(defect ok nodata reorder tail hang overflow nodeath deaf)
+# each (WIA_TESTNET_DEFECT_<DEFECT>); "ok" has none and must pass L4, and
+# so must "busy", which only answers "retry" to many posts.
+foreach(defect ok nodata reorder tail hang overflow nodeath deaf busy)
   wia_add_provider(testnet_${defect} SOURCES ${CMAKE_CURRENT_LIST_DIR}/testnet.cpp
     OUTPUT_DIR ${WIA_FAULTY_PROVIDER_DIR} NO_INSTALL)
   target_compile_definitions(wia-provider-testnet_${defect} PRIVATE
