@@ -137,8 +137,9 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     if (p.rendezvous != "auto" && p.rendezvous != "on" && p.rendezvous != "off")
       return ctx->fail(WIA_ERROR_CONFIG, "ofi.rendezvous is '%s'; expected auto, on or off",
                        p.rendezvous.c_str());
-    if (p.hmem != "auto" && p.hmem != "off")
-      return ctx->fail(WIA_ERROR_CONFIG, "ofi.hmem is '%s'; expected auto or off", p.hmem.c_str());
+    if (p.hmem != "auto" && p.hmem != "on" && p.hmem != "off")
+      return ctx->fail(WIA_ERROR_CONFIG, "ofi.hmem is '%s'; expected auto, on or off",
+                       p.hmem.c_str());
     if (p.enable == "off")
       return ctx->fail(WIA_ERROR_UNAVAILABLE, "ofi: disabled by ofi.enable: off");
     const char* env = std::getenv("FI_PROVIDER");
@@ -474,7 +475,8 @@ const wia_param_decl_v1_t kParams[] = {
      0, 0},
     {kDeclSize, WIA_PARAM_STRING, "hmem", "auto",
      "auto: ask fi_getinfo for FI_HMEM and take device memory (CUDA, ROCm, Level Zero) on "
-     "fabrics that claim it; off: never (device buffers are staged through host memory)",
+     "fabrics that claim it, shm excepted (FI_HMEM turns off its single-copy path); on: shm "
+     "too; off: never (device buffers are staged through host memory)",
      0, 0},
 };
 

@@ -18,10 +18,11 @@
 //  - the same in the provider's rendezvous mode (framed messages and
 //    clear-to-send, as on shm), where small device sends are announced;
 //  - the real libfabric without the double: tcp;ofi_rxm does not claim
-//    FI_HMEM, so a device transfer is staged and the logs say why; shm
-//    claims it but refuses every device registration (-FI_ENOSYS: Debian
-//    builds it without CUDA), which the provider turns into
-//    WIA_ERROR_NOT_SUPPORTED, so the core stages, naming that refusal.
+//    FI_HMEM, so a device transfer is staged and the logs say why; shm is
+//    not asked for it unless ofi.hmem is on (it costs shm its single-copy
+//    path), and then claims it but refuses every device registration
+//    (-FI_ENOSYS: Debian builds it without CUDA), which the provider turns
+//    into WIA_ERROR_NOT_SUPPORTED, so the core stages, naming that refusal.
 #include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -331,10 +332,27 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "ofi on the real libfabric's shm (FI_HMEM claimed, CUDA refused): device buffers are staged, "
-    "naming the refusal") {
+    "ofi on the real libfabric's shm: FI_HMEM not asked for by default (it would cost shm its "
+    "single-copy path), device buffers staged") {
   const RankLogs logs;
   const auto st = run_logged(logs.base, ofi_yaml(nullptr, "shm"), staged_body, {});
+  for (int rank : {0, 1}) {
+    const std::string log = logs.of(rank);
+    INFO(log);
+    CHECK(log.find("device memory staged through pinned host memory") != std::string::npos);
+    CHECK(log.find("FI_HMEM not asked for (it would turn off shm's single-copy path") !=
+          std::string::npos);
+    CHECK(log.find("FI_HMEM (device memory registered") == std::string::npos);
+  }
+  check_all(st);
+}
+
+TEST_CASE(
+    "ofi on the real libfabric's shm with ofi.hmem: on (FI_HMEM claimed, CUDA refused): device "
+    "buffers are staged, naming the refusal") {
+  const RankLogs logs;
+  const auto st =
+      run_logged(logs.base, ofi_yaml(nullptr, "shm"), staged_body, {{"WIA_OFI_HMEM", "on"}});
   for (int rank : {0, 1}) {
     const std::string log = logs.of(rank);
     INFO(log);
