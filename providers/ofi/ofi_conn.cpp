@@ -109,9 +109,9 @@ void Endpoint::fill_ctl(CtlMsg& m, CtlKind kind, std::uint64_t conn_id,
   m.kind = kind;
   m.conn_id = conn_id;
   m.cookie = cookie;
-  m.pid = static_cast<std::uint32_t>(::getpid());
-  m.start_time = process_start_time(m.pid);
-  boot_id(m.boot_id);
+  m.pid = self_pid_;
+  m.start_time = self_start_time_;
+  std::memcpy(m.boot_id, self_boot_id_, sizeof(m.boot_id));
   m.addrlen = static_cast<std::uint16_t>(namelen);
   std::memcpy(m.addr, name, namelen);
 }
@@ -272,10 +272,8 @@ void Endpoint::on_connect_msg(Listener* l, const CtlMsg& m) {
               error.c_str());
     return;
   }
-  std::uint8_t mine[16];
-  boot_id(mine);
   c->peer_id = m.conn_id;
-  c->peer = Peer{m.pid, m.start_time, std::memcmp(mine, m.boot_id, 16) == 0};
+  c->peer = Peer{m.pid, m.start_time, std::memcmp(self_boot_id_, m.boot_id, 16) == 0};
   c->peer_text += " (pid " + std::to_string(m.pid) + ")";
   c->established = true;
   if (send_ctl(c, c->addr, ctl_tag(c->peer_id), CtlKind::ack, 0) != WIA_SUCCESS) {
@@ -292,10 +290,8 @@ void Endpoint::on_ctl(Request* r) {
     ctx_->log(WIA_LOG_WARN, "ofi: connection %" PRIu64 " ignored a malformed control message",
               c->id());
   } else if (m.kind == CtlKind::ack && !c->established) {
-    std::uint8_t mine[16];
-    boot_id(mine);
     c->peer_id = m.conn_id;
-    c->peer = Peer{m.pid, m.start_time, std::memcmp(mine, m.boot_id, 16) == 0};
+    c->peer = Peer{m.pid, m.start_time, std::memcmp(self_boot_id_, m.boot_id, 16) == 0};
     c->peer_text += " (pid " + std::to_string(m.pid) + ")";
     c->established = true;
   } else if (m.kind == CtlKind::close) {

@@ -319,11 +319,13 @@ wia_status_t Endpoint::open() {
   const std::string where = info_->prov + "/" + info_->domain;
   fi_info* info = ctx_->lib.fi_dupinfo(info_->info);
   if (info == nullptr) return ctx_->fail(WIA_ERROR_OUT_OF_MEMORY, "ofi: fi_dupinfo failed");
+  self_pid_ = static_cast<std::uint32_t>(::getpid());
+  self_start_time_ = process_start_time(self_pid_);
+  boot_id(self_boot_id_);
   if (info_->shm) {
     const std::uint64_t ns = pid_namespace();
-    const auto pid = static_cast<std::uint32_t>(::getpid());
     reap_stale_shm_regions(*ctx_, ns);
-    const std::string addr = "fi_shm://" + shm_region_stem(ns, pid, process_start_time(pid));
+    const std::string addr = "fi_shm://" + shm_region_stem(ns, self_pid_, self_start_time_);
     std::free(info->src_addr);
     info->src_addr = ::strdup(addr.c_str());
     info->src_addrlen = addr.size() + 1;
