@@ -11,8 +11,9 @@
 #   PIN=split     each side's two processes pinned to CPUs 0 and 1 (default);
 #       same      both on CPU 0; none: left to the scheduler
 #   ALLREDUCE=0   skip the 64 MiB all-reduce
-# Both sides ping-pong: latency = half a round trip of 8 B; bandwidth = a
-# 4 MiB message each way, one at a time (fi_pingpong's method), so the two
+# Both sides ping-pong: latency = half a round trip of 8 B (and of 64 KiB,
+# above the 4 KiB where shm's rendezvous mode announces messages);
+# bandwidth = a 4 MiB message each way, one at a time (fi_pingpong's method), so the two
 # numbers are measured alike, and both sides get the same pinning.
 # wia-transport-bench's streaming bandwidth (window 4) is printed too. Then
 # a 64 MiB all-reduce (ring) over 4 processes of this machine on ofi and on
@@ -74,6 +75,10 @@ for _ in $(seq "$runs"); do
 done
 read -r ref_lat ref_min ref_max < <(printf '%s\n' "${ref_lats[@]}" | stats)
 read -r our_lat our_min our_max < <(printf '%s\n' "${our_lats[@]}" | stats)
+# 64 KiB: above 4 KiB, so an announced message (header, clear-to-send,
+# payload) where the provider runs rendezvous mode (shm).
+read -r ref_mid_us _ < <(pingpong 65536 5000)
+our_mid_us=$(ours --sizes 64K:64K --time 0.5 | awk '{print $3}')
 read -r ref_big_us _ < <(pingpong 4194304 200)
 ours_big=$(ours --sizes 4M:4M --time 1)
 our_big_us=$(echo "$ours_big" | awk '{print $3}')
@@ -83,10 +88,12 @@ echo "8 B runs (us), fi_pingpong: ${ref_lats[*]}"
 echo "8 B runs (us), ofi:         ${our_lats[*]}"
 awk -v rl="$ref_lat" -v ol="$our_lat" -v rmin="$ref_min" -v rmax="$ref_max" \
     -v omin="$our_min" -v omax="$our_max" -v n="$runs" -v p="$pin" \
-    -v rb="$ref_big_us" -v ob="$our_big_us" -v os="$our_stream" -v f="$fabric" 'BEGIN {
+    -v rb="$ref_big_us" -v ob="$our_big_us" -v os="$our_stream" -v f="$fabric" \
+    -v rm="$ref_mid_us" -v om="$our_mid_us" 'BEGIN {
   rbw = 4194304 / rb / 1000; obw = 4194304 / ob / 1000;
   printf "fabric %s, pinning %s, %d latency runs each\n", f, p, n;
   printf "8 B latency (half round trip), median [min - max]: ofi %.2f [%.2f - %.2f] us, fi_pingpong %.2f [%.2f - %.2f] us, ratio %.2fx (target <= 1.2x)\n", ol, omin, omax, rl, rmin, rmax, ol / rl;
+  printf "64 KiB latency (one way):      ofi %.2f us, fi_pingpong %.2f us, ratio %.2fx\n", om, rm, om / rm;
   printf "4 MiB ping-pong bandwidth:     ofi %.3f GB/s, fi_pingpong %.3f GB/s, ratio %.2fx (target >= 0.9x)\n", obw, rbw, obw / rbw;
   printf "4 MiB streaming (window 4):    ofi %.3f GB/s (%.2fx fi_pingpong ping-pong)\n", os, os / rbw;
 }'
