@@ -390,6 +390,13 @@ wia_status_t Endpoint::open_objects(fi_info* info, const std::string& where) {
   mr_virt_addr = (mode & FI_MR_VIRT_ADDR) != 0;
   const std::string& rdv = ctx_->params.rendezvous;
   rendezvous = rdv == "on" || (rdv == "auto" && info_->shm);
+  if (!rendezvous && info_->shm)
+    ctx_->log(WIA_LOG_WARN,
+              "ofi: %s opened with ofi.rendezvous: off: libfabric %u.%u's shm stalls a message "
+              "above 4 KiB that arrives before its receive is posted, and may match a header that "
+              "came early to the wrong receive (docs/transport-ofi.md); expect transfers to hang "
+              "until their deadline. ofi.rendezvous: auto turns it on for shm",
+              where.c_str(), FI_MAJOR(ctx_->lib.fi_version()), FI_MINOR(ctx_->lib.fi_version()));
   inject_size = info->tx_attr != nullptr ? info->tx_attr->inject_size : 0;
   ctx_->log(WIA_LOG_DEBUG,
             "ofi: opened %s: address %zu bytes, wait fd %d, mr_mode 0x%" PRIx64 ", inject %" PRIu64

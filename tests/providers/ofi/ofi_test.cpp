@@ -246,6 +246,26 @@ TEST_CASE("ofi: a long ping-pong of small messages keeps every payload and its o
   }
 }
 
+TEST_CASE("ofi: shm opened with ofi.rendezvous: off warns that its transfers may hang") {
+  // libfabric 1.17's shm stalls an unexpected message above 4 KiB (the
+  // rendezvous mode's reason): wia-transport-bench with rendezvous=off hung
+  // at 8 KiB without a word.
+  for (const char* mode : {"off", "auto"}) {
+    INFO("ofi.rendezvous: " << mode);
+    Host h;
+    h.params["provider"] = "shm";
+    h.params["rendezvous"] = mode;
+    Provider p(h);
+    REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+    auto [a, b] = self_pair(p);
+    const bool off = std::string(mode) == "off";
+    CHECK(count_logs(h, "opened with ofi.rendezvous: off") == (off ? 1u : 0u));
+    CHECK(count_logs(h, "expect transfers to hang") == (off ? 1u : 0u));
+    CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+    CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+  }
+}
+
 TEST_CASE("ofi: an unknown fabric provider is WIA_ERROR_UNAVAILABLE naming it") {
   Host h;
   h.params["provider"] = "nosuchfabric";
