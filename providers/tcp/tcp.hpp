@@ -15,7 +15,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "tcp_wire.hpp"
@@ -92,6 +91,7 @@ struct Request {
   std::uint64_t size = 0;      // bytes of the message
   std::uint64_t tag = 0;
   std::uint32_t slices_left = 0;
+  std::size_t live_index = 0;  // where Conn::live_ holds it
 };
 
 // One slice of a large message on one data socket.
@@ -234,7 +234,11 @@ class Conn {
   // per 1 MiB all-reduce with 4 processes, whose pieces arrive early.
   std::vector<std::vector<char>> spare_payloads_;
 
-  std::unordered_set<Request*> live_;
+  // Every request not yet released, in no particular order (a vector, not
+  // a set of pointers: nothing here may depend on where the heap put a
+  // request, or the fuzzer's coverage of one input would depend on the
+  // inputs before it, fuzz_tcp_frames).
+  std::vector<Request*> live_;
 };
 
 // ---------------------------------------------------------------------------

@@ -166,12 +166,16 @@ Request* Conn::new_request(bool is_send, char* buf, std::uint64_t cap, std::uint
   r->buf = buf;
   r->capacity = cap;
   r->tag = tag;
-  live_.insert(r);
+  r->live_index = live_.size();
+  live_.push_back(r);
   return r;
 }
 
 void Conn::release(Request* r) {
-  live_.erase(r);
+  Request* last = live_.back();
+  live_[r->live_index] = last;
+  last->live_index = r->live_index;
+  live_.pop_back();
   delete r;
 }
 
