@@ -159,6 +159,7 @@ struct Params {
   std::int64_t connect_timeout_ms = 30000;
   std::string ifname;  // handshake interface(s), name prefixes; empty: WIA_SOCKET_IFNAME, else any
   bool claim_dmabuf = true;  // endpoint_props claims DEVICE_MEMORY | DMABUF (with the symbol)
+  bool gdr_flush = true;     // a device receive completes after a 1-byte read of it (land())
 };
 
 // --- requests, connections, listeners -----------------------------------------------
@@ -250,6 +251,7 @@ struct SendOp {
 struct LoopItem {
   Request* req = nullptr;
   bool flush = false;
+  bool completes = false;     // its completion ends the receive (the flush, or the write without one)
   const char* src = nullptr;  // write: the payload in the SRQ slot (recv_slot >= 0)
   std::vector<char> data;     // write: the payload of an unexpected message (copied to a send slot)
   std::uint64_t len = 0;

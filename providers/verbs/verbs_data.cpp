@@ -489,7 +489,7 @@ void Ctx::on_recv(const ibv_wc& wc) {
     if (it != c->rndv_recvs.end()) {
       Request* r = it->second;
       c->rndv_recvs.erase(it);
-      if (r->device_mr != nullptr && r->size > 0)
+      if (r->device_mr != nullptr && r->size > 0 && params.gdr_flush)
         land(r, LoopItem{});  // flushed before it completes
       else
         finish(r, WIA_SUCCESS);
@@ -538,22 +538,30 @@ void Ctx::on_send(const ibv_wc& wc) {
 // A receive into device memory whose data is here (an eager payload in host
 // memory) or has been written (a rendezvous write's immediate arrived): the
 // NIC writes the payload in and then reads one byte back (the flush), and
-// the receive completes on that read's completion. The CPU never touches
-// device memory. Queued items count in the request's in_flight, so it
-// outlives them.
+// the receive completes on that read's completion; with verbs.gdr_flush
+// false, on the write's. The CPU never touches device memory. Queued items
+// count in the request's in_flight, so it outlives them.
 void Ctx::land(Request* r, LoopItem item) {
   r->landing = true;
+  const bool flush = params.gdr_flush;
   if (item.len > 0) {
     item.req = r;
     item.flush = false;
+    item.completes = !flush;
     ++r->in_flight;
     loop_out.push_back(std::move(item));
+  } else if (!flush) {
+    finish(r, WIA_SUCCESS);  // nothing to write, nothing to wait for
+    return;
   }
-  LoopItem flush;
-  flush.req = r;
-  flush.flush = true;
-  ++r->in_flight;
-  loop_out.push_back(std::move(flush));
+  if (flush) {
+    LoopItem read;
+    read.req = r;
+    read.flush = true;
+    read.completes = true;
+    ++r->in_flight;
+    loop_out.push_back(std::move(read));
+  }
   flush_loop();
 }
 
@@ -654,7 +662,7 @@ void Ctx::flush_loop() {
     op.conn = loop.get();
     op.req = r;
     op.slot = slot;
-    op.completes_req = it.flush;
+    op.completes_req = it.completes;
     op.what = it.flush ? "flush (RDMA read)" : "RDMA write";
     op.loopback = true;
     op.recv_slot = it.recv_slot;

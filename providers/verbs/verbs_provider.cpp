@@ -108,6 +108,11 @@ wia_status_t init(const wia_host_services_v1_t* host, void** out) {
     if (dmabuf != "true" && dmabuf != "false" && dmabuf != "1" && dmabuf != "0")
       return ctx->fail(WIA_ERROR_CONFIG, "verbs: dmabuf '%s' is not true or false", dmabuf.c_str());
     p.claim_dmabuf = dmabuf == "true" || dmabuf == "1";
+    const std::string gdr_flush = param(host, "gdr_flush", "true");
+    if (gdr_flush != "true" && gdr_flush != "false" && gdr_flush != "1" && gdr_flush != "0")
+      return ctx->fail(WIA_ERROR_CONFIG, "verbs: gdr_flush '%s' is not true or false",
+                       gdr_flush.c_str());
+    p.gdr_flush = gdr_flush == "true" || gdr_flush == "1";
     struct {
       const char* key;
       const char* fallback;
@@ -404,6 +409,11 @@ const wia_param_decl_v1_t kParams[] = {
      "claim device memory (FLAG_DEVICE_MEMORY, FLAG_DMABUF) when libibverbs has "
      "ibv_reg_dmabuf_mr, so the core registers device buffers through their dma-buf (GPUDirect "
      "RDMA); false: device buffers are staged through host memory",
+     0, 0},
+    {kDeclSize, WIA_PARAM_BOOL, "gdr_flush", "true",
+     "a receive into device memory completes only after a 1-byte RDMA read of it, so the NIC's "
+     "writes have reached the GPU (NCCL's GDR flush); false where the platform orders them "
+     "itself (as NCCL_GDR_FLUSH_DISABLE): one loopback read less per device receive",
      0, 0},
 };
 

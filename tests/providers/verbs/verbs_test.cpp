@@ -807,6 +807,48 @@ TEST_CASE("verbs: device memory registered by its dma-buf moves data; the CPU ne
   CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
 }
 
+TEST_CASE("verbs: verbs.gdr_flush: false lands device receives without the read-back") {
+  // Where the platform orders the NIC's writes into GPU memory itself (as
+  // NCCL_GDR_FLUSH_DISABLE): eager messages are still written in by the
+  // loopback QP and complete on that write, rendezvous ones on their
+  // write's immediate; no 1-byte RDMA read is posted. The data is the same.
+  Host h;
+  h.params["dmabuf"] = "true";
+  h.params["gdr_flush"] = "false";
+  Provider p(h);
+  REQUIRE_MESSAGE(p.init_status == WIA_SUCCESS, h.error);
+  auto [a, b] = self_pair(p);
+  constexpr std::size_t kOffset = 4096, kLen = 64 << 10, kRegion = kLen - 2 * kOffset;
+  DeviceBuffer sdev(kLen), rdev(kLen);
+  wia_mr_t smr = nullptr, rmr = nullptr;
+  REQUIRE_MESSAGE(sdev.reg(p, kOffset, kRegion, &smr) == WIA_SUCCESS, h.error);
+  REQUIRE_MESSAGE(rdev.reg(p, kOffset, kRegion, &rmr) == WIA_SUCCESS, h.error);
+  const std::uint64_t writes0 = self_qp_wrs(IBV_WR_RDMA_WRITE);
+  const std::uint64_t reads0 = self_qp_wrs(IBV_WR_RDMA_READ);
+  std::uint64_t tag = 1, eager = 0;
+  for (bool send_first : {false, true})
+    for (std::uint64_t size : {std::uint64_t{1}, std::uint64_t{100}, kEagerMax}) {
+      device_message(p, a, b, size, tag++, nullptr, nullptr, &rdev, rmr, kOffset + 3, send_first);
+      ++eager;
+    }
+  CHECK(self_qp_wrs(IBV_WR_RDMA_WRITE) - writes0 == eager);
+  // Rendezvous into device memory, from host and from device memory.
+  device_message(p, a, b, kEagerMax + 1, tag++, nullptr, nullptr, &rdev, rmr, kOffset);
+  device_message(p, a, b, kRegion, tag++, &sdev, smr, &rdev, rmr, kOffset);
+  CHECK(self_qp_wrs(IBV_WR_RDMA_WRITE) - writes0 == eager);
+  CHECK(self_qp_wrs(IBV_WR_RDMA_READ) == reads0);
+  CHECK(p.t->dereg_mr(p.ctx, smr) == WIA_SUCCESS);
+  CHECK(p.t->dereg_mr(p.ctx, rmr) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, a) == WIA_SUCCESS);
+  CHECK(p.t->close(p.ctx, b) == WIA_SUCCESS);
+  // Anything but a boolean is refused, naming it.
+  Host bad;
+  bad.params["gdr_flush"] = "sometimes";
+  Provider pb(bad);
+  CHECK(pb.init_status == WIA_ERROR_CONFIG);
+  CHECK_MESSAGE(bad.error.find("gdr_flush 'sometimes'") != std::string::npos, bad.error);
+}
+
 TEST_CASE("verbs: a loopback write the NIC refuses fails that device receive, not the connection") {
   // This process refuses incoming RDMA writes: the loopback QP's write of an
   // eager message into device memory completes with a remote access error.
