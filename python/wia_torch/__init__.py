@@ -8,9 +8,18 @@ Each process group is one libwia process communicator, created through the
 c10d store torch hands over (no second rendezvous). docs/torch.md lists the
 collectives, dtypes and reduce ops, and what differs from gloo.
 """
+import atexit as _atexit
+
 import torch.distributed as _dist
 
 from . import _C
+
+# Groups are shut down while the interpreter is whole: a group still alive
+# at finalization (destroy_process_group never called, as is common) had
+# its completion thread release tensors while CPython was ending threads
+# that ask for the GIL, which aborted the process now and then ("terminate
+# called without an active exception").
+_atexit.register(_C.shutdown_all)
 
 __all__ = ["BACKEND", "create_process_group", "hooks"]
 

@@ -35,3 +35,6 @@ set_tests_properties(torch_rank_killed PROPERTIES TIMEOUT 300 ENVIRONMENT "${WIA
   PASS_REGULAR_EXPRESSION "all 3 survivors raised within the timeout"
   FAIL_REGULAR_EXPRESSION "FAIL")
 wia_add_torch_test(torch_timeout 2 timeout.py)
+# A rank that exits with an all_reduce in flight, its tensor dropped: the
+# group is shut down at exit (atexit), the peer still gets the sum.
+wia_add_torch_test(torch_exit_pending 2 exit_pending.py)

@@ -16,6 +16,9 @@ PYBIND11_MODULE(_C, m) {
   // ProcessGroup, Work and Store must be registered before we return them.
   py::module::import("torch.distributed");
 
+  m.def("shutdown_all", &wia_torch::ProcessGroupWia::shutdown_all,
+        "Shuts every live wia process group down (wia_torch registers it with atexit).");
+
   m.def("create_process_group", &wia_torch::ProcessGroupWia::create, py::arg("store"),
         py::arg("rank"), py::arg("world_size"), py::arg("timeout"),
         py::call_guard<py::gil_scoped_release>(),

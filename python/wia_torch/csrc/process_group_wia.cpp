@@ -17,6 +17,22 @@
 #include <utility>
 
 namespace wia_torch {
+
+namespace {
+
+// The groups not yet destroyed, for ProcessGroupWia::shutdown_all. Never
+// freed: atexit handlers and static destructors may come in either order.
+std::mutex& live_groups_mu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::vector<ProcessGroupWia*>& live_groups() {
+  static auto* groups = new std::vector<ProcessGroupWia*>;
+  return *groups;
+}
+
+}  // namespace
+
 namespace {
 
 std::string last_error() {
@@ -159,13 +175,25 @@ ProcessGroupWia::ProcessGroupWia(const c10::intrusive_ptr<c10d::Store>& store, i
     TORCH_CHECK(false, "wia backend: wia_create_stream failed on rank ", rank, ": ", msg);
   }
   completion_ = std::thread([this] { completion_loop(); });
+  std::lock_guard<std::mutex> lock(live_groups_mu());
+  live_groups().push_back(this);
 }
 
 ProcessGroupWia::~ProcessGroupWia() {
-  // Python drops the last reference to a group with the GIL held. The
-  // completion thread may need the GIL to release a tensor Python let go
-  // of, and destroying the communicator waits for peers: hold it neither
-  // while joining nor while destroying.
+  shutdown();
+  std::lock_guard<std::mutex> lock(live_groups_mu());
+  auto& live = live_groups();
+  live.erase(std::remove(live.begin(), live.end(), this), live.end());
+}
+
+void ProcessGroupWia::shutdown() noexcept {
+  std::lock_guard<std::mutex> once(shutdown_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Python drops the last reference to a group (and calls atexit
+  // handlers) with the GIL held. The completion thread may need the GIL to
+  // release a tensor Python let go of, and destroying the communicator
+  // waits for peers: hold it neither while joining nor while destroying.
   PyThreadState* gil = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -173,9 +201,20 @@ ProcessGroupWia::~ProcessGroupWia() {
   }
   queue_cv_.notify_all();
   if (completion_.joinable()) completion_.join();
-  if (stream_) wia_destroy_stream(stream_);
-  if (comm_) wia_destroy_communicator(comm_);
+  if (stream_) wia_destroy_stream(std::exchange(stream_, nullptr));
+  if (comm_) wia_destroy_communicator(std::exchange(comm_, nullptr));
   if (gil) PyEval_RestoreThread(gil);
+}
+
+void ProcessGroupWia::shutdown_all() noexcept {
+  // From Python's atexit, on the main thread: groups are created and
+  // destroyed by Python there too, so none goes away while this runs.
+  std::vector<ProcessGroupWia*> groups;
+  {
+    std::lock_guard<std::mutex> lock(live_groups_mu());
+    groups = live_groups();
+  }
+  for (ProcessGroupWia* g : groups) g->shutdown();
 }
 
 uint32_t ProcessGroupWia::timeout_ms(std::chrono::milliseconds opt) const {
@@ -215,6 +254,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupWia::run(c10d::OpType type,
     std::lock_guard<std::mutex> lock(queue_mu_);
     TORCH_CHECK(failure_.empty(), "wia backend: ", what, " on rank ", getRank(),
                 ": the process group failed earlier: ", failure_);
+    TORCH_CHECK(!stopping_, "wia backend: ", what, " on rank ", getRank(),
+                ": the process group was shut down (wia_torch shuts groups down at exit)");
   }
   post();
   check(wia_create_event(&work->event_), what, getRank());

@@ -59,6 +59,16 @@ class ProcessGroupWia : public c10d::ProcessGroup {
                   std::chrono::milliseconds timeout);
   ~ProcessGroupWia() override;
 
+  // Completes what is in flight, joins the completion thread and destroys
+  // the communicator, once (the destructor calls it too). Every live group
+  // is shut down by shutdown_all(), which wia_torch registers with Python's
+  // atexit: while the interpreter is whole, not during its finalization
+  // (where CPython ends a thread that asks for the GIL, as the completion
+  // thread does to release a tensor, and the forced unwind through C++
+  // destructors aborts the process) nor among static destructors.
+  void shutdown() noexcept;
+  static void shutdown_all() noexcept;
+
   const std::string getBackendName() const override { return "wia"; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -128,6 +138,8 @@ class ProcessGroupWia : public c10d::ProcessGroup {
   wia_communicator_t comm_ = nullptr;
   wia_stream_t stream_ = nullptr;
   std::chrono::milliseconds timeout_;
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;  // under shutdown_mu_
 
   std::mutex post_mu_;  // one collective posts at a time: every rank posts in the same order
 
