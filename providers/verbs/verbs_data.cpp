@@ -489,8 +489,8 @@ void Ctx::on_recv(const ibv_wc& wc) {
     if (it != c->rndv_recvs.end()) {
       Request* r = it->second;
       c->rndv_recvs.erase(it);
-      if (r->device_mr != nullptr && r->size > 0 && params.gdr_flush)
-        land(r, LoopItem{});  // flushed before it completes
+      if (r->device_mr != nullptr && r->size > 0)
+        land(r, LoopItem{});  // flushed before it completes (verbs.gdr_flush)
       else
         finish(r, WIA_SUCCESS);
     }
@@ -551,7 +551,7 @@ void Ctx::land(Request* r, LoopItem item) {
     ++r->in_flight;
     loop_out.push_back(std::move(item));
   } else if (!flush) {
-    finish(r, WIA_SUCCESS);  // nothing to write, nothing to wait for
+    finish(r, WIA_SUCCESS);  // a rendezvous write: it is in already
     return;
   }
   if (flush) {

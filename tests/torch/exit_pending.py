@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A process that exits with a collective still in flight, its tensor
-dropped by Python, must exit cleanly: the backend's completion thread
-completes the work and releases the tensor (which needs the GIL) before
-the interpreter finalizes, not during it (CPython ends a thread that asks
-for the GIL then, and the unwind through C++ destructors aborted the
-process: "terminate called without an active exception"). Rank 1 joins
-the all_reduce a second late; rank 0 posts it asynchronously and exits at
-once. Run by launch.py with 2 ranks."""
+"""Groups are shut down at exit, while the interpreter is whole.
+
+Rank 1 posts an all_reduce asynchronously, drops it and its tensor, and
+exits at once: wia_torch's atexit handler must complete that work and
+release the tensor (which takes the GIL) before CPython finalizes; a
+release during finalization aborted the process ("terminate called
+without an active exception"; launch.py reports the exit status). Rank 0
+joins that all_reduce a second late (its sum shows rank 1's part), then
+calls the same shutdown itself: a later call must fail, naming it. Run by
+launch.py with 2 ranks."""
 import os
 import sys
 import time
@@ -14,7 +16,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import wia_torch  # noqa: F401
+import wia_torch
 
 rank = int(os.environ["RANK"])
 
@@ -27,14 +29,25 @@ def main():
         print(f"rank {rank}: FAIL: first all_reduce gave {t[0].item()}")
         return 1
     if rank == 1:
-        time.sleep(1.0)
+        dist.all_reduce(t, async_op=True)  # neither waited for nor kept
+        print(f"rank {rank}: 1 checks passed", flush=True)
+        return 0
+    time.sleep(1.0)
+    dist.all_reduce(t)
+    if t[0].item() != 4.0:
+        print(f"rank {rank}: FAIL: second all_reduce gave {t[0].item()}")
+        return 1
+    wia_torch._C.shutdown_all()
+    try:
         dist.all_reduce(t)
-        if t[0].item() != 4.0:
-            print(f"rank {rank}: FAIL: second all_reduce gave {t[0].item()}")
+    except RuntimeError as e:
+        if "shut down" not in str(e):
+            print(f"rank {rank}: FAIL: the refusal does not say the group was shut down: {e}")
             return 1
     else:
-        dist.all_reduce(t, async_op=True)  # neither waited for nor kept
-    print(f"rank {rank}: 1 checks passed", flush=True)
+        print(f"rank {rank}: FAIL: all_reduce on a shut-down group did not raise")
+        return 1
+    print(f"rank {rank}: 2 checks passed", flush=True)
     return 0
 
 

@@ -36,5 +36,6 @@ set_tests_properties(torch_rank_killed PROPERTIES TIMEOUT 300 ENVIRONMENT "${WIA
   FAIL_REGULAR_EXPRESSION "FAIL")
 wia_add_torch_test(torch_timeout 2 timeout.py)
 # A rank that exits with an all_reduce in flight, its tensor dropped: the
-# group is shut down at exit (atexit), the peer still gets the sum.
+# group is shut down at exit (atexit), the peer still gets the sum, and a
+# group shut down refuses later calls.
 wia_add_torch_test(torch_exit_pending 2 exit_pending.py)
