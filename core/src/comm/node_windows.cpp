@@ -107,6 +107,13 @@ void NodeWindowSet::forget_stale_exports() {
   clear_provider_error();
 }
 
+bool NodeWindowSet::can_export(const void* p, std::uint64_t bytes) const {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  const auto a = objects().allocations.find(p);
+  return a && a->device == device_.id && a->kind == WIA_MEM_DEVICE &&
+         bytes <= a->size - (addr - a->base);
+}
+
 bool NodeWindowSet::export_buffer(const void* p, std::uint64_t bytes, engine::SourceRef& ref) {
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
   const std::uint64_t generation = objects().allocations.generation();

@@ -54,6 +54,10 @@ class NodeWindowSet final : public engine::WindowSources {
   engine::NodeWindows& windows() { return windows_; }
 
   bool export_buffer(const void* p, std::uint64_t bytes, engine::SourceRef& ref) override;
+  // Whether export_buffer would export `bytes` at `p` (a libwia device
+  // allocation of this rank's device holding them), without exporting it:
+  // what the tuner prices a call's window path by.
+  bool can_export(const void* p, std::uint64_t bytes) const;
   const char* import_buffer(int q, const engine::SourceRef& ref, std::uint64_t bytes) override;
 
  private:

@@ -414,6 +414,10 @@ class ProcessCommunicator final : public CommunicatorBase {
   // Whether `call`, run as `plan`, runs through the node-shared windows
   // (engine/window_allreduce.hpp).
   bool through_windows(const Call& call, const engine::ExecPlan& plan) const;
+  // Whether the windows would read `call`'s input in place (a libwia
+  // allocation, collectives.node_window_zero_copy_min_bytes): the cost
+  // of its window path, and so part of the plan memo's key.
+  bool window_reads_in_place(const Call& call) const;
   // RunningOperation's links: this communicator's, connections refreshed.
   void fill_links(std::vector<engine::NetLink>& links) const;
 
@@ -473,6 +477,7 @@ class ProcessCommunicator final : public CommunicatorBase {
     int root = 0;
     std::uint32_t num_chunks = 0;
     bool in_place = false;
+    bool window_reads_in_place = false;
     std::shared_ptr<const engine::ExecPlan> plan;
     double estimate = 0;
     std::string reason;
@@ -485,6 +490,7 @@ class ProcessCommunicator final : public CommunicatorBase {
   struct WindowRepeat {
     bool valid = false;
     Call key;  // buffers unused
+    bool reads_in_place = false;  // window_reads_in_place(key), for the estimate
     engine::Descriptor descriptor;
     double estimate = 0;
   };

@@ -133,6 +133,7 @@ void ProcessCommunicator::remember_window_call(const Call& call, const engine::D
                                                double estimate) {
   window_repeat_.key = call;
   window_repeat_.key.buffers = {};
+  window_repeat_.reads_in_place = window_reads_in_place(call);
   window_repeat_.descriptor = desc;
   window_repeat_.estimate = estimate;
   window_repeat_.valid = true;
@@ -259,7 +260,8 @@ bool ProcessCommunicator::repeats_window_call(const Call& call) const {
   const Call& k = window_repeat_.key;
   return window_repeat_.valid && call.collective == k.collective && call.count == k.count &&
          call.dtype == k.dtype && call.op == k.op && call.algorithm == k.algorithm &&
-         call.num_chunks == k.num_chunks && call.in_place == k.in_place && call.root == k.root;
+         call.num_chunks == k.num_chunks && call.in_place == k.in_place && call.root == k.root &&
+         window_reads_in_place(call) == window_repeat_.reads_in_place;
 }
 
 std::unique_ptr<ProcessCommunicator::RunningOperation> ProcessCommunicator::begin_window_repeat(
@@ -371,6 +373,14 @@ bool ProcessCommunicator::through_windows(const Call& call, const engine::ExecPl
   if (!windows_ || call.collective != coll::Collective::kAllReduce) return false;
   const coll::Algorithm a = plan.schedule.algorithm;
   return a == coll::Algorithm::kOneShot || a == coll::Algorithm::kDirect;
+}
+
+bool ProcessCommunicator::window_reads_in_place(const Call& call) const {
+  const std::uint64_t bytes = call.count * kernels::dtype_size(call.dtype);
+  if (!windows_ || call.collective != coll::Collective::kAllReduce ||
+      bytes < node_window_zero_copy_min_bytes_ || bytes == 0)
+    return false;
+  return windows_->can_export(call.in_place ? call.buffers.recv : call.buffers.send, bytes);
 }
 
 bool ProcessCommunicator::eager(const Call& call, const engine::ExecPlan& plan) const {

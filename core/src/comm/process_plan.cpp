@@ -12,6 +12,7 @@
 #include "comm/node_windows.hpp"
 #include "comm/process_internal.hpp"
 #include "kernels/cpu_reduce.hpp"
+#include "tuner/window_cost.hpp"
 
 namespace wia::comm {
 
@@ -40,13 +41,15 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
                                                                       bool in_place,
                                                                       double* estimate,
                                                                       std::string* reason) {
+  const bool reads_in_place = window_reads_in_place(call);
   {
     // No lock: begin(), the only caller, runs one operation at a time
     // (each waits for its turn, see SequenceTurn).
     for (const PlanMemo& m : plan_memo_)
       if (m.plan && m.collective == call.collective && m.requested == call.algorithm &&
           m.op == call.op && m.dtype == call.dtype && m.count == call.count &&
-          m.root == call.root && m.num_chunks == call.num_chunks && m.in_place == in_place) {
+          m.root == call.root && m.num_chunks == call.num_chunks && m.in_place == in_place &&
+          m.window_reads_in_place == reads_in_place) {
         if (estimate) *estimate = m.estimate;
         if (reason) *reason = m.reason;
         return m.plan;
@@ -94,19 +97,28 @@ std::shared_ptr<const engine::ExecPlan> ProcessCommunicator::plan_for(const Call
   args.algorithm = choice.algorithm;
   if (args.options.num_chunks == 0) args.options.num_chunks = choice.num_chunks;
   // Through the windows (through_windows) the data moves by loads and
-  // stores, not messages: costed as threads copying.
+  // stores, not messages: costed by the passes each rank makes.
   if (window_model_ && call.collective == coll::Collective::kAllReduce &&
       (choice.algorithm == coll::Algorithm::kDirect ||
-       choice.algorithm == coll::Algorithm::kOneShot))
-    choice.estimated_ms = tuner::estimate(args, *window_model_).time_us / 1000.0;
+       choice.algorithm == coll::Algorithm::kOneShot)) {
+    tuner::WindowAllReduce w;
+    w.nranks = size();
+    w.bytes = bytes;
+    w.chunk_bytes = std::max<std::uint64_t>(windows_->windows().chunk_bytes, 1);
+    w.one_shot = choice.algorithm == coll::Algorithm::kOneShot;
+    w.in_place = in_place;
+    w.inputs_read_in_place = reads_in_place;
+    choice.estimated_ms = tuner::window_allreduce_us(w, *window_model_) / 1000.0;
+  }
   std::shared_ptr<const engine::ExecPlan> plan = plans_.find(args, choice.algorithm);
   if (!plan) {
     plan = engine::make_plan(coll::build_schedule(args), choice.estimated_ms);
     plans_.insert(args, choice.algorithm, plan);
   }
-  plan_memo_[plan_memo_next_++ % plan_memo_.size()] = PlanMemo{
-      call.collective, call.algorithm, call.op, call.dtype,          call.count,   call.root,
-      call.num_chunks, in_place,       plan,    choice.estimated_ms, choice.reason};
+  plan_memo_[plan_memo_next_++ % plan_memo_.size()] =
+      PlanMemo{call.collective,  call.algorithm, call.op,        call.dtype,
+               call.count,       call.root,      call.num_chunks, in_place,
+               reads_in_place,   plan,           choice.estimated_ms, choice.reason};
   if (estimate) *estimate = choice.estimated_ms;
   if (reason) *reason = choice.reason;
   return plan;

@@ -30,28 +30,29 @@ LinkModel LinkModel::uniform(std::int32_t nranks, double alpha_us, double gbps) 
   return m;
 }
 
-LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_bytes) {
+LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_bytes,
+                                  double l2_bytes) {
   LinkModel m = uniform(nranks, /*alpha_us=*/1.0, /*gbps=*/kHostCopyGbps);
   m.port_gbps = 0;  // every pair copies independently
   m.copies = Copier::kReceiver;
   m.copy_gbps = kHostCopyGbps;
   m.reduce_gbps = kHostReduceGbps;
   // Every message is a cross-thread hand-off (publish, notice, consume):
-  // a few microseconds with a core per rank, tens when ranks share cores
-  // (a yield or a wake-up per hand-off; docs/performance.md). Charging it
-  // keeps the tuner from splitting vectors into more chunks than pay off:
-  // 4 ranks on 2 cores, wia-bench --chunks K, three interleaved rounds
-  // (2026-12-05): 16 MiB 4.4 - 5.6 ms at K=4 against 6.4 - 8.6 at K=16,
-  // 64 MiB 22.8 - 26.5 against 26.6 - 30.0. At 6 us the model chose 16
-  // chunks from 4 to 16 MiB; from 12 us it keeps 4 (at 16 MiB) and picks
-  // recursive doubling over direct at 64 KiB (35 against 38 - 52 us: the
-  // smaller loss).
+  // a couple of microseconds with a core per rank, more when ranks share
+  // cores (a yield or a wake-up per hand-off; docs/performance.md). 4 ranks
+  // on 2 cores, 64 KiB (2026-12-06, wia-bench --predict): every algorithm
+  // measured 27 - 34 us, and 4 us a message predicts 6 of 7 within 25 %
+  // (16 us, which kept chunk counts down before kChunkGain did, predicted
+  // 3 - 4x the time).
   cores = std::max(cores, 1);
-  m.message_overhead_us = nranks > cores ? 16.0 : 2.0;
+  m.message_overhead_us = nranks > cores ? 4.0 : 2.0;
   m.cpu_share = nranks > cores ? static_cast<double>(cores) / nranks : 1.0;
   if (llc_bytes <= 0) llc_bytes = static_cast<double>(last_level_cache_bytes());
   m.cache_bytes = llc_bytes;
   m.cache_speedup = kHostCacheSpeedup;
+  if (l2_bytes <= 0) l2_bytes = static_cast<double>(cpu_cache_bytes(2));
+  m.l2_bytes = l2_bytes * std::min(nranks, cores);
+  m.l2_speedup = kHostL2Speedup;
   return m;
 }
 
@@ -105,6 +106,14 @@ double LinkModel::slowest_gbps() const {
   return slowest;
 }
 
+double LinkModel::cache_time_factor(double footprint) const {
+  if (!(footprint > 0)) return 1.0;
+  auto held = [&](double bytes) { return bytes > 0 ? std::min(1.0, bytes / 2 / footprint) : 0.0; };
+  const double in_l2 = held(l2_bytes);
+  const double in_llc = std::max(held(cache_bytes) - in_l2, 0.0);
+  return (1.0 - in_l2 - in_llc) + in_l2 / l2_speedup + in_llc / cache_speedup;
+}
+
 bool LinkModel::is_uniform() const {
   if (!node_of_rank.empty() || !nic_of_rank.empty()) return false;
   auto all_equal = [this](const std::vector<double>& v) {
@@ -149,8 +158,8 @@ void LinkModel::validate() const {
   };
   check_labels(node_of_rank, "node_of_rank");
   check_labels(nic_of_rank, "nic_of_rank");
-  if (!(cache_bytes >= 0) || !(cache_speedup >= 1))
-    bad("link model: cache_bytes must be >= 0 and cache_speedup >= 1");
+  if (!(cache_bytes >= 0) || !(cache_speedup >= 1) || !(l2_bytes >= 0) || !(l2_speedup >= 1))
+    bad("link model: cache_bytes and l2_bytes must be >= 0, cache_speedup and l2_speedup >= 1");
   if (!(cpu_share > 0 && cpu_share <= 1))
     bad("link model: cpu_share " + std::to_string(cpu_share) + " must be in (0, 1]");
   if (!(socket_share >= 0) || !(thread_share > 0 && thread_share <= 1))
@@ -171,14 +180,6 @@ double us_per_byte(double gbps) { return gbps > 0 ? 1.0 / (gbps * 1e3) : 0.0; }
 constexpr std::uint32_t kNoPort = 0xffffffffu;
 // Heap items with this bit set are "bytes start flowing" events of a send.
 constexpr std::uint32_t kEjectEvent = 0x80000000u;
-
-// Receive-reduces the receiver runs as one pass (Copier::kReceiver), in
-// copies of the same bytes: two streams read and one written against a
-// copy's one and one, plus the arithmetic (c = a + b took 1.5 - 2.5x a
-// memcpy's time per byte on the reference VM, MACHINE-FACTS); a fused
-// chain's later inputs add one read.
-constexpr double kFusedPass = 2.0;
-constexpr double kChainedInput = 0.5;
 
 // The discrete-event simulation over a flattened set of steps, shared by
 // the full and the symmetric modes; they differ only in how the arrays
@@ -456,9 +457,8 @@ void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_
     sim.socket_share = m.socket_share;
     sim.thread_share = m.thread_share;
   }
-  // Copies of a working set that fits in cache (see LinkModel::cache_bytes).
-  if (m.cache_bytes > 0 && m.copies == Copier::kReceiver && footprint <= m.cache_bytes)
-    sim.cpu_factor /= m.cache_speedup;
+  // Copies of a working set cache holds (see LinkModel::cache_bytes).
+  if (m.copies == Copier::kReceiver) sim.cpu_factor *= m.cache_time_factor(footprint);
   sim.elem_size = elem_size;
   sim.port_free.assign(nports, 0.0);
   sim.eject_free.assign(nports, 0.0);
@@ -735,6 +735,17 @@ coll::CollArgs costed_args(const coll::CollArgs& given, const LinkModel& model,
   return args;
 }
 
+// Threads copying through one memory (Copier::kReceiver) take more chunks
+// of one algorithm only when they are this much cheaper than fewer: there
+// the chunks' overlap is between ranks that share the memory and the
+// cores, and their hand-offs cost cache and kernel effects the model does
+// not price (4 ranks in one process on 2 cores, 4 MiB: 16 chunks measured
+// 1.5 - 2x the time of 1 or 4, which the model had within 0.5 %). Over
+// sockets the overlap is with the kernel's socket paths, a resource of its
+// own, and small gains were measured (loopback tcp, 2 processes: ring/16
+// 0.90 of ring/1's time, the model 0.975).
+constexpr double kThreadsChunkGain = 0.03;
+
 // Costs `info` at the chunk counts worth trying and keeps the cheapest in
 // `best` (ties keep what `best` already holds).
 void cost_algorithm(const coll::AlgorithmInfo& info, coll::CollArgs args, const LinkModel& model,
@@ -745,21 +756,27 @@ void cost_algorithm(const coll::AlgorithmInfo& info, coll::CollArgs args, const 
   std::vector<std::uint32_t> chunks{1};
   if (info.pipelined && (info.algorithm != Algorithm::kRing || local_work_costs))
     chunks = chunk_candidates(args.count, kernels::dtype_size(args.dtype), args.nranks);
-  double previous = -1;
+  const double gain = model.copies == Copier::kReceiver ? kThreadsChunkGain : 0.0;
+  double previous = -1, mine_us = 0;
+  std::uint32_t mine_chunks = 0;  // this algorithm's best chunk count so far
   for (std::uint32_t k : chunks) {
     args.algorithm = info.algorithm;
     args.options.num_chunks = k;
     const CostEstimate e = estimate(args, model);
     if (considered) considered->push_back({info.algorithm, info.name, k, e.time_us});
-    if (best.name[0] == '\0' || e.time_us < best_us) {
-      best_us = e.time_us;
-      best.algorithm = info.algorithm;
-      best.name = info.name;
-      best.num_chunks = k;
+    if (mine_chunks == 0 || e.time_us < mine_us * (1.0 - gain)) {
+      mine_us = e.time_us;
+      mine_chunks = k;
     }
     // Time is (about) unimodal in the chunk count: stop once it rises.
     if (previous >= 0 && e.time_us >= previous) break;
     previous = e.time_us;
+  }
+  if (best.name[0] == '\0' || mine_us < best_us) {
+    best_us = mine_us;
+    best.algorithm = info.algorithm;
+    best.name = info.name;
+    best.num_chunks = mine_chunks;
   }
 }
 

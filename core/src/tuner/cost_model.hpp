@@ -72,7 +72,22 @@ inline constexpr std::int32_t kFullSimulationMaxRanks = 256;
 // faster copies run when all the data fits in the last-level cache.
 inline constexpr double kHostCopyGbps = 12.0;  // MACHINE-FACTS: 13.7 at 16 MiB, 11.2 at 256
 inline constexpr double kHostReduceGbps = 6.0;
-inline constexpr double kHostCacheSpeedup = 1.8;
+// Copies whose working set the last-level cache holds, and the cores'
+// own L2s, run this many times faster than over memory (wia-bench
+// --predict on the EPYC host of MACHINE-FACTS, 2026-12-06: 2-process
+// window all-reduce at 4 MiB (L3) 3.7x, 64 - 256 KiB (L2) 5.7 - 7.7x
+// the rate of 64 MiB; a 1 MiB memcpy in wia-bw 5x one of 32 MiB).
+inline constexpr double kHostCacheSpeedup = 4.0;
+inline constexpr double kHostL2Speedup = 6.0;
+
+// A pass that reduces two streams into a third (Copier::kReceiver's
+// receive-reduce, a window all-reduce's fold), in copies of the same
+// bytes: two streams read and one written against a copy's one and one,
+// plus the arithmetic (c = a + b took 1.5 - 2.5x a memcpy's time per byte
+// on the reference VM, MACHINE-FACTS); each further input of a fused
+// chain adds one read.
+inline constexpr double kFusedPass = 2.0;
+inline constexpr double kChainedInput = 0.5;
 
 // Who moves a message's bytes, when CPUs do (LinkModel::copies).
 enum class Copier : std::uint8_t {
@@ -171,6 +186,21 @@ struct LinkModel {
   // on the reference VM). 0 = no cache model.
   double cache_bytes = 0;
   double cache_speedup = 1.0;
+  // The same for the L2s of the cores the ranks run on, together (0 = no
+  // L2 model): the share of a working set they hold runs l2_speedup times
+  // faster than the links' figures.
+  double l2_bytes = 0;
+  double l2_speedup = 1.0;
+  // The time CPU copies of a working set of `footprint` bytes take, as a
+  // share of the links' figures: 1 without a cache model; else each level
+  // serves the share of the set half its size holds (the engine streams
+  // outputs past half the last level, exec_plan.cpp; the other half holds
+  // what else runs), the L2s first, at its speed-up, and memory the rest
+  // (a call reads each buffer once, so what stayed in cache from the last
+  // call is hit and the rest missed). So 1 / l2_speedup when the L2s hold
+  // it all, 1 / cache_speedup when the last level does, and a smooth
+  // slope past it instead of a cliff.
+  double cache_time_factor(double footprint) const;
   // Copier::kBothEnds over kernel sockets: 0 = none, the ranks' threads
   // are the channel (shm rings). Above 0, each rank's socket path spends
   // socket_share x bytes / link bandwidth on every message the rank sends
@@ -191,8 +221,10 @@ struct LinkModel {
   // cores run all ranks' work (cpu_share = cores / nranks when fewer).
   // Calibrated with wia-bench --predict (docs/collectives.md, "How the
   // model is calibrated").
-  // llc_bytes: the last-level cache (0: this machine's, from sysconf).
-  static LinkModel host_threads(std::int32_t nranks, int cores, double llc_bytes = 0);
+  // llc_bytes: the last-level cache, l2_bytes one core's L2 (0: this
+  // machine's, from sysfs).
+  static LinkModel host_threads(std::int32_t nranks, int cores, double llc_bytes = 0,
+                                double l2_bytes = 0);
   // Processes of one node reading each other's node-shared windows
   // (engine/window_allreduce.hpp): host_threads' copies, and a step's
   // hand-off of a few cache-line transfers (docs/performance.md, "The VM's

@@ -439,6 +439,49 @@ TEST_CASE("all-reduces read inputs in device memory in place, across frees and r
   }
 }
 
+// The estimate wia_get_selected_algorithm reports for the windows' path
+// prices the passes each rank makes (tuner/window_cost.hpp): an input in
+// libwia device memory is read in place, one from the heap is first copied
+// into the window, so with 2 ranks out of place the heap call costs a
+// copy and a fold (1 + 2 copies' worth, kFusedPass) where the device call
+// costs the fold alone, the waits aside. Alternating the two on one
+// communicator also checks that neither call's estimate is served from the
+// other's memo (the plan memo and the repeat of the last window call).
+TEST_CASE("the windows' estimate prices a heap input's copy into the window") {
+  const auto st = run_ranks(
+      2, base_yaml(),
+      [](int rank, int nranks) {
+        wia_communicator_t comm = join(rank, nranks);
+        if (!comm) return kApiError;
+        constexpr std::uint64_t kCount = 1 << 20;  // 4 MiB of float32: 8 window banks
+        double estimate[2][2] = {};                // [round][memory]
+        int wrong = 0;
+        for (int round = 0; round < 2; ++round)
+          for (Memory memory : {Memory::kHeap, Memory::kDevice}) {
+            const int w = check_all_reduce<float>(comm, rank, nranks, WIA_FLOAT32, WIA_REDUCE_SUM,
+                                                  kCount, false, "one_shot", memory);
+            if (w < 0) return kApiError;
+            wrong += w;
+            estimate[round][memory == Memory::kDevice] =
+                wia_get_selected_algorithm(comm).estimated_time_ms;
+          }
+        wia_destroy_communicator(comm);
+        for (int round = 0; round < 2; ++round) {
+          const double heap = estimate[round][0], device = estimate[round][1];
+          const double ratio = device > 0 ? heap / device : 0;
+          if (!(ratio > 1.4 && ratio < 1.5001)) {
+            std::fprintf(stderr, "rank %d round %d: estimate %.4f ms from the heap, %.4f ms in "
+                         "place (ratio %.3f, expected about 1.5)\n",
+                         rank, round, heap, device, ratio);
+            ++wrong;
+          }
+        }
+        return wrong ? kWrong : kOk;
+      },
+      {{"TEST_WIA_ID", unique_id_env()}, {"WIA_TRANSPORT", "shm"}});
+  check_all(st);
+}
+
 // A rank whose input was read in place returns only when every peer
 // finished reading it: here each rank overwrites its input, last element
 // first, the moment its call returns, and then checks its result. Vectors

@@ -127,7 +127,10 @@ TEST_CASE("fidelity: the chosen algorithm is the cheapest candidate, and costs g
       REQUIRE(!considered.empty());
       double cheapest = considered.front().time_us;
       for (const Candidate& k : considered) cheapest = std::min(cheapest, k.time_us);
-      CHECK(s.estimated_ms * 1e3 == doctest::Approx(cheapest));
+      // Threads take more chunks only for a 3 % gain (kThreadsChunkGain).
+      const double slack = c.model.copies == Copier::kReceiver ? 1.03 : 1.0;
+      CHECK(s.estimated_ms * 1e3 >= cheapest * (1 - 1e-9));
+      CHECK(s.estimated_ms * 1e3 <= cheapest * slack * (1 + 1e-9));
       CHECK(s.estimated_ms * 1e3 >= previous);
       previous = s.estimated_ms * 1e3;
       // Each algorithm at one chunk: more bytes never cost less.
@@ -146,8 +149,9 @@ TEST_CASE("fidelity: the chosen algorithm is the cheapest candidate, and costs g
 }
 
 TEST_CASE("fidelity: the tuner's choices on the recorded links") {
-  // In one process direct (one n-ary pass per block) from 256 KiB (64 KiB:
-  // recursive doubling, see the hand-off charge in host_threads), never
+  // In one process direct (one n-ary pass per block) from 64 KiB (every
+  // algorithm measured 27 - 34 us there, direct the fastest; the hand-off
+  // charge in host_threads), never
   // ring, whose unfused passes and six dependent hand-offs ran 1.5-4x
   // slower (wia-bench --predict, docs/performance.md "Cost model
   // fidelity"); small vectors: one round. Over the recorded tcp links ring,
@@ -157,7 +161,7 @@ TEST_CASE("fidelity: the tuner's choices on the recorded links") {
   // change here is a change of the model: re-measure with --predict first.
   check_choices({
       {"threads", 4, 8, "recursive_doubling"},
-      {"threads", 4, 64 << 10, "recursive_doubling"},
+      {"threads", 4, 64 << 10, "direct"},
       {"threads", 4, 256 << 10, "direct"},
       {"threads", 4, 1u << 20, "direct"},
       {"threads", 4, 16u << 20, "direct"},
