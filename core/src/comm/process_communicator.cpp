@@ -69,6 +69,8 @@ ProcessCommunicator::ProcessCommunicator(const ProcessLayout& layout, Exchange& 
       static_cast<std::uint64_t>(rt.config().get_int("collectives.one_shot_max_bytes"));
   node_window_max_bytes_ =
       static_cast<std::uint64_t>(rt.config().get_int("collectives.node_window_max_bytes"));
+  node_window_one_shot_peer_bytes_ = static_cast<std::uint64_t>(
+      rt.config().get_int("collectives.node_window_one_shot_peer_bytes"));
   node_window_zero_copy_min_bytes_ = static_cast<std::uint64_t>(
       rt.config().get_int("collectives.node_window_zero_copy_min_bytes"));
   // Until the ranks' CPUs are known (connect_mesh): the CPUs this process may run on.

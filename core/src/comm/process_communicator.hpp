@@ -458,6 +458,8 @@ class ProcessCommunicator final : public CommunicatorBase {
   std::uint64_t post_progress_max_bytes_ = 0;
   std::uint64_t one_shot_max_bytes_ = 0;     // collectives.one_shot_max_bytes
   std::uint64_t node_window_max_bytes_ = 0;  // collectives.node_window_max_bytes
+  // collectives.node_window_one_shot_peer_bytes
+  std::uint64_t node_window_one_shot_peer_bytes_ = 0;
   std::uint64_t node_window_zero_copy_min_bytes_ =
       0;  // collectives.node_window_zero_copy_min_bytes
   // Every rank's window, when all ranks share one node (else nullptr).

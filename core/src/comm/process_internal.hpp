@@ -64,6 +64,7 @@ struct RankRecord {
   std::uint64_t window_chunk_bytes;
   std::uint64_t window_max_bytes;
   std::uint64_t one_shot_max_bytes;
+  std::uint64_t window_one_shot_peer_bytes;
   // The CPUs this process may run on (sched_getaffinity: taskset, cgroup
   // cpusets, a launcher's binding), bit c = CPU c; all zero if unknown.
   std::uint64_t cpus[kCpuWords];

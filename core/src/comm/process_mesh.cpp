@@ -194,6 +194,7 @@ void ProcessCommunicator::describe_this_rank(MeshSetup& s) {
       mine.window_chunk_bytes = window_chunk;
       mine.window_max_bytes = node_window_max_bytes_;
       mine.one_shot_max_bytes = one_shot_max_bytes_;
+      mine.window_one_shot_peer_bytes = node_window_one_shot_peer_bytes_;
     } else {
       log::info("comm", "rank {}: no node-shared window: {}", me, why);
     }
@@ -400,7 +401,8 @@ void ProcessCommunicator::share_node_windows(Exchange& exchange, const MeshSetup
     if (records[r].has_window == 1 && records[0].has_window == 1 && differs < 0 &&
         (records[r].window_chunk_bytes != records[0].window_chunk_bytes ||
          records[r].window_max_bytes != records[0].window_max_bytes ||
-         records[r].one_shot_max_bytes != records[0].one_shot_max_bytes))
+         records[r].one_shot_max_bytes != records[0].one_shot_max_bytes ||
+         records[r].window_one_shot_peer_bytes != records[0].window_one_shot_peer_bytes))
       differs = r;
   }
   if (differs >= 0) {
@@ -409,10 +411,12 @@ void ProcessCommunicator::share_node_windows(Exchange& exchange, const MeshSetup
       log::warn("comm",
                 "communicator of {} ranks: node-shared windows not used: rank {} has other "
                 "collectives.node_window_chunk_bytes / node_window_max_bytes / "
-                "one_shot_max_bytes than rank 0 ({} / {} / {} vs {} / {} / {})",
+                "one_shot_max_bytes / node_window_one_shot_peer_bytes than rank 0 ({} / {} / {} "
+                "/ {} vs {} / {} / {} / {})",
                 p, differs, records[differs].window_chunk_bytes, records[differs].window_max_bytes,
-                records[differs].one_shot_max_bytes, records[0].window_chunk_bytes,
-                records[0].window_max_bytes, records[0].one_shot_max_bytes);
+                records[differs].one_shot_max_bytes, records[differs].window_one_shot_peer_bytes,
+                records[0].window_chunk_bytes, records[0].window_max_bytes,
+                records[0].one_shot_max_bytes, records[0].window_one_shot_peer_bytes);
   }
   // Only over links that stay inside the node: a configuration that
   // chose a network transport on one node (tests, operators comparing

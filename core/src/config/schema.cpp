@@ -114,6 +114,16 @@ constexpr KeySpec kCoreSchema[] = {
                     "algorithm (one-shot with 2 ranks) through the windows",
      .min_value = 0,
      .max_value = 1099511627776},
+    {.key = "collectives.node_window_one_shot_peer_bytes",
+     .type = ValueType::kInt,
+     .default_value = "4194304",
+     .description = "Process communicators with node-shared windows and 3 to 8 ranks: "
+                    "all-reduces whose algorithm the cost model would choose run one-shot "
+                    "instead of direct while each rank reads at most this many bytes of its "
+                    "peers' inputs, (ranks - 1) x the vector (0 = direct always; "
+                    "docs/processes.md)",
+     .min_value = 0,
+     .max_value = 1099511627776},
     {.key = "collectives.node_window_zero_copy_min_bytes",
      .type = ValueType::kInt,
      .default_value = "16384",

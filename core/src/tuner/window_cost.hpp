@@ -26,6 +26,11 @@ struct WindowAllReduce {
   bool inputs_read_in_place = false;
 };
 
+// The peers' inputs read in place are taken as unchanged since the last
+// call (a benchmark's loop; each rank's cache may still hold them): a
+// training loop that rewrites its gradients before each call pays for
+// reading them from the writer's cache, as the direct schedule's slices
+// are priced here.
 // Microseconds for one call, every rank alike, on `model`
 // (LinkModel::node_windows: its copy rate, CPU share, cache, and a wait's
 // alpha and overhead). Throws wia::Error(INVALID_ARGUMENT) for fewer than

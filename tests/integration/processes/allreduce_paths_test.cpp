@@ -313,13 +313,18 @@ TEST_CASE("all-reduces through node-shared windows: many chunks, every op, four 
     const char* ipc_open = n == 3 ? "proc" : "auto";
     INFO(n << " processes, host.ipc_open " << ipc_open);
     const auto st = run_ranks(
-        n, base_yaml() + "  node_window_chunk_bytes: 4096\n",
+        n,
+        base_yaml() +
+            "  node_window_chunk_bytes: 4096\n  node_window_one_shot_peer_bytes: 150000\n",
         [](int rank, int nranks) {
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;
+          // 3 and 4 ranks: one-shot while (ranks - 1) x bytes <= 150000,
+          // so 5000 elements (20 or 40 KB, 5 or 10 chunks) run one-shot and
+          // 20011 (80 or 160 KB) direct, both dtypes.
           int wrong = check_every_op(comm, rank, nranks, {3, 1000, 5000, 20011},
                                      [nranks](std::uint64_t count) {
-                                       return count <= 1000 || nranks == 2 ? "one_shot" : "direct";
+                                       return count <= 5000 || nranks == 2 ? "one_shot" : "direct";
                                      });
           if (wrong < 0) return kApiError;
           // The same small call again and again (a training loop's
@@ -404,7 +409,10 @@ TEST_CASE("all-reduces read inputs in device memory in place, across frees and r
   for (int n : {2, 3, 4}) {
     INFO(n << " processes");
     const auto st = run_ranks(
-        n, base_yaml() + "  node_window_chunk_bytes: 4096\n  node_window_zero_copy_min_bytes: 64\n",
+        n,
+        base_yaml() +
+            "  node_window_chunk_bytes: 4096\n  node_window_zero_copy_min_bytes: 64\n"
+            "  node_window_one_shot_peer_bytes: 0\n",  // direct from 8 KiB, as it reads in place
         [](int rank, int nranks) {
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;
@@ -487,14 +495,16 @@ TEST_CASE("the windows' estimate prices a heap input's copy into the window") {
 // first, the moment its call returns, and then checks its result. Vectors
 // of two default-size chunks: a rank that returned early would overwrite
 // the chunk its peer is still reducing. In place, a rank must not write a
-// chunk's result before its peers finished reading that chunk (with 3
-// ranks the direct schedule reads in-place inputs in place; with 2 the
-// one-shot one copies them).
+// chunk's result before its peers finished reading that chunk (the direct
+// schedule reads in-place inputs in place; one-shot copies them). With 3
+// ranks 1 MiB runs one-shot by default (2 MiB from the peers) and direct
+// with node_window_one_shot_peer_bytes 0.
 TEST_CASE("an input read in place is the caller's again when the call returns") {
-  for (int n : {2, 3}) {
-    INFO(n << " processes");
+  for (const auto& [n, extra] : {std::pair<int, const char*>{2, ""}, {3, ""},
+                                 {3, "  node_window_one_shot_peer_bytes: 0\n"}}) {
+    INFO(n << " processes " << extra);
     const auto st = run_ranks(
-        n, base_yaml(),
+        n, base_yaml() + extra,
         [](int rank, int nranks) {
           wia_communicator_t comm = join(rank, nranks);
           if (!comm) return kApiError;

@@ -29,7 +29,7 @@ TEST_CASE("schema: every core row is well formed and its default is valid") {
   CHECK(keys == std::set<std::string>{"log.level", "log.file", "providers.search_path",
                                       "providers.enable", "providers.disable",
                                       "bootstrap.timeout_ms", "bootstrap.port", "bootstrap.ifname", "collectives.timeout_ms", "collectives.heartbeat_ms", "collectives.heartbeat_timeout_ms", "collectives.post_progress_us", "collectives.post_progress_max_bytes", "collectives.one_shot_max_bytes", "collectives.node_window_chunk_bytes", "collectives.node_window_max_bytes",
-             "collectives.node_window_zero_copy_min_bytes", "collectives.engine", "collectives.algorithm", "selector.transport", "tuner.link_file", "compression.pipeline_segment_bytes", "compression.across_hosts", "compression.link_codec", "compression.link_codec_min_bytes", "flight_recorder.entries", "flight_recorder.dir", "profiling.sample_every"});
+             "collectives.node_window_one_shot_peer_bytes", "collectives.node_window_zero_copy_min_bytes", "collectives.engine", "collectives.algorithm", "selector.transport", "tuner.link_file", "compression.pipeline_segment_bytes", "compression.across_hosts", "compression.link_codec", "compression.link_codec_min_bytes", "flight_recorder.entries", "flight_recorder.dir", "profiling.sample_every"});
 }
 
 TEST_CASE("schema: integers") {

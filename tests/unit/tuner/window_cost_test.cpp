@@ -58,9 +58,10 @@ TEST_CASE("window cost: the passes and waits of each schedule, by hand") {
   }
   SUBCASE("4 ranks, direct: a quarter folded from 4 inputs, every slice copied out, 2 waits") {
     // A fold of 4 inputs: 2 copies' worth for the first two, half a copy
-    // for each further input's read.
+    // for each further input's read; its own slice copied out, the peers'
+    // three read from the cores that wrote them (2 copies' worth a byte).
     const double fold = 2 + 2 * 0.5;
-    const double expected = (n / 4 * fold + n) / 10e3 + 2 * 128 * 0.5;
+    const double expected = (n / 4 * fold + n / 4 + 3 * n / 4 * 2) / 10e3 + 2 * 128 * 0.5;
     CHECK(window_allreduce_us(call(4, 64 << 20, false, true), plain_model(4)) ==
           doctest::Approx(expected));
   }
@@ -71,7 +72,7 @@ TEST_CASE("window cost: the passes and waits of each schedule, by hand") {
   SUBCASE("ranks sharing cores: the passes take 1 / share longer, the waits do not") {
     LinkModel m = plain_model(4);
     m.cpu_share = 0.5;
-    const double expected = 2 * (n / 4 * 3 + n) / 10e3 + 2 * 128 * 0.5;
+    const double expected = 2 * (n / 4 * 3 + n / 4 + 3 * n / 4 * 2) / 10e3 + 2 * 128 * 0.5;
     CHECK(window_allreduce_us(call(4, 64 << 20, false, true), m) == doctest::Approx(expected));
   }
 }
