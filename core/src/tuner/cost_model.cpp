@@ -458,7 +458,8 @@ void init_common(Sim& sim, const LinkModel& m, std::size_t elem_size, std::size_
     sim.thread_share = m.thread_share;
   }
   // Copies of a working set cache holds (see LinkModel::cache_bytes).
-  if (m.copies == Copier::kReceiver) sim.cpu_factor *= m.cache_time_factor(footprint);
+  if (m.copies == Copier::kReceiver || (m.copies == Copier::kBothEnds && m.socket_share == 0))
+    sim.cpu_factor *= m.cache_time_factor(footprint);
   sim.elem_size = elem_size;
   sim.port_free.assign(nports, 0.0);
   sim.eject_free.assign(nports, 0.0);
@@ -874,6 +875,15 @@ void on_one_node(LinkModel& m, int cores, NodeChannel channel) {
   m.cpu_share = m.nranks > cores ? static_cast<double>(cores) / m.nranks : 1.0;
   m.reduce_gbps = kHostReduceGbps;
   m.copy_gbps = kHostCopyGbps;
+  if (!sockets) {
+    // Through shm rings the threads' copies are loads and stores, as
+    // threads' are: cached when the buffers are (the kernel's socket
+    // paths run at their measured rate whatever the size).
+    m.cache_bytes = static_cast<double>(last_level_cache_bytes());
+    m.cache_speedup = kHostCacheSpeedup;
+    m.l2_bytes = static_cast<double>(cpu_cache_bytes(2)) * std::min(m.nranks, cores);
+    m.l2_speedup = kHostL2Speedup;
+  }
 }
 
 double ring_allreduce_us(std::int32_t p, double bytes, double alpha_us, double gbps) {

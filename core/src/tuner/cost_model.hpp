@@ -178,12 +178,11 @@ struct LinkModel {
   // when more ranks than cores run (every CPU-side cost, copies with
   // Copier::kReceiver / kBothEnds and local reductions, is divided by it).
   double cpu_share = 1.0;
-  // Receiver copies (Copier::kReceiver: loads and stores, not a kernel's
-  // socket path) whose whole working set (every rank's buffers of the
-  // collective together) fits in cache_bytes run cache_speedup times
-  // faster than the links' figures, which wia-bw measures on 32 MiB, out
-  // of a 32 MiB last-level cache (memcpy: 25 GB/s at 1 MiB, 13.7 at 16 MiB
-  // on the reference VM). 0 = no cache model.
+  // CPU copies and reductions by loads and stores (Copier::kReceiver, and
+  // kBothEnds without socket paths: shm rings) of a working set (every
+  // rank's buffers of the collective together) held by cache_bytes run
+  // cache_speedup times faster than the links' figures, which wia-bw
+  // measures on 32 MiB (cache_time_factor). 0 = no cache model.
   double cache_bytes = 0;
   double cache_speedup = 1.0;
   // The same for the L2s of the cores the ranks run on, together (0 = no
@@ -367,7 +366,8 @@ class Selector {
 // rings, loopback tcp): both ends copy (Copier::kBothEnds), at the links'
 // figures (measured ones from tuner.link_file), the node's `cores` cores
 // shared by model.nranks ranks, local work at a core's rates; over
-// kKernelSockets the socket and thread shares of loopback TCP.
+// kKernelSockets the socket and thread shares of loopback TCP, over shm
+// this machine's caches (LinkModel::cache_time_factor).
 void on_one_node(LinkModel& model, int cores, NodeChannel channel = NodeChannel::kSharedMemory);
 
 // The spec's closed forms (6.5.1-6.5.3), beta = 1 / bandwidth, n in bytes.

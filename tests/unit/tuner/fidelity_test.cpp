@@ -33,8 +33,9 @@ std::string data_file(const char* name) {
 // recorded on), not read from the machine running the test: the pinned
 // choices must not depend on where CI runs.
 constexpr double kRecordedLlcBytes = 260.0 * (1 << 20);
+constexpr double kRecordedL2Bytes = 2.0 * (1 << 20);
 LinkModel threads_model(std::int32_t p) {
-  return with_measured_links(LinkModel::host_threads(p, 2, kRecordedLlcBytes),
+  return with_measured_links(LinkModel::host_threads(p, 2, kRecordedLlcBytes, kRecordedL2Bytes),
                              link_model_from_file(data_file("links-host4.yaml"), p));
 }
 LinkModel processes_model(const char* file, std::int32_t p, double overhead_us,
@@ -43,6 +44,12 @@ LinkModel processes_model(const char* file, std::int32_t p, double overhead_us,
   m.port_gbps = 0;
   m.message_overhead_us = overhead_us;
   on_one_node(m, cores, channel);
+  if (m.cache_bytes > 0) {
+    // shm: fixed caches, not this machine's: the EPYC host's (MACHINE-FACTS)
+    // on which the shm choices below were measured (2026-12-06).
+    m.cache_bytes = 32.0 * (1 << 20);
+    m.l2_bytes = 1.0 * (1 << 20) * std::min(p, cores);
+  }
   return m;
 }
 // Loopback tcp as the communicators model it (process_links.cpp).
@@ -242,7 +249,7 @@ TEST_CASE("fidelity: over loopback tcp chunks overlap reductions with the socket
 
 TEST_CASE("fidelity: the effects the calibration relies on") {
   SUBCASE("a receiver-copied ring pays for its unfused passes: direct beats it") {
-    const LinkModel m = LinkModel::host_threads(4, 2, kRecordedLlcBytes);
+    const LinkModel m = LinkModel::host_threads(4, 2, kRecordedLlcBytes, kRecordedL2Bytes);
     for (std::uint64_t bytes : {1u << 20, 16u << 20}) {
       const double ring = estimate(allreduce(4, bytes, Algorithm::kRing), m).time_us;
       const double direct = estimate(allreduce(4, bytes, Algorithm::kDirect), m).time_us;
@@ -253,8 +260,8 @@ TEST_CASE("fidelity: the effects the calibration relies on") {
   SUBCASE("ranks sharing cores take proportionally longer") {
     const coll::CollArgs direct = allreduce(4, 16u << 20, Algorithm::kDirect);
     const double shared =
-        estimate(direct, LinkModel::host_threads(4, 2, kRecordedLlcBytes)).time_us;
-    const double own = estimate(direct, LinkModel::host_threads(4, 4, kRecordedLlcBytes)).time_us;
+        estimate(direct, LinkModel::host_threads(4, 2, kRecordedLlcBytes, kRecordedL2Bytes)).time_us;
+    const double own = estimate(direct, LinkModel::host_threads(4, 4, kRecordedLlcBytes, kRecordedL2Bytes)).time_us;
     CHECK(shared / own > 1.8);
     CHECK(shared / own < 2.05);
   }
@@ -263,6 +270,7 @@ TEST_CASE("fidelity: the effects the calibration relies on") {
     link.port_gbps = 0;
     LinkModel cpus = link;
     on_one_node(cpus, 2);
+    cpus.cache_bytes = cpus.l2_bytes = 0;  // buffers out of cache
     cpus.reduce_gbps = link.reduce_gbps = 0;  // the transfers alone
     cpus.copy_gbps = link.copy_gbps = 0;
     const double a = estimate(allreduce(2, 16u << 20, Algorithm::kRing), link).time_us;
