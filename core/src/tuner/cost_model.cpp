@@ -42,8 +42,8 @@ LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_byt
   // cores (a yield or a wake-up per hand-off; docs/performance.md). 4 ranks
   // on 2 cores, 64 KiB (2026-12-06, wia-bench --predict): every algorithm
   // measured 27 - 34 us, and 4 us a message predicts 6 of 7 within 25 %
-  // (16 us, which kept chunk counts down before kChunkGain did, predicted
-  // 3 - 4x the time).
+  // (16 us, which kept chunk counts down before kThreadsChunkGain did,
+  // predicted 3 - 4x the time).
   cores = std::max(cores, 1);
   m.message_overhead_us = nranks > cores ? 4.0 : 2.0;
   m.cpu_share = nranks > cores ? static_cast<double>(cores) / nranks : 1.0;

@@ -39,11 +39,11 @@ double window_allreduce_us(const WindowAllReduce& call, const LinkModel& m) {
   double copies = copy_in ? n : 0.0;
   double waits = chunks;  // every input published, each chunk
   if (call.one_shot) {
-    copies += n * fold;                // every rank folds the whole chunk
-    if (!copy_in) waits += 1;          // the peers say they finished reading
+    copies += n * fold;        // every rank folds the whole chunk
+    if (!copy_in) waits += 1;  // the peers say they finished reading
   } else {
-    copies += n / p * fold + n / p;    // its slice from every input, then its own slice out
-    waits += chunks;                   // every reduced slice published, each chunk
+    copies += n / p * fold + n / p;  // its slice from every input, then its own slice out
+    waits += chunks;                 // every reduced slice published, each chunk
   }
   // Every rank's input and output, read or written once per call.
   const double footprint = p * n * (call.in_place ? 1.0 : 2.0);

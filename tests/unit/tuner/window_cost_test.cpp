@@ -79,8 +79,8 @@ TEST_CASE("window cost: the passes and waits of each schedule, by hand") {
 
 TEST_CASE("window cost: bad shapes are refused, naming them") {
   WindowAllReduce one = call(1, 1024, true, false);
-  CHECK_THROWS_WITH_AS(window_allreduce_us(one, plain_model(1)),
-                       doctest::Contains("1 rank(s)"), Error);
+  CHECK_THROWS_WITH_AS(window_allreduce_us(one, plain_model(1)), doctest::Contains("1 rank(s)"),
+                       Error);
   WindowAllReduce no_bank = call(2, 1024, true, false);
   no_bank.chunk_bytes = 0;
   CHECK_THROWS_WITH_AS(window_allreduce_us(no_bank, plain_model(2)),
