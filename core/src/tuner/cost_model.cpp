@@ -37,15 +37,17 @@ LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_byt
   m.copies = Copier::kReceiver;
   m.copy_gbps = kHostCopyGbps;
   m.reduce_gbps = kHostReduceGbps;
-  // Every message is a cross-thread hand-off (publish, notice, consume):
-  // a couple of microseconds with a core per rank, more when ranks share
-  // cores (a yield or a wake-up per hand-off; docs/performance.md). 4 ranks
-  // on 2 cores, 64 KiB (2026-12-06, wia-bench --predict): every algorithm
-  // measured 27 - 34 us, and 4 us a message predicts 6 of 7 within 25 %
-  // (16 us, which kept chunk counts down before kThreadsChunkGain did,
-  // predicted 3 - 4x the time).
+  // A call starts with the ranks' stream tasks reaching the engine and
+  // its barrier, then every message is a cross-thread hand-off (publish,
+  // notice, consume). 4 ranks on 2 cores (2026-12-06, wia-bench --predict):
+  // at 8 B every algorithm took 19 - 27 us whatever its messages (ring's
+  // 6 steps 19, recursive doubling's 2 rounds 21), at 64 KiB 27 - 34 us:
+  // 16 us a call and 2 a message. (16 us a message, which kept chunk
+  // counts down before kThreadsChunkGain did, predicted 64 KiB at 3 -
+  // 4x.) With a core per rank a call is a few us (2 ranks, 8 B: 3.0 - 3.9).
   cores = std::max(cores, 1);
-  m.message_overhead_us = nranks > cores ? 4.0 : 2.0;
+  m.call_overhead_us = nranks > cores ? 16.0 : 1.0;
+  m.message_overhead_us = nranks > cores ? 2.0 : 1.0;
   m.cpu_share = nranks > cores ? static_cast<double>(cores) / nranks : 1.0;
   if (llc_bytes <= 0) llc_bytes = static_cast<double>(last_level_cache_bytes());
   m.cache_bytes = llc_bytes;
@@ -58,6 +60,7 @@ LinkModel LinkModel::host_threads(std::int32_t nranks, int cores, double llc_byt
 
 LinkModel LinkModel::node_windows(std::int32_t nranks, int cores) {
   LinkModel m = host_threads(nranks, cores);
+  m.call_overhead_us = 0;  // a call is a publish (0.3 us at 8 B, docs/processes.md)
   m.alpha_us = 0.25;
   m.message_overhead_us = nranks > std::max(cores, 1) ? 5.0 : 0.25;
   return m;
@@ -169,6 +172,8 @@ void LinkModel::validate() const {
     bad("link model: port/reduce/copy bandwidths must be >= 0 (0 = unlimited)");
   if (!(message_overhead_us >= 0))
     bad("link model: message overhead " + std::to_string(message_overhead_us) + " us is negative");
+  if (!(call_overhead_us >= 0))
+    bad("link model: call overhead " + std::to_string(call_overhead_us) + " us is negative");
 }
 
 namespace {
@@ -643,12 +648,18 @@ void check_model(const Schedule& s, const LinkModel& m) {
 CostEstimate estimate_checked(const Schedule& s, const LinkModel& m, bool uniform) {
   bool all_built = true;
   for (const auto& prog : s.programs) all_built = all_built && prog.built;
-  if (all_built) return estimate_full(s, m);
-  if (s.symmetry != Symmetry::kNone && !s.programs.empty() && s.programs[0].built)
-    return estimate_symmetric(s, m, uniform);
-  throw Error(WIA_ERROR_INVALID_ARGUMENT,
-              "cost model: " + s.describe() +
-                  " is neither fully built nor a symmetric schedule with rank 0 built");
+  CostEstimate e;
+  if (all_built) {
+    e = estimate_full(s, m);
+  } else if (s.symmetry != Symmetry::kNone && !s.programs.empty() && s.programs[0].built) {
+    e = estimate_symmetric(s, m, uniform);
+  } else {
+    throw Error(WIA_ERROR_INVALID_ARGUMENT,
+                "cost model: " + s.describe() +
+                    " is neither fully built nor a symmetric schedule with rank 0 built");
+  }
+  e.time_us += m.call_overhead_us;
+  return e;
 }
 
 }  // namespace

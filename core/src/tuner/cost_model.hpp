@@ -169,6 +169,11 @@ struct LinkModel {
   // a microsecond (RDMA) to a few microseconds (TCP) make algorithms that
   // send O(p) messages per rank pay for them at scale.
   double message_overhead_us = 0.0;
+  // Per call, whatever the schedule: what starting a collective costs
+  // before any step runs (in one process: the ranks' stream tasks reaching
+  // the engine and its barrier). 0 by default; it moves every estimate
+  // alike, so it sizes predictions and changes no choice.
+  double call_overhead_us = 0.0;
   // Local data movement: bytes of output per second. 0 = free.
   double reduce_gbps = 0.0;
   double copy_gbps = 0.0;
