@@ -171,6 +171,30 @@ TEST_CASE("cost: invalid link models are rejected") {
   m = LinkModel::uniform(4, kAlpha, kGbps);
   CHECK_THROWS_AS(estimate(allreduce(Algorithm::kRing, 8, 100), m), Error);
   CHECK_THROWS_AS(select_algorithm(Collective::kAllReduce, 100, WIA_FLOAT32, 8, m), Error);
+  m = LinkModel::uniform(4, kAlpha, kGbps);
+  m.call_overhead_us = -1;
+  CHECK_THROWS_WITH_AS(m.validate(), doctest::Contains("call overhead"), Error);
+}
+
+TEST_CASE("cost: a call's overhead adds to every estimate alike and changes no choice") {
+  const LinkModel plain = LinkModel::uniform(4, kAlpha, kGbps);
+  LinkModel charged = plain;
+  charged.call_overhead_us = 16.0;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kDirect})
+    for (std::uint64_t count : {std::uint64_t{2}, std::uint64_t{1} << 20}) {
+      const coll::CollArgs args = allreduce(a, 4, count);
+      // The symmetric shortcut and the full simulation alike.
+      CHECK(estimate(args, charged).time_us ==
+            doctest::Approx(estimate(args, plain).time_us + 16.0));
+      CHECK(full_cost(args, charged) == doctest::Approx(full_cost(args, plain) + 16.0));
+    }
+  for (std::uint64_t count : {std::uint64_t{2}, std::uint64_t{1} << 20}) {
+    const Selection a = select_algorithm(Collective::kAllReduce, count, WIA_FLOAT32, 4, plain);
+    const Selection b = select_algorithm(Collective::kAllReduce, count, WIA_FLOAT32, 4, charged);
+    CHECK(std::string(a.name) == std::string(b.name));
+    CHECK(a.num_chunks == b.num_chunks);
+    CHECK(b.estimated_ms == doctest::Approx(a.estimated_ms + 0.016));
+  }
 }
 
 TEST_CASE("cost: select_algorithm picks latency algorithms for 8 B, bandwidth ones for 64 MiB") {
