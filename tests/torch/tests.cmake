@@ -39,3 +39,7 @@ wia_add_torch_test(torch_timeout 2 timeout.py)
 # group is shut down at exit (atexit), the peer still gets the sum, and a
 # group shut down refuses later calls.
 wia_add_torch_test(torch_exit_pending 2 exit_pending.py)
+# A rank that exits with a collective its peer never posts: after the
+# shutdown grace (2 s here) it aborts instead of waiting for the 300 s
+# timeout, and the peer's next call fails naming the abort.
+wia_add_torch_test(torch_exit_unmatched 2 exit_unmatched.py)

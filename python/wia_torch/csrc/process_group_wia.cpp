@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -186,6 +187,20 @@ ProcessGroupWia::~ProcessGroupWia() {
   live.erase(std::remove(live.begin(), live.end(), this), live.end());
 }
 
+namespace {
+
+// WIA_TORCH_SHUTDOWN_GRACE_MS: how long shutdown() lets work in flight
+// finish before it aborts the communicator.
+std::chrono::milliseconds shutdown_grace() {
+  const char* v = std::getenv("WIA_TORCH_SHUTDOWN_GRACE_MS");
+  char* end = nullptr;
+  const long long ms = v && *v ? std::strtoll(v, &end, 10) : -1;
+  if (ms < 0 || (end && *end)) return std::chrono::milliseconds(10000);
+  return std::chrono::milliseconds(ms);
+}
+
+}  // namespace
+
 void ProcessGroupWia::shutdown() noexcept {
   std::lock_guard<std::mutex> once(shutdown_mu_);
   if (shut_down_) return;
@@ -195,11 +210,27 @@ void ProcessGroupWia::shutdown() noexcept {
   // release a tensor Python let go of, and destroying the communicator
   // waits for peers: hold it neither while joining nor while destroying.
   PyThreadState* gil = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  bool drained = true;
+  std::size_t in_flight = 0;
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    std::unique_lock<std::mutex> lock(queue_mu_);
     stopping_ = true;
+    queue_cv_.notify_all();
+    if (completion_.joinable())
+      drained = queue_cv_.wait_for(lock, shutdown_grace(), [&] { return completion_done_; });
+    in_flight = queue_.size();
   }
-  queue_cv_.notify_all();
+  if (!drained) {
+    // A collective some peer has not posted (it exited, or never will)
+    // would hold this exit for its timeout: abort instead, which fails it
+    // here and tells the peers at once.
+    std::fprintf(stderr,
+                 "wia backend: rank %d: %zu operation(s) still in flight %lld ms after shutdown "
+                 "began (WIA_TORCH_SHUTDOWN_GRACE_MS); aborting the communicator\n",
+                 getRank(), in_flight, static_cast<long long>(shutdown_grace().count()));
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    wia_comm_abort(std::exchange(comm_, nullptr));
+  }
   if (completion_.joinable()) completion_.join();
   if (stream_) wia_destroy_stream(std::exchange(stream_, nullptr));
   if (comm_) wia_destroy_communicator(std::exchange(comm_, nullptr));
@@ -274,7 +305,11 @@ void ProcessGroupWia::completion_loop() {
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
       queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) {
+        completion_done_ = true;
+        queue_cv_.notify_all();  // shutdown() waits for this
+        return;
+      }
       work = queue_.front();
     }
     // Bounded: every collective fails within its timeout, and the stream
@@ -285,8 +320,11 @@ void ProcessGroupWia::completion_loop() {
       std::lock_guard<std::mutex> lock(queue_mu_);
       failure = failure_;
     }
-    if (failure.empty() &&
-        (waited != WIA_SUCCESS || wia_comm_get_async_error(comm_) != WIA_SUCCESS)) {
+    auto async_error = [&] {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      return comm_ ? wia_comm_get_async_error(comm_) : WIA_ERROR_ABORTED;
+    };
+    if (failure.empty() && (waited != WIA_SUCCESS || async_error() != WIA_SUCCESS)) {
       // The stream holds the message of the first failed operation.
       failure = waited != WIA_SUCCESS ? last_error() : std::string();
       if (wia_stream_synchronize(stream_) != WIA_SUCCESS || failure.empty()) {
@@ -295,7 +333,7 @@ void ProcessGroupWia::completion_loop() {
         if (s.rfind(prefix, 0) == 0) s.erase(0, prefix.size());
         if (!s.empty()) failure = s;
       }
-      if (failure.empty()) failure = wia_status_string(wia_comm_get_async_error(comm_));
+      if (failure.empty()) failure = wia_status_string(async_error());
       std::lock_guard<std::mutex> lock(queue_mu_);
       failure_ = failure;
     }

@@ -60,7 +60,11 @@ class ProcessGroupWia : public c10d::ProcessGroup {
   ~ProcessGroupWia() override;
 
   // Completes what is in flight, joins the completion thread and destroys
-  // the communicator, once (the destructor calls it too). Every live group
+  // the communicator, once (the destructor calls it too). What is still
+  // in flight after WIA_TORCH_SHUTDOWN_GRACE_MS (default 10000) - a
+  // collective some peer never posts - is ended by aborting the
+  // communicator (wia_comm_abort: the peers fail at once, naming this
+  // rank) instead of holding the exit for the collective's timeout. Every live group
   // is shut down by shutdown_all(), which wia_torch registers with Python's
   // atexit: while the interpreter is whole, not during its finalization
   // (where CPython ends a thread that asks for the GIL, as the completion
@@ -135,7 +139,10 @@ class ProcessGroupWia : public c10d::ProcessGroup {
                               const std::vector<const char*>& in,
                               const std::vector<size_t>& in_bytes, const char* what);
 
+  // Null once shutdown() aborted it; the completion thread reads it under
+  // comm_mu_ (wia_comm_abort releases the handle).
   wia_communicator_t comm_ = nullptr;
+  std::mutex comm_mu_;
   wia_stream_t stream_ = nullptr;
   std::chrono::milliseconds timeout_;
   std::mutex shutdown_mu_;
@@ -147,6 +154,7 @@ class ProcessGroupWia : public c10d::ProcessGroup {
   std::condition_variable queue_cv_;
   std::deque<c10::intrusive_ptr<WorkWia>> queue_;
   bool stopping_ = false;
+  bool completion_done_ = false;  // the completion thread returned (under queue_mu_)
   std::string failure_;  // the communicator's first error, for every later Work
   std::thread completion_;
 };
