@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import wia_torch  # noqa: F401
+from checks import timed_error
 
 GRACE_S = 2
 os.environ["WIA_TORCH_SHUTDOWN_GRACE_MS"] = str(GRACE_S * 1000)
@@ -52,20 +53,16 @@ def main():
     if took > GRACE_S + 30:
         print(f"rank {rank}: FAIL: rank 1 took {took:.1f} s to exit, not about {GRACE_S} s")
         return 1
-    start = time.monotonic()
-    try:
-        dist.all_reduce(t)
-    except RuntimeError as e:
-        took = time.monotonic() - start
-        print(f"rank {rank}: raised after {took:.2f} s: {e}", flush=True)
-        if took > 30:
-            print(f"rank {rank}: FAIL: the error came after {took:.1f} s, not at once")
-            return 1
-        if "abort" not in str(e).lower():
-            print(f"rank {rank}: FAIL: the error does not say rank 1 aborted: {e}")
-            return 1
-    else:
+    error, took = timed_error(lambda: dist.all_reduce(t))
+    print(f"rank {rank}: raised after {took:.2f} s: {error}", flush=True)
+    if error is None:
         print(f"rank {rank}: FAIL: all_reduce with a peer that exited did not raise")
+        return 1
+    if took > 30:
+        print(f"rank {rank}: FAIL: the error came after {took:.1f} s, not at once")
+        return 1
+    if "abort" not in error.lower():
+        print(f"rank {rank}: FAIL: the error does not say rank 1 aborted: {error}")
         return 1
     print(f"rank {rank}: 3 checks passed", flush=True)
     return 0
