@@ -12,7 +12,7 @@
 //             [-c 0|1] [--procs N | --procs-from-env] [--sizes 8,64K,1M]
 //             [--compress topk:0.01|randomk:0.1|int8|int4|onebit|lowrank:4|fp16|bf16]
 //             [--profile-overhead] [--trace FILE] [--plot FILE.png]
-//             [--predict [--rounds N]]
+//             [--predict [--rounds N]] [--rewrite-inputs]
 //
 // Three ways to run:
 //  - in-process (default): --ranks N host devices in this process, one
@@ -139,7 +139,7 @@ struct Options {
       "                 [--compress topk:R|randomk:R|int8|int4|onebit|lowrank:R|fp16|bf16\n"
       "                 [--compression-stream]]\n"
       "                 [--profile-overhead] [--trace FILE] [--plot FILE.png]\n"
-      "                 [--predict [--rounds N]]\n"
+      "                 [--predict [--rounds N]] [--rewrite-inputs]\n"
       "--op also takes the spec's spellings: all_reduce, all_gather, reduce_scatter, all_to_all;\n"
       "several, comma-separated (--op allreduce,allgather), run one after another.\n"
       "sizes take K, M, G suffixes; size = bytes of the whole vector (nccl-tests);\n"
@@ -642,6 +642,7 @@ class Bench {
   std::uint64_t check(std::uint64_t count, bool in_place) {
     last_in_place_ = in_place;
     fill(count, in_place);
+    if (o_.rewrite_inputs) rewrite_inputs(count, in_place);  // must keep every value
     post(count, in_place);
     sync();
     return sum_over_ranks(verify(count));

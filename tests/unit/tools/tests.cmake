@@ -212,6 +212,16 @@ add_test(NAME tool_wia_bench_profile_overhead COMMAND sh -c "\
   ${_wia_bench} --profile-overhead --sizes 64 2>&1 | grep -q 'use --procs N'")
 set_tests_properties(tool_wia_bench_profile_overhead PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
 
+# wia-bench --rewrite-inputs: the stores to every input line before each
+# call keep its values (the checked call is rewritten too), in one process
+# and over 2, where the windows read inputs in place.
+add_test(NAME tool_wia_bench_rewrite_inputs COMMAND sh -c "\
+  ${_wia_bench} --rewrite-inputs --sizes 64K,1M -n 3 -w 1 | tee /dev/stderr | \
+    grep -q '^# ok: 0 wrong element' && \
+  ${_wia_bench} --procs 2 --rewrite-inputs --sizes 64K,1M -n 3 -w 1 | tee /dev/stderr | \
+    grep -q '^# ok: 0 wrong element'")
+set_tests_properties(tool_wia_bench_rewrite_inputs PROPERTIES TIMEOUT 120 ENVIRONMENT "WIA_LOG_LEVEL=error")
+
 # wia-bench --trace: each of 2 processes writes FILE.rank<N>, trace JSON with
 # an all-reduce event per call, the tool's own small ones included: more
 # than the 3 timed calls of 64 KiB, each with its args; in-process it is
