@@ -69,7 +69,7 @@ inline constexpr std::int32_t kFullSimulationMaxRanks = 256;
 // One core's rates over host memory (GB/s of output), for the models of
 // ranks whose CPUs move the data (LinkModel::host_threads, processes on
 // one node): a memcpy, and a fused two-input reduction pass; and how much
-// faster copies run when all the data fits in the last-level cache.
+// faster copies run on data the caches hold (LinkModel::cache_time_factor).
 inline constexpr double kHostCopyGbps = 12.0;  // MACHINE-FACTS: 13.7 at 16 MiB, 11.2 at 256
 inline constexpr double kHostReduceGbps = 6.0;
 // Copies whose working set the last-level cache holds, and the cores'

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -190,12 +191,22 @@ ProcessGroupWia::~ProcessGroupWia() {
 namespace {
 
 // WIA_TORCH_SHUTDOWN_GRACE_MS: how long shutdown() lets work in flight
-// finish before it aborts the communicator.
+// finish before it aborts the communicator (0 .. one day; default 10 s,
+// also for a value that is not such a number, which is said on stderr).
 std::chrono::milliseconds shutdown_grace() {
+  constexpr long long kDefaultMs = 10000, kMaxMs = 86400000;
   const char* v = std::getenv("WIA_TORCH_SHUTDOWN_GRACE_MS");
+  if (!v || !*v) return std::chrono::milliseconds(kDefaultMs);
   char* end = nullptr;
-  const long long ms = v && *v ? std::strtoll(v, &end, 10) : -1;
-  if (ms < 0 || (end && *end)) return std::chrono::milliseconds(10000);
+  errno = 0;
+  const long long ms = std::strtoll(v, &end, 10);
+  if (errno != 0 || *end != '\0' || ms < 0 || ms > kMaxMs) {
+    std::fprintf(stderr,
+                 "wia backend: WIA_TORCH_SHUTDOWN_GRACE_MS '%s' is not a number of ms from 0 to "
+                 "%lld; using %lld\n",
+                 v, kMaxMs, kDefaultMs);
+    return std::chrono::milliseconds(kDefaultMs);
+  }
   return std::chrono::milliseconds(ms);
 }
 
@@ -212,12 +223,13 @@ void ProcessGroupWia::shutdown() noexcept {
   PyThreadState* gil = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   bool drained = true;
   std::size_t in_flight = 0;
+  const std::chrono::milliseconds grace = shutdown_grace();
   {
     std::unique_lock<std::mutex> lock(queue_mu_);
     stopping_ = true;
     queue_cv_.notify_all();
     if (completion_.joinable())
-      drained = queue_cv_.wait_for(lock, shutdown_grace(), [&] { return completion_done_; });
+      drained = queue_cv_.wait_for(lock, grace, [&] { return completion_done_; });
     in_flight = queue_.size();
   }
   if (!drained) {
@@ -227,7 +239,7 @@ void ProcessGroupWia::shutdown() noexcept {
     std::fprintf(stderr,
                  "wia backend: rank %d: %zu operation(s) still in flight %lld ms after shutdown "
                  "began (WIA_TORCH_SHUTDOWN_GRACE_MS); aborting the communicator\n",
-                 getRank(), in_flight, static_cast<long long>(shutdown_grace().count()));
+                 getRank(), in_flight, static_cast<long long>(grace.count()));
     std::lock_guard<std::mutex> lock(comm_mu_);
     wia_comm_abort(std::exchange(comm_, nullptr));
   }
